@@ -1,0 +1,3 @@
+from popkit.cli import main
+
+main()

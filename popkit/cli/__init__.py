@@ -1,0 +1,52 @@
+"""The `popkit` command: a Typer app whose commands live in running, authoring and remote.
+
+This module is the one place where a PopkitError becomes a message and an exit code.
+"""
+
+from __future__ import annotations
+
+import os
+
+import click
+import typer
+from typer.core import TyperGroup
+
+from popkit.errors import ExitCode, PopkitError
+
+
+class _PopkitGroup(TyperGroup):
+    def invoke(self, ctx: click.Context):
+        from popkit.views import common
+
+        try:
+            return super().invoke(ctx)
+        except PopkitError as exc:
+            common.print_error(exc)
+            raise typer.Exit(int(exc.exit_code)) from None
+        except (click.exceptions.Exit, click.ClickException, click.Abort, typer.Exit):
+            raise
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
+        except Exception as exc:  # a popkit bug: one line, no traceback unless asked for
+            if os.environ.get("POPKIT_DEBUG"):
+                raise
+            common.print_internal_error(exc)
+            raise typer.Exit(int(ExitCode.INTERNAL)) from None
+
+
+app = typer.Typer(
+    cls=_PopkitGroup,
+    name="popkit",
+    help="Run GPU MODE leaderboard tasks locally, exactly as the leaderboard runner does.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+)
+
+# Command modules register themselves on `app` when imported.
+from popkit.cli import authoring, remote, running  # noqa: E402,F401
+
+
+def main() -> None:
+    app(prog_name="popkit")

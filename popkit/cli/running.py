@@ -1,0 +1,5 @@
+"""popkit commands: running."""
+
+from __future__ import annotations
+
+from popkit.cli import app  # noqa: F401

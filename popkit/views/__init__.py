@@ -1,0 +1,1 @@
+"""All terminal output: rich for people, JSON for agents. Nothing outside cli/ and views/ prints."""

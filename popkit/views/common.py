@@ -1,0 +1,92 @@
+"""Shared view helpers: the consoles, the leaderboard's time format, JSON emission, error printing."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+from rich.console import Console
+
+from popkit.errors import PopkitError
+
+_state = {"json": False}
+
+
+def set_json(enabled: bool) -> None:
+    """Called first by every command that takes --json, so later errors print as JSON too."""
+    _state["json"] = bool(enabled)
+
+
+def json_mode() -> bool:
+    return _state["json"]
+
+
+def _width() -> int | None:
+    value = os.environ.get("POPKIT_WIDTH")
+    return int(value) if value and value.isdigit() else None
+
+
+def console() -> Console:
+    """stdout console; made per call so tests that swap sys.stdout see the output."""
+    return Console(file=sys.stdout, width=_width(), highlight=False, soft_wrap=False)
+
+
+def err_console() -> Console:
+    return Console(file=sys.stderr, width=_width(), highlight=False, soft_wrap=True)
+
+
+def emit_json(kind: str, payload: dict[str, Any]) -> None:
+    """One JSON document on stdout with a schema tag (`popkit/<kind>/1`)."""
+    doc = {"schema": f"popkit/{kind}/1", **payload}
+    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def print_error(exc: PopkitError) -> None:
+    if json_mode():
+        emit_json("error", exc.to_json())
+        return
+    con = err_console()
+    con.print(f"[bold red]error:[/] {_escape(exc.message)}")
+    if exc.hint:
+        con.print(f"[dim]hint:[/] {_escape(exc.hint)}")
+
+
+def print_internal_error(exc: BaseException) -> None:
+    message = f"internal error: {type(exc).__name__}: {exc}"
+    hint = "this is a popkit bug; rerun with POPKIT_DEBUG=1 for the traceback and report it"
+    if json_mode():
+        emit_json("error", {"error": "InternalError", "message": message, "hint": hint, "exit_code": 70})
+        return
+    con = err_console()
+    con.print(f"[bold red]error:[/] {_escape(message)}")
+    con.print(f"[dim]hint:[/] {hint}")
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+escape = _escape
+
+
+def format_time(ns: float, err_ns: float | None = None) -> str:
+    """The leaderboard's time format (§5): ns, µs above 2000 ns, ms above 2,000,000 ns.
+
+    Value below 10: 2 decimals (error 3); below 100: 1 decimal (error 2); else none (error 1).
+    The error is omitted when it is zero or absent.
+    """
+    scale, unit = 1.0, "ns"
+    if ns > 2_000_000:
+        scale, unit = 1e6, "ms"
+    elif ns > 2_000:
+        scale, unit = 1e3, "µs"
+    value = ns / scale
+    digits = 2 if value < 10 else 1 if value < 100 else 0
+    text = f"{value:.{digits}f}"
+    if err_ns:
+        text += f" ± {err_ns / scale:.{digits + 1}f}"
+    return f"{text} {unit}"
