@@ -1,0 +1,248 @@
+"""Frozen results of a local run; each serializes itself (`to_json`) and back (`from_json`).
+
+Times are nanoseconds (`_ns`) or seconds (`_s`) as their names say. Raw samples are kept where
+the eval reports them; statistics shown beyond the protocol's own are derived from them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Mapping
+
+from popkit.errors import ExitCode
+
+RUN_SCHEMA = "popkit/run/1"
+SUCCESS_EXIT_CODES = (0, 112)  # §2.5: a run succeeded when its exit code is 0 or 112
+TIMEOUT_EXIT_CODE = 114
+
+# What went wrong, most specific first; each maps to one documented exit code.
+OUTCOME_EXIT = {
+    "passed": ExitCode.OK,
+    "failed": ExitCode.FAILED,
+    "bad_submission": ExitCode.BAD_SUBMISSION,
+    "compile_failed": ExitCode.COMPILE_FAILED,
+    "crashed": ExitCode.CRASHED,
+    "timed_out": ExitCode.TIMED_OUT,
+}
+
+
+def _build(cls, data: Mapping[str, Any], **nested):
+    """Construct dataclass `cls` from a JSON mapping, ignoring unknown keys, tuples for lists."""
+    kwargs = {}
+    for f in fields(cls):
+        if f.name not in data:
+            continue
+        value = data[f.name]
+        if f.name in nested:
+            value = nested[f.name](value)
+        elif isinstance(value, list):
+            value = tuple(value)
+        kwargs[f.name] = value
+    return cls(**kwargs)
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """One test or benchmark case as the eval reported it on the pipe."""
+
+    kind: str  # "test" or "benchmark"
+    index: int
+    spec: str
+    passed: bool
+    error: str = ""
+    message: str = ""
+    runs: int = 0
+    mean_ns: float | None = None
+    std_ns: float | None = None
+    err_ns: float | None = None
+    best_ns: float | None = None
+    worst_ns: float | None = None
+    median_ns: float | None = None  # popkit harness extra
+    samples_ns: tuple[float, ...] = ()  # popkit harness extra: every timed call, in order
+    stop: str = ""  # popkit harness extra: why timing stopped
+    timer: str = ""  # popkit harness extra: cuda-event or cpu-monotonic
+    report: str = ""  # profile mode: the profiler table, decoded
+
+    @property
+    def timed(self) -> bool:
+        return self.mean_ns is not None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "CaseResult":
+        return _build(cls, data)
+
+
+@dataclass(frozen=True)
+class ModeRun:
+    """One `python <main> MODE CASES` process and what it wrote on the result pipe."""
+
+    mode: str
+    secret: bool
+    seed: int | None  # POPCORN_SEED given to the eval (secret runs only)
+    exit_code: int  # 114 on timeout, as the runner sets it
+    duration_s: float
+    timeout_s: float
+    timed_out: bool = False
+    check: str | None = None  # "pass", "fail", or None when the eval wrote no check line
+    tests: tuple[CaseResult, ...] = ()
+    benchmarks: tuple[CaseResult, ...] = ()
+    raw: Mapping[str, str] = field(default_factory=dict)  # every key from the pipe
+    stdout: str = ""
+    stderr: str = ""
+    outcome: str = "passed"  # one of OUTCOME_EXIT
+    summary: str = ""  # the one categorized line for a failure
+
+    @property
+    def succeeded(self) -> bool:
+        return not self.timed_out and self.exit_code in SUCCESS_EXIT_CODES
+
+    @property
+    def passed(self) -> bool:
+        return self.succeeded and self.check == "pass"
+
+    def mean_times_ns(self) -> list[float] | None:
+        """Each benchmark's mean, or None when any is missing (no score can be formed)."""
+        means = [b.mean_ns for b in self.benchmarks]
+        if not means or any(m is None for m in means):
+            return None
+        return [float(m) for m in means]
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["tests"] = [c.to_json() for c in self.tests]
+        data["benchmarks"] = [c.to_json() for c in self.benchmarks]
+        data["raw"] = dict(self.raw)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "ModeRun":
+        cases = lambda items: tuple(CaseResult.from_json(c) for c in items)  # noqa: E731
+        return _build(cls, data, tests=cases, benchmarks=cases, raw=dict)
+
+
+@dataclass(frozen=True)
+class CompileStep:
+    """The compile pre-step: `python submission.py` once, to warm the build cache (not fatal)."""
+
+    exit_code: int
+    duration_s: float
+    timed_out: bool = False
+    log: str = ""  # stdout when it holds load_inline's verbose compile log
+    stdout: str = ""
+    stderr: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "CompileStep":
+        return _build(cls, data)
+
+
+def score_s(means_ns: list[float] | None, ranking_by: str) -> float | None:
+    """The leaderboard score in seconds (§5): last value, arithmetic mean or geometric mean."""
+    if not means_ns:
+        return None
+    values = [m / 1e9 for m in means_ns]
+    if ranking_by == "last":
+        return values[-1]
+    if ranking_by == "mean":
+        return sum(values) / len(values)
+    if ranking_by == "geom":
+        if any(v <= 0 for v in values):
+            return None
+        return math.exp(sum(math.log(v) for v in values) / len(values))
+    raise ValueError(f"unknown ranking {ranking_by!r}")
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """Everything one `popkit test` or `popkit bench` learned about one submission."""
+
+    task: str
+    task_path: str
+    leaderboard: str | None
+    ranking_by: str
+    submission: str  # path as given
+    sha256: str  # of the exact bytes that ran
+    mode: str  # test | benchmark | leaderboard | profile (the requested mode)
+    harness: str  # "task" (the task's own eval) or "popkit"
+    started_at: str  # ISO 8601, UTC
+    duration_s: float
+    system: Mapping[str, Any] = field(default_factory=dict)
+    precompile: CompileStep | None = None
+    runs: tuple[ModeRun, ...] = ()
+    secret_seeds: tuple[int, ...] = ()
+    label: str = ""  # e.g. "reference" for a --baseline run
+    schema: str = RUN_SCHEMA
+
+    @property
+    def outcome(self) -> str:
+        """`passed`, or the outcome of the first run that did not pass."""
+        for run in self.runs:
+            if run.outcome != "passed":
+                return run.outcome
+        return "passed" if self.runs else "crashed"
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return OUTCOME_EXIT[self.outcome]
+
+    @property
+    def failure(self) -> ModeRun | None:
+        return next((r for r in self.runs if r.outcome != "passed"), None)
+
+    def runs_of(self, mode: str, secret: bool | None = None) -> list[ModeRun]:
+        return [r for r in self.runs if r.mode == mode and (secret is None or r.secret == secret)]
+
+    def _score(self, mode: str, secret: bool) -> float | None:
+        for run in self.runs_of(mode, secret):
+            if run.passed:
+                return score_s(run.mean_times_ns(), self.ranking_by)
+        return None
+
+    @property
+    def score_public_s(self) -> float | None:
+        """The ranked score: the public leaderboard-mode run (or the benchmark run for `bench`)."""
+        mode = "leaderboard" if self.runs_of("leaderboard") else "benchmark"
+        return self._score(mode, secret=False)
+
+    @property
+    def scores_secret_s(self) -> tuple[float | None, ...]:
+        """One score per secret run, in seed order; a secret run must pass but does not rank."""
+        mode = "leaderboard" if self.runs_of("leaderboard") else "benchmark"
+        return tuple(self._score_for_seed(mode, seed) for seed in self.secret_seeds)
+
+    def _score_for_seed(self, mode: str, seed: int) -> float | None:
+        for run in self.runs_of(mode, secret=True):
+            if run.seed == seed and run.passed:
+                return score_s(run.mean_times_ns(), self.ranking_by)
+        return None
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["runs"] = [r.to_json() for r in self.runs]
+        data["precompile"] = self.precompile.to_json() if self.precompile else None
+        data["system"] = dict(self.system)
+        data["outcome"] = self.outcome
+        data["exit_code"] = int(self.exit_code)
+        data["score_public_s"] = self.score_public_s
+        data["scores_secret_s"] = list(self.scores_secret_s)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "RunReport":
+        return _build(
+            cls, data,
+            runs=lambda items: tuple(ModeRun.from_json(r) for r in items),
+            precompile=lambda p: CompileStep.from_json(p) if p else None,
+            system=dict,
+        )

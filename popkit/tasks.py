@@ -1,0 +1,376 @@
+"""Tasks and problem sets in the leaderboard's format (§1 of the protocol), validated on load.
+
+A task is a directory holding task.yml and the files it names. A problem set is a yaml file whose
+`problems` list maps leaderboard names to task directories. Every error names the file and the key.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import yaml
+
+from popkit.errors import TaskError
+from popkit.resources import data_dir
+
+SUBMISSION_SOURCE = "@SUBMISSION@"
+MODES = ("test", "benchmark", "leaderboard", "profile")
+RANKINGS = ("last", "mean", "geom")
+LANGS = ("py", "cu")
+DEFAULT_TIMEOUT_S = 180
+_ALLOWED_KEYS = {
+    "files", "lang", "description", "config", "templates", "tests", "benchmarks",
+    "test_timeout", "benchmark_timeout", "ranked_timeout", "ranking_by", "multi_gpu", "seed", "gpus",
+}
+_REQUIRED_KEYS = ("files", "lang", "description", "config")
+_TEMPLATE_LANGS = ("Python", "CUDA", "HIP", "Triton", "CuteDSL")
+
+
+@dataclass(frozen=True)
+class TaskFile:
+    name: str  # file name inside the working directory
+    source: str  # "@SUBMISSION@" or a path relative to the task directory
+
+
+@dataclass(frozen=True)
+class Task:
+    """One validated task. Timeouts are seconds for one eval process of that mode."""
+
+    name: str  # the task directory's name
+    path: Path  # the task directory
+    files: tuple[TaskFile, ...]
+    lang: str
+    description: str
+    main: str  # config.main: the eval file run as `python <main> MODE CASES`
+    templates: Mapping[str, str] = field(default_factory=dict)
+    tests: tuple[Mapping[str, Any], ...] = ()
+    benchmarks: tuple[Mapping[str, Any], ...] = ()
+    test_timeout: float = DEFAULT_TIMEOUT_S
+    benchmark_timeout: float = DEFAULT_TIMEOUT_S
+    ranked_timeout: float = DEFAULT_TIMEOUT_S
+    ranking_by: str = "last"
+    multi_gpu: bool = False
+    seed: int | None = None
+    gpus: tuple[str, ...] = ()
+    leaderboard: str | None = None  # the leaderboard name, when a problem set names this task
+    bundled: bool = False
+
+    @property
+    def yml(self) -> Path:
+        return self.path / "task.yml"
+
+    @property
+    def submission_name(self) -> str:
+        """The name the user's file gets in the working directory, whatever the user called it."""
+        return next(f.name for f in self.files if f.source == SUBMISSION_SOURCE)
+
+    @property
+    def display_name(self) -> str:
+        return self.leaderboard or self.name
+
+    def timeout_for(self, mode: str) -> float:
+        if mode == "test":
+            return self.test_timeout
+        if mode == "leaderboard":
+            return self.ranked_timeout
+        return self.benchmark_timeout
+
+    def cases_for(self, mode: str) -> list[Mapping[str, Any]]:
+        """Test mode gets every test; the others every benchmark, or only the last under `ranking_by: last`."""
+        if mode == "test":
+            return list(self.tests)
+        if self.ranking_by == "last" and self.benchmarks:
+            return [self.benchmarks[-1]]
+        return list(self.benchmarks)
+
+
+@dataclass(frozen=True)
+class Problem:
+    directory: str
+    name: str  # leaderboard name
+    deadline: str | None = None
+    gpus: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ProblemSet:
+    path: Path
+    name: str
+    problems: tuple[Problem, ...]
+    description: str = ""
+    deadline: str | None = None
+
+    def task_dir(self, problem: Problem) -> Path:
+        return (self.path.parent / problem.directory).resolve()
+
+
+# ---------------------------------------------------------------------------------------- loading
+
+
+def _read_yaml(path: Path, what: str) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise TaskError(f"{path}: {what} not found", "check the path") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TaskError(f"{path}: cannot read {what} ({exc})") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise TaskError(f"{path}: {where}invalid YAML ({problem})", "fix the YAML syntax") from None
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if value is None:
+        return "nothing"
+    return f"{type(value).__name__} {value!r}"
+
+
+class _Checker:
+    """Validation helpers that name the file and the key in every message."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def fail(self, message: str, hint: str = "") -> TaskError:
+        return TaskError(f"{self.path.name}: {message}", hint or f"in {self.path}")
+
+    def expect(self, ok: bool, key: str, wanted: str, value: Any) -> None:
+        if not ok:
+            raise self.fail(f"key `{key}` must be {wanted} (got {_kind(value)})")
+
+    def number(self, raw: Mapping, key: str, default: float) -> float:
+        value = raw.get(key, default)
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+        self.expect(ok, key, "a positive number of seconds", value)
+        return float(value)
+
+    def cases(self, raw: Mapping, key: str, multi_gpu: bool) -> tuple[dict, ...]:
+        value = raw.get(key) or []
+        self.expect(isinstance(value, list), key, "a list", value)
+        out = []
+        for i, case in enumerate(value):
+            self.expect(isinstance(case, Mapping) and case, f"{key}[{i}]", "a non-empty mapping", case)
+            for k, v in case.items():
+                self.expect(isinstance(v, (int, float, str, bool, list)), f"{key}[{i}].{k}",
+                            "a number, string, boolean or list", v)
+            if multi_gpu and "world_size" not in case:
+                raise self.fail(f"key `{key}[{i}]` needs `world_size` (the task has multi_gpu: true)")
+            out.append(dict(case))
+        return tuple(out)
+
+
+def load_task(path: Path | str, *, leaderboard: str | None = None, gpus: Sequence[str] = (),
+              bundled: bool = False) -> Task:
+    """Load and validate the task in directory `path` (or the task.yml file itself)."""
+    path = Path(path).expanduser()
+    directory = path.parent if path.name in ("task.yml", "task.yaml") else path
+    if not directory.is_dir():
+        raise TaskError(f"{directory}: not a task directory", "give a directory that holds task.yml")
+    yml = directory / "task.yml"
+    raw = _read_yaml(yml, "task.yml")
+    check = _Checker(yml)
+    if not isinstance(raw, Mapping):
+        raise check.fail(f"must be a mapping of keys (got {_kind(raw)})")
+    unknown = sorted(set(map(str, raw)) - _ALLOWED_KEYS)
+    if unknown:
+        raise check.fail(f"unknown key `{unknown[0]}` (the runner rejects it)",
+                         "allowed keys: " + ", ".join(sorted(_ALLOWED_KEYS)))
+    for key in _REQUIRED_KEYS:
+        if key not in raw:
+            raise check.fail(f"missing required key `{key}`")
+
+    files_raw = raw["files"]
+    check.expect(isinstance(files_raw, list) and files_raw, "files", "a non-empty list", files_raw)
+    files = []
+    for i, entry in enumerate(files_raw):
+        check.expect(isinstance(entry, Mapping), f"files[{i}]", "a mapping with name and source", entry)
+        for k in ("name", "source"):
+            check.expect(isinstance(entry.get(k), str) and entry.get(k), f"files[{i}].{k}", "a string", entry.get(k))
+        name, source = entry["name"], entry["source"]
+        if "/" in name or "\\" in name or name in (".", ".."):
+            raise check.fail(f"key `files[{i}].name` must be a plain file name (got {name!r})")
+        if source != SUBMISSION_SOURCE and not (directory / source).is_file():
+            raise check.fail(f"key `files[{i}].source`: file `{source}` not found",
+                             f"looked for {(directory / source).resolve()}")
+        files.append(TaskFile(name, source))
+    names = [f.name for f in files]
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise check.fail(f"key `files`: the name `{dup}` appears twice")
+    if sum(f.source == SUBMISSION_SOURCE for f in files) != 1:
+        raise check.fail(f"key `files` must have exactly one entry with source {SUBMISSION_SOURCE!r}")
+
+    lang = raw["lang"]
+    check.expect(lang in LANGS, "lang", "`py` or `cu`", lang)
+    description = raw["description"]
+    check.expect(isinstance(description, str), "description", "a string", description)
+    config = raw["config"]
+    check.expect(isinstance(config, Mapping), "config", "a mapping", config)
+    main = config.get("main")
+    if lang == "py":
+        check.expect(isinstance(main, str) and main, "config.main", "the eval file's name", main)
+        if main not in names:
+            raise check.fail(f"key `config.main`: `{main}` is not one of the names in `files`",
+                             "files: " + ", ".join(names))
+
+    templates = raw.get("templates") or {}
+    check.expect(isinstance(templates, Mapping), "templates", "a mapping of language to file", templates)
+    for lang_name, rel in templates.items():
+        check.expect(lang_name in _TEMPLATE_LANGS, f"templates.{lang_name}",
+                     "one of " + ", ".join(_TEMPLATE_LANGS), lang_name)
+        check.expect(isinstance(rel, str), f"templates.{lang_name}", "a file path", rel)
+
+    multi_gpu = raw.get("multi_gpu", False)
+    check.expect(isinstance(multi_gpu, bool), "multi_gpu", "true or false", multi_gpu)
+    ranking = raw.get("ranking_by", "last")
+    check.expect(ranking in RANKINGS, "ranking_by", "`last`, `mean` or `geom`", ranking)
+    seed = raw.get("seed")
+    check.expect(seed is None or (isinstance(seed, int) and not isinstance(seed, bool)), "seed", "an integer", seed)
+    task_gpus = raw.get("gpus") or []
+    check.expect(isinstance(task_gpus, list) and all(isinstance(g, str) for g in task_gpus), "gpus",
+                 "a list of GPU names", task_gpus)
+
+    return Task(
+        name=directory.resolve().name,
+        path=directory.resolve(),
+        files=tuple(files),
+        lang=lang,
+        description=description.strip(),
+        main=main or "",
+        templates=dict(templates),
+        tests=check.cases(raw, "tests", multi_gpu),
+        benchmarks=check.cases(raw, "benchmarks", multi_gpu),
+        test_timeout=check.number(raw, "test_timeout", DEFAULT_TIMEOUT_S),
+        benchmark_timeout=check.number(raw, "benchmark_timeout", DEFAULT_TIMEOUT_S),
+        ranked_timeout=check.number(raw, "ranked_timeout", DEFAULT_TIMEOUT_S),
+        ranking_by=ranking,
+        multi_gpu=multi_gpu,
+        seed=seed,
+        gpus=tuple(gpus) or tuple(task_gpus),
+        leaderboard=leaderboard,
+        bundled=bundled,
+    )
+
+
+def load_problem_set(path: Path | str) -> ProblemSet:
+    """Load a problem-set yaml (`name`, `deadline`, `description`, `problems: [...]`)."""
+    path = Path(path)
+    raw = _read_yaml(path, "problem set")
+    check = _Checker(path)
+    if not isinstance(raw, Mapping) or "problems" not in raw:
+        raise check.fail("not a problem set (no `problems` key)")
+    problems_raw = raw["problems"]
+    check.expect(isinstance(problems_raw, list), "problems", "a list", problems_raw)
+    problems = []
+    for i, entry in enumerate(problems_raw):
+        check.expect(isinstance(entry, Mapping), f"problems[{i}]", "a mapping", entry)
+        for k in ("directory", "name"):
+            check.expect(isinstance(entry.get(k), str) and entry.get(k), f"problems[{i}].{k}", "a string", entry.get(k))
+        gpus = entry.get("gpus") or []
+        check.expect(isinstance(gpus, list), f"problems[{i}].gpus", "a list", gpus)
+        deadline = entry.get("deadline")
+        problems.append(Problem(entry["directory"], entry["name"], str(deadline) if deadline else None,
+                                tuple(str(g) for g in gpus)))
+    deadline = raw.get("deadline")
+    return ProblemSet(path=path.resolve(), name=str(raw.get("name") or path.stem), problems=tuple(problems),
+                      description=str(raw.get("description") or ""), deadline=str(deadline) if deadline else None)
+
+
+# ---------------------------------------------------------------------------------------- finding
+
+
+def bundled_problem_set() -> ProblemSet:
+    return load_problem_set(data_dir("tasks") / "problems.yaml")
+
+
+def task_roots(explicit: Iterable[Path | str] = ()) -> list[Path]:
+    """Roots to search for problem sets: `--tasks-root` values, then POPKIT_TASKS_PATH entries."""
+    roots = [Path(p).expanduser() for p in explicit]
+    env = os.environ.get("POPKIT_TASKS_PATH", "")
+    roots += [Path(p).expanduser() for p in env.split(os.pathsep) if p]
+    for root in roots:
+        if not root.exists():
+            raise TaskError(f"{root}: tasks root does not exist", "check --tasks-root / POPKIT_TASKS_PATH")
+    return roots
+
+
+def _problem_set_files(root: Path, max_depth: int = 3) -> list[Path]:
+    if root.is_file():
+        return [root]
+    found = []
+    for pattern in ("*.yaml", "*.yml"):
+        for path in root.rglob(pattern):
+            rel_depth = len(path.relative_to(root).parts)
+            if rel_depth <= max_depth and path.name not in ("task.yml", "task.yaml"):
+                found.append(path)
+    return sorted(found)
+
+
+def problem_sets(roots: Sequence[Path]) -> list[ProblemSet]:
+    """Every problem set under `roots` (yaml files with a `problems` key); other yaml files are ignored."""
+    sets = []
+    for root in roots:
+        for path in _problem_set_files(root):
+            try:
+                raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, yaml.YAMLError):
+                continue
+            if isinstance(raw, Mapping) and "problems" in raw:
+                sets.append(load_problem_set(path))
+    return sets
+
+
+def _from_problem(pset: ProblemSet, problem: Problem, bundled: bool = False) -> Task:
+    return load_task(pset.task_dir(problem), leaderboard=problem.name, gpus=problem.gpus, bundled=bundled)
+
+
+def resolve_task(spec: str, roots: Sequence[Path] = ()) -> Task:
+    """Find a task by directory path, leaderboard name (user roots first, then bundled) or directory name."""
+    as_path = Path(spec).expanduser()
+    if as_path.is_dir() or as_path.name in ("task.yml", "task.yaml"):
+        return load_task(as_path)
+    candidates: list[tuple[ProblemSet, Problem, bool]] = [
+        (ps, p, False) for ps in problem_sets(roots) for p in ps.problems
+    ]
+    bundled = bundled_problem_set()
+    candidates += [(bundled, p, True) for p in bundled.problems]
+    user_hits = [(ps, p) for ps, p, is_bundled in candidates if not is_bundled and p.name == spec]
+    if len(user_hits) > 1:
+        where = ", ".join(str(ps.path) for ps, _ in user_hits)
+        raise TaskError(f"leaderboard `{spec}` is named by several problem sets: {where}",
+                        "pass the task directory with --task instead")
+    for ps, p, is_bundled in candidates:
+        if p.name == spec:
+            return _from_problem(ps, p, is_bundled)
+    for root in roots:  # a task directory directly under a root, by its directory name
+        direct = root / spec
+        if (direct / "task.yml").is_file():
+            return load_task(direct)
+    names = sorted({p.name for _, p, _ in candidates})
+    close = difflib.get_close_matches(spec, names, n=3)
+    hint = f"did you mean {', '.join(close)}?" if close else "`popkit tasks` lists the tasks popkit knows"
+    raise TaskError(f"no task named `{spec}` (not a directory, nor a leaderboard name)", hint)
+
+
+def list_tasks(roots: Sequence[Path] = ()) -> list[Task]:
+    """Bundled tasks, then every task named by a problem set under `roots`."""
+    tasks = []
+    bundled = bundled_problem_set()
+    for problem in bundled.problems:
+        tasks.append(_from_problem(bundled, problem, bundled=True))
+    for pset in problem_sets(roots):
+        for problem in pset.problems:
+            tasks.append(_from_problem(pset, problem))
+    return tasks

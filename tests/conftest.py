@@ -1,0 +1,34 @@
+"""Shared pytest setup: GPU and nvcc markers skip where the machine cannot run them."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def _has_nvcc_build() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.version.cuda is not None and shutil.which("nvcc") is not None
+
+
+def pytest_collection_modifyitems(config, items):
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
+    skip_nvcc = pytest.mark.skip(reason="needs nvcc and a CUDA build of torch")
+    has_cuda, has_nvcc = _has_cuda(), _has_nvcc_build()
+    for item in items:
+        if "gpu" in item.keywords and not has_cuda:
+            item.add_marker(skip_gpu)
+        if "nvcc" in item.keywords and not has_nvcc:
+            item.add_marker(skip_nvcc)
