@@ -1,5 +1,176 @@
-"""popkit commands: running."""
+"""popkit commands that run submissions locally: test, bench, tasks."""
 
 from __future__ import annotations
 
-from popkit.cli import app  # noqa: F401
+from pathlib import Path
+from typing import Annotated, List, Optional
+
+import typer
+
+from popkit import runner
+from popkit.cli import app
+from popkit.errors import UsageError
+from popkit.tasks import list_tasks, resolve_task, task_roots
+from popkit.views import common
+from popkit.views import running as view
+
+SubmissionArg = Annotated[Path, typer.Argument(help="Your submission file (any name; it runs as the task's submission.py).")]
+TaskOpt = Annotated[Optional[str], typer.Option("--task", "-t", help="Bundled task name, task directory, or leaderboard name. Default: the file's `#!POPCORN leaderboard` directive.")]
+RootsOpt = Annotated[Optional[List[Path]], typer.Option("--tasks-root", help="Folder or problem-set yaml to look up leaderboard names in (repeatable; also POPKIT_TASKS_PATH).")]
+PythonOpt = Annotated[Optional[str], typer.Option("--python", help="Interpreter for the eval (default: the one running popkit).")]
+PrecompileOpt = Annotated[bool, typer.Option("--precompile/--no-precompile", help="Run the compile pre-step (`python submission.py`) first, as the runner does.")]
+HarnessOpt = Annotated[str, typer.Option("--harness", help="`task`: the task's own eval (fidelity). `popkit`: popkit's harness with trust checks.")]
+SeedOpt = Annotated[Optional[List[int]], typer.Option("--secret-seed", help="Secret seed for a secret run (repeatable).")]
+KeepOpt = Annotated[bool, typer.Option("--keep-workdir", help="Keep the working directory and print where it is.")]
+HistoryOpt = Annotated[bool, typer.Option("--history/--no-history", help="Record the run in the history database.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document (schema popkit/run/1) instead of the report.")]
+
+
+def _options(python: Optional[str], precompile: bool, harness: str, seeds: tuple[int, ...], keep: bool,
+             label: str = "") -> runner.RunOptions:
+    if harness not in ("task", "popkit"):
+        raise UsageError(f"unknown harness `{harness}`", "use --harness task or --harness popkit")
+    kwargs = {"python": python} if python else {}
+    return runner.RunOptions(precompile=precompile, harness=harness, secret_seeds=seeds, keep_workdir=keep,
+                             label=label, **kwargs)
+
+
+def _record(report, content: bytes, enabled: bool) -> str:
+    """Record the run in history; a history problem is a warning here, never a lost result."""
+    if not enabled:
+        return ""
+    from popkit import history
+    from popkit.errors import HistoryError
+
+    try:
+        history.record_run(report, content)
+    except HistoryError as exc:
+        return f"run not recorded in history: {exc.message}"
+    return ""
+
+
+def _run(submission: Path, task_spec: Optional[str], roots: Optional[List[Path]], mode: str,
+         options: runner.RunOptions, json: bool, history: bool, baseline: Optional[str] = None) -> None:
+    content = runner.read_submission(submission)
+    task = resolve_task(runner.task_spec_for(submission, content, task_spec), task_roots(roots or []))
+    progress = view.progress_printer(json)
+    report = runner.run_submission(task, submission, mode, options, progress=progress, content=content)
+    base = None
+    if baseline:
+        if baseline != "reference":
+            raise UsageError(f"unknown baseline `{baseline}`", "the only baseline is `reference`")
+        base_opts = runner.RunOptions(python=options.python, precompile=False, harness=options.harness,
+                                      label="reference")
+        base = runner.run_submission(task, Path("reference"), mode, base_opts, progress=progress,
+                                     system=report.system, content=runner.reference_submission())
+    warning = _record(report, content, history)
+    view.show_run(report, task, baseline=base, json=json, warning=warning)
+    raise typer.Exit(int(report.exit_code))
+
+
+@app.command()
+def test(
+    submission: SubmissionArg,
+    task: TaskOpt = None,
+    tasks_root: RootsOpt = None,
+    python: PythonOpt = None,
+    precompile: PrecompileOpt = True,
+    harness: HarnessOpt = "task",
+    secret_seed: SeedOpt = None,
+    keep_workdir: KeepOpt = False,
+    history: HistoryOpt = True,
+    json: JsonOpt = False,
+) -> None:
+    """Run the task's tests on SUBMISSION, the way the leaderboard's `test` mode does.
+
+    Example: popkit test submissions/vectoradd/torch.py
+    """
+    common.set_json(json)
+    options = _options(python, precompile, harness, tuple(secret_seed or ()), keep_workdir)
+    _run(submission, task, tasks_root, "test", options, json, history)
+
+
+@app.command()
+def bench(
+    submissions: Annotated[List[Path], typer.Argument(help="One submission, or two (A B) for an interleaved A/B comparison.")],
+    task: TaskOpt = None,
+    tasks_root: RootsOpt = None,
+    leaderboard: Annotated[bool, typer.Option("--leaderboard", help="Run the ranked chain (test, benchmark, leaderboard), public then secret, and print the score.")] = False,
+    profile: Annotated[bool, typer.Option("--profile", help="Run profile mode (one profiler table per benchmark).")] = False,
+    secret_seed: SeedOpt = None,
+    secret_runs: Annotated[int, typer.Option("--secret-runs", min=0, help="With --leaderboard: number of secret runs with random seeds (each printed).")] = 1,
+    baseline: Annotated[Optional[str], typer.Option("--baseline", help="`reference`: also time the task's ref_kernel and show the speedup.")] = None,
+    rounds: Annotated[int, typer.Option("--rounds", min=1, help="A/B only: alternations of A and B per shape.")] = 3,
+    python: PythonOpt = None,
+    precompile: PrecompileOpt = True,
+    harness: HarnessOpt = "task",
+    keep_workdir: KeepOpt = False,
+    history: HistoryOpt = True,
+    json: JsonOpt = False,
+) -> None:
+    """Time SUBMISSION on the task's benchmarks, the way the leaderboard's `benchmark` mode does.
+
+    Examples: popkit bench submissions/vectoradd/torch.py --leaderboard
+              popkit bench v6.py v7.py          (A/B, interleaved, with 95% intervals)
+    """
+    common.set_json(json)
+    if len(submissions) > 2:
+        raise UsageError("bench takes one submission, or two for an A/B comparison", "popkit bench A.py B.py")
+    if leaderboard and profile:
+        raise UsageError("--leaderboard and --profile are different modes", "pick one")
+    seeds = tuple(secret_seed or ())
+    if leaderboard and not seeds:
+        seeds = runner.random_secret_seeds(secret_runs)
+    options = _options(python, precompile, harness, seeds, keep_workdir)
+    if len(submissions) == 2:
+        if leaderboard or profile or baseline:
+            raise UsageError("an A/B comparison runs benchmark mode only",
+                             "drop --leaderboard/--profile/--baseline for A/B")
+        _ab(submissions[0], submissions[1], task, tasks_root, options, rounds, json)
+        return
+    mode = "leaderboard" if leaderboard else "profile" if profile else "benchmark"
+    _run(submissions[0], task, tasks_root, mode, options, json, history, baseline)
+
+
+def _ab(a: Path, b: Path, task_spec, roots, options, rounds: int, json: bool) -> None:
+    from popkit import ab
+    from popkit.views import remote as remote_view
+
+    task = resolve_task(runner.task_spec_for(a, runner.read_submission(a), task_spec), task_roots(roots or []))
+    report = ab.run_ab(task, a, b, options, rounds=rounds, progress=view.progress_printer(json))
+    remote_view.show_ab(report, json=json)
+    raise typer.Exit(int(report.exit_code))
+
+
+tasks_app = typer.Typer(help="List the tasks popkit knows, or show one.", no_args_is_help=False)
+app.add_typer(tasks_app, name="tasks")
+
+
+@tasks_app.callback(invoke_without_command=True)
+def tasks_list(
+    ctx: typer.Context,
+    tasks_root: RootsOpt = None,
+    json: Annotated[bool, typer.Option("--json", help="Print JSON (schema popkit/tasks/1).")] = False,
+) -> None:
+    """List bundled tasks and those of problem sets under --tasks-root / POPKIT_TASKS_PATH.
+
+    Example: popkit tasks --tasks-root ~/reference-kernels/problems
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    common.set_json(json)
+    view.show_task_list(list_tasks(task_roots(tasks_root or [])), json=json)
+
+
+@tasks_app.command("show")
+def tasks_show(
+    name: Annotated[str, typer.Argument(help="Task name, directory or leaderboard name.")],
+    tasks_root: RootsOpt = None,
+    json: Annotated[bool, typer.Option("--json", help="Print JSON (schema popkit/task/1).")] = False,
+) -> None:
+    """Show a task's description, cases and timeouts.
+
+    Example: popkit tasks show vectoradd
+    """
+    common.set_json(json)
+    view.show_task(resolve_task(name, task_roots(tasks_root or [])), json=json)

@@ -1,0 +1,455 @@
+"""The leaderboard's protocol, run locally (§2 of the protocol).
+
+One working directory per run holds the task's files flat and the user's file under the task's
+submission name. The compile pre-step runs `python submission.py` once; then each mode runs
+`python <main> MODE CASES` with the write end of a pipe passed as POPCORN_FD, under the task's
+timeout for that mode. Results come only from the pipe, never from stdout.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from popkit.errors import SubmissionError, TaskError, UsageError
+from popkit.resources import data_dir
+from popkit.results import TIMEOUT_EXIT_CODE, CaseResult, CompileStep, ModeRun, RunReport
+from popkit.tasks import MODES, SUBMISSION_SOURCE, Task
+
+PRECOMPILE_TIMEOUT_S = 120.0
+PRECOMPILE_SEED = "1"
+POPKIT_EVAL_NAME = "popkit_eval.py"  # popkit's harness, when it replaces a task's own eval
+_PROTOCOL_EXIT = {
+    2: "bad usage or unknown mode",
+    110: "CUDA API failure",
+    111: "no POPCORN_FD in the environment",
+    113: "bad or unreadable cases file",
+}
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    python: str = sys.executable  # interpreter for the pre-step and every eval
+    precompile: bool = True
+    harness: str = "task"  # "task": the task's own eval; "popkit": popkit's harness in its place
+    secret_seeds: tuple[int, ...] = ()  # one secret chain per seed (leaderboard mode)
+    keep_workdir: bool = False
+    env: Mapping[str, str] = field(default_factory=dict)  # extra environment for every child
+    label: str = ""
+
+
+# ------------------------------------------------------------------------------------ the pieces
+
+
+def render_cases(cases: Sequence[Mapping[str, Any]]) -> str:
+    """The cases file: one line per case, `key: value` pairs joined by "; " in yaml order.
+
+    Booleans are written True/False and lists as Python lists (Python's own str of the value).
+    """
+    return "".join("; ".join(f"{k}: {v}" for k, v in case.items()) + "\n" for case in cases)
+
+
+def parse_pipe(text: str) -> dict[str, str]:
+    """Pipe lines `key: value`, split at the first colon, both sides stripped; later keys win."""
+    result: dict[str, str] = {}
+    for line in text.splitlines():
+        if ":" not in line:
+            continue
+        key, value = line.split(":", 1)
+        result[key.strip()] = value.strip()
+    return result
+
+
+def secret_case_seed(case_seed: int, secret: int) -> int:
+    """How the standard eval combines a case seed `a` with the secret seed `b` (§4)."""
+    a, b = case_seed, secret
+    return a + (a + b) * (a + b + 1) // 2
+
+
+def random_secret_seeds(count: int) -> tuple[int, ...]:
+    rng = random.SystemRandom()
+    return tuple(rng.randrange(1, 2**31) for _ in range(count))
+
+
+def read_submission(path: Path) -> bytes:
+    """The submission's bytes, after the checks that need no task: exists, UTF-8, parses, has custom_kernel."""
+    path = Path(path)
+    if not path.is_file():
+        raise SubmissionError(f"{path}: no such file", "check the path of your submission")
+    data = path.read_bytes()
+    if not data.strip():
+        raise SubmissionError(f"{path}: the file is empty", "write a custom_kernel(data) function in it")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SubmissionError(f"{path}: not UTF-8 (byte {exc.start})", "save the file as UTF-8") from None
+    if path.suffix == ".py":
+        try:
+            tree = ast.parse(text, filename=str(path))
+        except SyntaxError as exc:
+            raise SubmissionError(f"{path}:{exc.lineno}:{exc.offset or 0}: syntax error: {exc.msg}",
+                                  "fix the syntax; `python -m py_compile FILE` shows the same") from None
+        if not _defines(tree, "custom_kernel"):
+            raise SubmissionError(f"{path}: no `custom_kernel` defined at module level",
+                                  "define `def custom_kernel(data):` returning the output")
+    return data
+
+
+def task_spec_for(path: Path, content: bytes, explicit: str | None) -> str:
+    """The task to run: --task if given, else the file's `#!POPCORN leaderboard` directive."""
+    if explicit:
+        return explicit
+    from popkit.directives import cli_directives, server_directives
+
+    text = content.decode("utf-8")
+    name = server_directives(text).leaderboard or cli_directives(text).leaderboard
+    if not name:
+        raise UsageError(f"{path}: no `#!POPCORN leaderboard NAME` directive and no --task",
+                         "add `#!POPCORN leaderboard vectoradd` as the file's first line, or pass --task")
+    return name
+
+
+def _defines(tree: ast.Module, name: str) -> bool:
+    """Whether module-level code binds `name` (a def, class, assignment or import, also under if/try/with)."""
+    pending: list[ast.stmt] = list(tree.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+            return True
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            return True
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
+            return True
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+                (alias.asname or alias.name) == name for alias in node.names):
+            return True
+        if isinstance(node, (ast.If, ast.Try, ast.With)):
+            for attr in ("body", "orelse", "finalbody"):
+                pending.extend(getattr(node, attr, []))
+            for handler in getattr(node, "handlers", []):
+                pending.extend(handler.body)
+    return False
+
+
+def prepare_workdir(task: Task, submission: bytes, dest: Path, harness: str = "task") -> str:
+    """Write the task's files flat into `dest`; the user's bytes go under the submission name.
+
+    Returns the name of the eval file to run (the task's `config.main`, or popkit's harness).
+    """
+    if task.lang != "py":
+        raise TaskError(f"{task.yml}: `lang: {task.lang}` tasks are not supported",
+                        "popkit runs `lang: py` tasks (all public problems are)")
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in task.files:
+        target = dest / f.name
+        if f.source == SUBMISSION_SOURCE:
+            target.write_bytes(submission)
+        else:
+            shutil.copyfile(task.path / f.source, target)
+    if harness == "popkit":
+        shutil.copyfile(data_dir("tasks") / "eval.py", dest / POPKIT_EVAL_NAME)
+        return POPKIT_EVAL_NAME
+    if harness != "task":
+        raise UsageError(f"unknown harness `{harness}`", "use --harness task or --harness popkit")
+    return task.main
+
+
+class _PipeReader:
+    """Reads the result pipe on a thread, so a child that writes a lot never blocks on a full pipe."""
+
+    def __init__(self, fd: int):
+        self._fd = fd
+        self._chunks: list[bytes] = []
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        with os.fdopen(self._fd, "rb") as pipe:
+            while chunk := pipe.read(65536):
+                self._chunks.append(chunk)
+
+    def text(self, wait_s: float = 5.0) -> str:
+        # A grandchild that inherited the write end could keep it open; don't wait for it forever.
+        self._thread.join(wait_s)
+        return b"".join(self._chunks).decode("utf-8", errors="replace")
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_child(argv: Sequence[str], cwd: Path, env: Mapping[str, str], timeout_s: float,
+              pass_fds: Sequence[int] = ()) -> tuple[int, str, str, float, bool]:
+    """Run one child in its own process group; on timeout kill the whole group.
+
+    Returns (exit code, stdout, stderr, seconds, timed out). The exit code is 114 on timeout,
+    as the runner sets it; a child killed by a signal reports -signal.
+    """
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        list(argv), cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, pass_fds=tuple(pass_fds), start_new_session=True,
+    )
+    timed_out = False
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+        code = proc.returncode
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        out, err = proc.communicate()
+        timed_out, code = True, TIMEOUT_EXIT_CODE
+    finally:
+        _kill_group(proc)  # leftover workers of the eval die with it
+    elapsed = time.monotonic() - start
+    return code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"), elapsed, timed_out
+
+
+def child_env(options: RunOptions, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("POPCORN_FD", "POPCORN_SEED", "POPCORN_GPUS")}
+    env.update(options.env)
+    env.update(extra)
+    return env
+
+
+def precompile(workdir: Path, submission_name: str, options: RunOptions,
+               timeout_s: float = PRECOMPILE_TIMEOUT_S) -> CompileStep:
+    """`python submission.py` once with POPCORN_SEED=1; it warms the load_inline build cache."""
+    env = child_env(options, POPCORN_SEED=PRECOMPILE_SEED)
+    code, out, err, secs, timed_out = run_child([options.python, submission_name], workdir, env, timeout_s)
+    log = out if "-DTORCH_EXTENSION_NAME" in out else ""
+    return CompileStep(exit_code=code, duration_s=secs, timed_out=timed_out, log=log, stdout=out, stderr=err)
+
+
+def run_mode(workdir: Path, main: str, mode: str, cases: Sequence[Mapping[str, Any]], *, timeout_s: float,
+             options: RunOptions, seed: int | None = None, gpus: int | None = None,
+             cases_name: str | None = None) -> ModeRun:
+    """One eval process: `python <main> MODE CASES` with the result pipe; parse what it wrote."""
+    cases_file = workdir / (cases_name or f"{mode}{'-secret' if seed is not None else ''}.txt")
+    cases_file.write_text(render_cases(cases))
+    read_fd, write_fd = os.pipe()
+    extra = {"POPCORN_FD": str(write_fd)}
+    if seed is not None:
+        extra["POPCORN_SEED"] = str(seed)
+    if gpus is not None:
+        extra["POPCORN_GPUS"] = str(gpus)
+    reader = _PipeReader(read_fd)
+    try:
+        code, out, err, secs, timed_out = run_child(
+            [options.python, main, mode, cases_file.name], workdir, child_env(options, **extra),
+            timeout_s, pass_fds=(write_fd,))
+    finally:
+        os.close(write_fd)
+    raw = parse_pipe(reader.text())
+    run = ModeRun(mode=mode, secret=seed is not None, seed=seed, exit_code=code, duration_s=secs,
+                  timeout_s=timeout_s, timed_out=timed_out, check=raw.get("check"),
+                  tests=_cases(raw, "test"), benchmarks=_cases(raw, "benchmark"), raw=raw,
+                  stdout=out, stderr=err)
+    outcome, summary = classify(run)
+    return replace(run, outcome=outcome, summary=summary)
+
+
+def _unescape(value: str) -> str:
+    return value.replace("\\n", "\n")
+
+
+def _number(raw: Mapping[str, str], key: str) -> float | None:
+    try:
+        return float(raw[key])
+    except (KeyError, ValueError):
+        return None
+
+
+def _cases(raw: Mapping[str, str], kind: str) -> tuple[CaseResult, ...]:
+    try:
+        count = int(raw.get(f"{kind}-count", "0"))
+    except ValueError:
+        count = 0
+    cases = []
+    for i in range(count):
+        p = f"{kind}.{i}."
+        samples = tuple(float(s) for s in raw.get(p + "samples", "").split(",") if s.strip())
+        report = raw.get(p + "report", "")
+        if report:
+            import base64
+            import binascii
+
+            try:
+                report = base64.b64decode(report).decode("utf-8", "replace")
+            except (binascii.Error, ValueError):
+                pass
+        runs = _number(raw, p + "runs")
+        cases.append(CaseResult(
+            kind=kind, index=i, spec=raw.get(p + "spec", ""),
+            passed=raw.get(p + "status", "pass" if kind == "benchmark" and p + "mean" in raw else "") == "pass",
+            error=_unescape(raw.get(p + "error", "")), message=_unescape(raw.get(p + "message", "")),
+            runs=int(runs) if runs is not None else 0, mean_ns=_number(raw, p + "mean"),
+            std_ns=_number(raw, p + "std"), err_ns=_number(raw, p + "err"), best_ns=_number(raw, p + "best"),
+            worst_ns=_number(raw, p + "worst"), median_ns=_number(raw, p + "median"), samples_ns=samples,
+            stop=raw.get(p + "stop", ""), timer=raw.get(p + "timer", ""), report=report,
+        ))
+    return tuple(cases)
+
+
+_COMPILE_MARKERS = ("Error building extension", "ninja: build stopped", "nvcc fatal", "error: identifier",
+                    "ptxas fatal", "collect2: error")
+_MISSING_ENTRY = ("cannot import name 'custom_kernel'", "has no attribute 'custom_kernel'")
+
+
+def classify(run: ModeRun) -> tuple[str, str]:
+    """The outcome of one eval run and its one categorized line."""
+    where = f"{run.mode}{' (secret seed %d)' % run.seed if run.secret else ''}"
+    if run.timed_out:
+        return "timed_out", f"timed out: {where} ran past its {run.timeout_s:g} s timeout"
+    if run.succeeded:
+        if run.check == "pass":
+            return "passed", ""
+        failed = [c for c in run.tests + run.benchmarks if not c.passed]
+        if failed:
+            first = failed[0]
+            detail = ((first.error or first.message).splitlines() or ["failed"])[0]
+            return "failed", f"check failed: {where}, {first.kind} {first.spec or first.index}: {detail}"
+        if run.check is None:
+            return "crashed", f"crashed: {where} exited {run.exit_code} without writing a `check` line"
+        return "failed", f"check failed: {where}"
+    err = run.stderr
+    if any(m in err for m in _COMPILE_MARKERS):
+        return "compile_failed", f"compile failed: {where} could not build the extension"
+    if any(m in err for m in _MISSING_ENTRY):
+        return "bad_submission", "bad submission: no `custom_kernel` could be imported from the submission"
+    if "SyntaxError" in err and "submission.py" in err:
+        return "bad_submission", "bad submission: syntax error in the submission"
+    if run.exit_code < 0:
+        name = signal.Signals(-run.exit_code).name if -run.exit_code in signal.valid_signals() else "?"
+        return "crashed", f"crashed: {where} was killed by signal {name} ({-run.exit_code})"
+    meaning = _PROTOCOL_EXIT.get(run.exit_code)
+    suffix = f" ({meaning})" if meaning else ""
+    return "crashed", f"crashed: {where} exited with code {run.exit_code}{suffix}"
+
+
+# ------------------------------------------------------------------------------------- the chain
+
+
+def chain_modes(mode: str) -> tuple[str, ...]:
+    """A leaderboard submission runs test, benchmark, leaderboard, each only if the previous passed."""
+    if mode not in MODES:
+        raise UsageError(f"unknown mode `{mode}`", "modes: " + ", ".join(MODES))
+    return ("test", "benchmark", "leaderboard") if mode == "leaderboard" else (mode,)
+
+
+def _run_chain(task: Task, workdir: Path, main: str, mode: str, options: RunOptions, seed: int | None,
+               gpus: int | None, progress: Progress) -> list[ModeRun]:
+    runs: list[ModeRun] = []
+    for step in chain_modes(mode):
+        if step == "profile":
+            # Profile runs once per benchmark line.
+            for i, case in enumerate(task.cases_for(step)):
+                progress(f"{step} {i + 1}/{len(task.cases_for(step))}")
+                runs.append(run_mode(workdir, main, step, [case], timeout_s=task.timeout_for(step),
+                                     options=options, seed=seed, gpus=gpus, cases_name=f"profile-{i}.txt"))
+            continue
+        label = f"{step}" + (f" (secret seed {seed})" if seed is not None else "")
+        progress(label)
+        run = run_mode(workdir, main, step, task.cases_for(step), timeout_s=task.timeout_for(step),
+                       options=options, seed=seed, gpus=gpus)
+        runs.append(run)
+        if not run.passed:
+            break
+    return runs
+
+
+def run_submission(task: Task, submission: Path, mode: str, options: RunOptions = RunOptions(),
+                   progress: Progress | None = None, system: Mapping[str, Any] | None = None,
+                   content: bytes | None = None) -> RunReport:
+    """Run `submission` on `task` in `mode` exactly as the leaderboard runner would.
+
+    The public chain runs first, then (if it passed) one secret chain per seed in options.secret_seeds.
+    The user's file is only read; a fresh working directory holds the copy that runs. `content`
+    replaces the file's bytes (the `--baseline reference` run has no file of its own).
+    """
+    progress = progress or (lambda _msg: None)
+    data = read_submission(submission) if content is None else content
+    chain_modes(mode)
+    if mode != "test" and not task.benchmarks:
+        raise TaskError(f"{task.yml}: no `benchmarks` to run in {mode} mode", "add benchmark cases to task.yml")
+    if mode == "test" and not task.tests:
+        raise TaskError(f"{task.yml}: no `tests` to run", "add test cases to task.yml")
+    started = datetime.now(timezone.utc)
+    t0 = time.monotonic()
+    workdir = Path(tempfile.mkdtemp(prefix="popkit-run-"))
+    probe = _SystemProbe(options.python) if system is None else None
+    try:
+        main = prepare_workdir(task, data, workdir, options.harness)
+        step = None
+        if options.precompile:
+            progress("compile pre-step")
+            step = precompile(workdir, task.submission_name, options)
+        gpus = (system or {}).get("gpu_count") if task.multi_gpu else None
+        if task.multi_gpu and gpus is None and probe is not None:
+            gpus = probe.result().get("gpu_count")
+        runs = _run_chain(task, workdir, main, mode, options, None, gpus, progress)
+        secret_seeds = options.secret_seeds
+        if all(r.passed for r in runs):
+            for seed in secret_seeds:
+                secret_runs = _run_chain(task, workdir, main, mode, options, seed, gpus, progress)
+                runs.extend(secret_runs)
+                if not all(r.passed for r in secret_runs):
+                    break
+    finally:
+        if options.keep_workdir:
+            progress(f"working directory kept: {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return RunReport(
+        task=task.name, task_path=str(task.path), leaderboard=task.leaderboard, ranking_by=task.ranking_by,
+        submission=str(submission), sha256=hashlib.sha256(data).hexdigest(), mode=mode,
+        harness=options.harness, started_at=started.isoformat(timespec="seconds"),
+        duration_s=time.monotonic() - t0, system=system if system is not None else probe.result(),
+        precompile=step, runs=tuple(runs), secret_seeds=tuple(secret_seeds),
+        label=options.label,
+    )
+
+
+class _SystemProbe:
+    """Probes the eval's interpreter on a thread while the run goes on (it costs a torch import)."""
+
+    def __init__(self, python: str):
+        self._result: dict[str, Any] = {}
+        self._thread = threading.Thread(target=self._run, args=(python,), daemon=True)
+        self._thread.start()
+
+    def _run(self, python: str) -> None:
+        try:
+            from popkit import system
+
+            self._result = dict(system.probe(python))
+        except Exception as exc:  # the report still stands without a system line
+            self._result = {"error": f"{type(exc).__name__}: {exc}"}
+
+    def result(self) -> dict[str, Any]:
+        self._thread.join(90)
+        return self._result
+
+
+def reference_submission() -> bytes:
+    """A submission that runs the task's own ref_kernel (used by `--baseline reference`)."""
+    return (b"# popkit baseline: the task's reference implementation\n"
+            b"from reference import ref_kernel\n\n\n"
+            b"def custom_kernel(data):\n    return ref_kernel(data)\n")

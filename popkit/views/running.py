@@ -1,0 +1,217 @@
+"""Reports for test, bench and tasks: the leaderboard's report format in a Rich layout, or JSON."""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from rich.table import Table
+
+from popkit.results import CaseResult, ModeRun, RunReport
+from popkit.tasks import Task
+from popkit.views.common import console, emit_json, err_console, escape, format_time
+
+TAIL_LINES = 25  # lines of a log shown on screen; the JSON keeps the whole log
+
+
+def progress_printer(json: bool) -> Callable[[str], None]:
+    if json:
+        return lambda _msg: None
+    con = err_console()
+    return lambda msg: con.print(f"[dim]… {escape(msg)}[/]")
+
+
+def _tail(text: str, lines: int = TAIL_LINES) -> str:
+    kept = text.rstrip().splitlines()
+    if len(kept) <= lines:
+        return "\n".join(kept)
+    return f"[… {len(kept) - lines} earlier lines; --json has the whole log]\n" + "\n".join(kept[-lines:])
+
+
+def system_line(system: dict) -> str:
+    if not system:
+        return "unknown system"
+    if system.get("error") and not system.get("torch"):
+        return f"unknown system ({system['error']})"
+    device = system.get("device") or "cpu"
+    parts = [device + (f" ({system['arch']})" if system.get("arch") else "")]
+    if system.get("torch"):
+        parts.append(f"torch {system['torch']}")
+    if system.get("cuda"):
+        parts.append(f"CUDA {system['cuda']}")
+    if system.get("hip"):
+        parts.append(f"ROCm/HIP {system['hip']}")
+    return " · ".join(parts)
+
+
+def _ci95(case: CaseResult) -> str:
+    if len(case.samples_ns) < 2:
+        return ""
+    from popkit import stats
+
+    lo, hi = stats.mean_ci95(list(case.samples_ns))
+    return f"95% CI [{format_time(lo)}, {format_time(hi)}]"
+
+
+def _case_lines(case: CaseResult) -> list[str]:
+    if case.kind == "test":
+        mark = "✅" if case.passed else "❌"
+        lines = [f"  {mark} {escape(case.spec)}"]
+        if not case.passed:
+            detail = case.error or case.message
+            lines += [f"     [red]{escape(line)}[/]" for line in _tail(detail, 8).splitlines()]
+        return lines
+    lines = [f"  {escape(case.spec)}"]
+    if not case.passed or case.mean_ns is None:
+        detail = case.error or case.message or "no timing reported"
+        return lines + [f"   ❌ [red]{escape(line)}[/]" for line in _tail(detail, 8).splitlines()]
+    lines.append(f"   ⏱ {format_time(case.mean_ns, case.err_ns)}")
+    lines.append(f"   ⚡ {format_time(case.best_ns)} 🐌 {format_time(case.worst_ns)}")
+    extra = [f"n={case.runs}"]
+    if case.median_ns is not None:
+        extra.insert(0, f"median {format_time(case.median_ns)}")
+    ci = _ci95(case)
+    if ci:
+        extra.append(ci)
+    if case.stop:
+        extra.append(f"stop: {case.stop}")
+    if case.timer:
+        extra.append(f"timer: {case.timer}")
+    lines.append("   [dim]" + " · ".join(extra) + "[/]")
+    if case.report:
+        lines += [f"   {escape(line)}" for line in case.report.rstrip().splitlines()]
+    return lines
+
+
+def _run_title(run: ModeRun) -> str:
+    who = f"secret seed {run.seed}" if run.secret else "public"
+    return f"[bold]{run.mode}[/] · {who} · {run.duration_s:.1f} s"
+
+
+def _failure_details(report: RunReport, run: ModeRun) -> list[str]:
+    lines = [f"[bold red]{escape(run.summary)}[/]"]
+    if run.outcome == "compile_failed":
+        log = (report.precompile.stderr if report.precompile and report.precompile.stderr else run.stderr)
+        lines += ["[dim]compiler output:[/]", escape(_tail(log, 40))]
+    elif run.outcome in ("crashed", "bad_submission"):
+        if run.stderr.strip():
+            lines += ["[dim]stderr (last lines):[/]", escape(_tail(run.stderr))]
+    elif run.outcome == "timed_out":
+        lines.append(f"[dim]the task allows {run.timeout_s:g} s for {run.mode} mode (task.yml)[/]")
+        if run.stderr.strip():
+            lines += ["[dim]stderr (last lines):[/]", escape(_tail(run.stderr, 10))]
+    return lines
+
+
+def _speedups(report: RunReport, baseline: RunReport) -> Table | None:
+    mode = "leaderboard" if report.runs_of("leaderboard") else "benchmark"
+    mine = next((r for r in report.runs_of(mode, secret=False) if r.passed), None)
+    ref = next((r for r in baseline.runs_of(mode, secret=False) if r.passed), None)
+    if mine is None or ref is None:
+        return None
+    table = Table(title="speedup over the reference", title_justify="left", show_edge=False)
+    for col in ("shape", "submission", "reference", "speedup"):
+        table.add_column(col, justify="left" if col == "shape" else "right")
+    for a, b in zip(mine.benchmarks, ref.benchmarks):
+        if a.mean_ns and b.mean_ns:
+            table.add_row(escape(a.spec), format_time(a.mean_ns), format_time(b.mean_ns), f"{b.mean_ns / a.mean_ns:.2f}×")
+    if report.score_public_s and baseline.score_public_s:
+        table.add_row("[bold]score[/]", format_time(report.score_public_s * 1e9),
+                      format_time(baseline.score_public_s * 1e9),
+                      f"[bold]{baseline.score_public_s / report.score_public_s:.2f}×[/]")
+    return table
+
+
+def show_run(report: RunReport, task: Task, *, baseline: RunReport | None = None, json: bool = False,
+             warning: str = "") -> None:
+    if json:
+        payload = report.to_json()
+        if baseline is not None:
+            payload["baseline"] = baseline.to_json()
+            if report.score_public_s and baseline.score_public_s:
+                payload["speedup"] = baseline.score_public_s / report.score_public_s
+        if warning:
+            payload["warning"] = warning
+        emit_json("run", payload)
+        return
+    con = console()
+    board = f" (leaderboard {task.leaderboard})" if task.leaderboard and task.leaderboard != task.name else ""
+    con.print(f"[bold]popkit {report.mode}[/] · task [bold]{escape(task.name)}[/]{escape(board)} · {escape(report.submission)}")
+    con.print(f"[dim]system:[/] {escape(system_line(dict(report.system)))} · [dim]harness:[/] {report.harness}")
+    if report.precompile is not None:
+        step = report.precompile
+        state = "ok" if step.ok else ("timed out" if step.timed_out else f"exit {step.exit_code} (not fatal)")
+        con.print(f"[dim]compile pre-step:[/] {state}, {step.duration_s:.1f} s")
+    for run in report.runs:
+        con.print()
+        con.print(_run_title(run))
+        for case in run.tests + run.benchmarks:
+            for line in _case_lines(case):
+                con.print(line)
+        if run.outcome != "passed":
+            con.print()
+            for line in _failure_details(report, run):
+                con.print(line)
+    con.print()
+    if report.score_public_s is not None and report.mode in ("benchmark", "leaderboard"):
+        label = "score" if report.mode == "leaderboard" else "benchmark score"
+        con.print(f"[bold]{label}[/] ({report.ranking_by}, public): [bold]{format_time(report.score_public_s * 1e9)}[/]")
+        for seed, score in zip(report.secret_seeds, report.scores_secret_s):
+            state = f"passed, {format_time(score * 1e9)}" if score is not None else "did not pass"
+            con.print(f"  secret seed {seed}: {state}")
+    if baseline is not None:
+        table = _speedups(report, baseline)
+        if table is None:
+            con.print(f"[yellow]no speedup: the reference run did not pass ({escape(baseline.outcome)})[/]")
+        else:
+            con.print(table)
+    if warning:
+        con.print(f"[yellow]warning:[/] {escape(warning)}")
+    verdict = "[bold green]PASSED[/]" if report.outcome == "passed" else f"[bold red]{report.outcome.upper().replace('_', ' ')}[/]"
+    con.print(f"{verdict} in {report.duration_s:.1f} s")
+
+
+def _task_row(task: Task) -> dict:
+    return {
+        "name": task.name, "leaderboard": task.leaderboard, "path": str(task.path), "gpus": list(task.gpus),
+        "ranking_by": task.ranking_by, "tests": len(task.tests), "benchmarks": len(task.benchmarks),
+        "bundled": task.bundled,
+    }
+
+
+def show_task_list(tasks: Sequence[Task], *, json: bool = False) -> None:
+    if json:
+        emit_json("tasks", {"tasks": [_task_row(t) for t in tasks]})
+        return
+    table = Table(show_edge=False)
+    for col in ("task", "leaderboard", "gpus", "ranking", "tests", "benchmarks", "source"):
+        table.add_column(col)
+    for t in tasks:
+        table.add_row(escape(t.name), escape(t.leaderboard or "-"), escape(", ".join(t.gpus) or "-"), t.ranking_by,
+                      str(len(t.tests)), str(len(t.benchmarks)), "bundled" if t.bundled else escape(str(t.path)))
+    console().print(table)
+
+
+def show_task(task: Task, *, json: bool = False) -> None:
+    if json:
+        emit_json("task", {**_task_row(task), "description": task.description,
+                           "test_cases": list(task.tests), "benchmark_cases": list(task.benchmarks),
+                           "timeouts_s": {m: task.timeout_for(m) for m in ("test", "benchmark", "leaderboard")},
+                           "files": [{"name": f.name, "source": f.source} for f in task.files],
+                           "main": task.main})
+        return
+    con = console()
+    con.print(f"[bold]{escape(task.name)}[/]" + (f" · leaderboard {escape(task.leaderboard)}" if task.leaderboard else ""))
+    con.print(f"[dim]{escape(str(task.path))}[/]")
+    con.print()
+    con.print(escape(task.description))
+    con.print()
+    con.print(f"ranking: {task.ranking_by} · GPUs: {escape(', '.join(task.gpus) or '-')} · "
+              f"timeouts: test {task.test_timeout:g} s, benchmark {task.benchmark_timeout:g} s, "
+              f"ranked {task.ranked_timeout:g} s")
+    for title, cases in (("tests", task.tests), ("benchmarks", task.benchmarks)):
+        con.print(f"\n[bold]{title}[/] ({len(cases)})")
+        for case in cases:
+            con.print("  " + escape("; ".join(f"{k}: {v}" for k, v in case.items())))
+    if task.ranking_by == "last" and task.benchmarks:
+        con.print("[dim]  ranked runs use only the last benchmark (ranking_by: last)[/]")
+
