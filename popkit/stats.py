@@ -1,0 +1,222 @@
+"""Statistics on raw timing samples (nanoseconds): mean, spread, 95% intervals, ratios.
+
+Pure functions, no randomness: intervals are t-based, so the same samples always give the same
+answer and tests can check them against values worked out by hand. Ratios use the log-ratio
+(delta method) interval with Welch-Satterthwaite degrees of freedom: timings are positive and
+skewed, and a ratio's interval is naturally asymmetric around the estimate.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping, Sequence
+
+CONFIDENCE = 0.95
+
+
+def mean(samples: Sequence[float]) -> float:
+    if not samples:
+        raise ValueError("mean of no samples")
+    return math.fsum(samples) / len(samples)
+
+
+def std(samples: Sequence[float]) -> float:
+    """Sample standard deviation (n - 1 in the denominator), as the leaderboard's eval computes it; 0 for n < 2."""
+    n = len(samples)
+    if n < 2:
+        return 0.0
+    m = mean(samples)
+    return math.sqrt(math.fsum((x - m) ** 2 for x in samples) / (n - 1))
+
+
+def err(samples: Sequence[float]) -> float:
+    """Standard error of the mean: std / sqrt(n) (the protocol's `err`)."""
+    return std(samples) / math.sqrt(len(samples)) if samples else 0.0
+
+
+def median(samples: Sequence[float]) -> float:
+    if not samples:
+        raise ValueError("median of no samples")
+    ordered = sorted(samples)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+# ------------------------------------------------------------------------- Student's t quantile
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the incomplete beta function (modified Lentz)."""
+    tiny, eps = 1e-300, 1e-15
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 500):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < eps:
+            break
+    return h
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """Regularized incomplete beta I_x(a, b)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    log_front = (math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+                 + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(log_front) * _betacf(a, b, x) / a
+    return 1.0 - math.exp(log_front) * _betacf(b, a, 1.0 - x) / b
+
+
+def t_cdf(t: float, df: float) -> float:
+    tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
+    return 1.0 - tail if t >= 0 else tail
+
+
+def t_quantile(p: float, df: float) -> float:
+    """The p-quantile of Student's t with `df` degrees of freedom (df may be fractional, as Welch's is)."""
+    if not 0.0 < p < 1.0 or df <= 0:
+        raise ValueError(f"t_quantile needs 0 < p < 1 and df > 0 (got p={p}, df={df})")
+    if p < 0.5:
+        return -t_quantile(1.0 - p, df)
+    lo, hi = 0.0, 1.0
+    while t_cdf(hi, df) < p:
+        hi *= 2.0
+    for _ in range(200):  # bisection: the cdf is monotone, and 200 halvings reach machine precision
+        mid = (lo + hi) / 2.0
+        if t_cdf(mid, df) < p:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2.0
+
+
+# ------------------------------------------------------------------------------------ intervals
+
+
+@dataclass(frozen=True)
+class Interval:
+    """An estimate with its 95% interval; low/high are None when too few samples define one."""
+
+    estimate: float
+    low: float | None
+    high: float | None
+
+    @property
+    def defined(self) -> bool:
+        return self.low is not None and self.high is not None
+
+    def contains(self, value: float) -> bool:
+        """Whether `value` lies inside; an undefined interval contains everything (nothing is shown)."""
+        if not self.defined:
+            return True
+        return self.low <= value <= self.high  # type: ignore[operator]
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Interval":
+        return cls(estimate=data["estimate"], low=data.get("low"), high=data.get("high"))
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What an interval needs from a sample: its size, mean and sample standard deviation (ns)."""
+
+    n: int
+    mean: float
+    std: float
+
+    @classmethod
+    def of(cls, samples: Sequence[float]) -> "Summary":
+        return cls(n=len(samples), mean=mean(samples), std=std(samples))
+
+
+def mean_ci95(samples: Sequence[float]) -> Interval:
+    """t-based 95% interval of the mean: mean ± t(0.975, n-1) · std/sqrt(n)."""
+    m = mean(samples)
+    n = len(samples)
+    if n < 2:
+        return Interval(m, None, None)
+    half = t_quantile(0.5 + CONFIDENCE / 2, n - 1) * err(samples)
+    return Interval(m, m - half, m + half)
+
+
+@dataclass(frozen=True)
+class _LogRatio:
+    value: float  # log of the ratio of means
+    var: float  # its variance (delta method)
+    df: float  # Welch-Satterthwaite degrees of freedom; inf when the variance is exactly 0
+
+
+def _log_ratio(a: Summary, b: Summary) -> _LogRatio | None:
+    if a.mean <= 0 or b.mean <= 0:
+        raise ValueError("ratios need positive means")
+    if a.n < 2 or b.n < 2:
+        return None
+    va = a.std ** 2 / (a.n * a.mean ** 2)  # var(log mean) ≈ (relative standard error)^2
+    vb = b.std ** 2 / (b.n * b.mean ** 2)
+    var = va + vb
+    denom = (va ** 2 / (a.n - 1) if va else 0.0) + (vb ** 2 / (b.n - 1) if vb else 0.0)
+    return _LogRatio(math.log(a.mean / b.mean), var, var ** 2 / denom if denom else math.inf)
+
+
+def _interval(value: float, var: float, df: float) -> Interval:
+    estimate = math.exp(value)
+    if var == 0:
+        return Interval(estimate, estimate, estimate)
+    q = t_quantile(0.5 + CONFIDENCE / 2, df) if math.isfinite(df) else 1.959963984540054
+    half = q * math.sqrt(var)
+    return Interval(estimate, math.exp(value - half), math.exp(value + half))
+
+
+def ratio_ci95_summary(a: Summary, b: Summary) -> Interval:
+    """95% interval of mean(a) / mean(b) from summaries (the fallback when raw samples are absent)."""
+    part = _log_ratio(a, b)
+    if part is None:
+        return Interval(a.mean / b.mean, None, None)
+    return _interval(part.value, part.var, part.df)
+
+
+def ratio_ci95(a: Sequence[float], b: Sequence[float]) -> Interval:
+    """95% interval of mean(a) / mean(b) on raw samples: exp(log r ± t · se), se by the delta method."""
+    return ratio_ci95_summary(Summary.of(a), Summary.of(b))
+
+
+def geomean_ratio_ci95(pairs: Sequence[tuple[Summary, Summary]]) -> Interval:
+    """95% interval of the geometric mean of per-shape ratios mean(a_i) / mean(b_i).
+
+    The log of the geomean is the average of the per-shape log ratios; their variances add
+    (shapes are timed independently), divided by k², with Satterthwaite's degrees of freedom.
+    """
+    if not pairs:
+        raise ValueError("geomean of no ratios")
+    parts = [_log_ratio(a, b) for a, b in pairs]
+    k = len(pairs)
+    if any(p is None for p in parts):
+        estimate = math.exp(math.fsum(math.log(a.mean / b.mean) for a, b in pairs) / k)
+        return Interval(estimate, None, None)
+    value = math.fsum(p.value for p in parts) / k  # type: ignore[union-attr]
+    scaled = [p.var / k ** 2 for p in parts]  # type: ignore[union-attr]
+    var = math.fsum(scaled)
+    denom = math.fsum(v ** 2 / p.df for v, p in zip(scaled, parts) if v and math.isfinite(p.df))  # type: ignore
+    return _interval(value, var, var ** 2 / denom if denom else math.inf)

@@ -1,0 +1,112 @@
+"""popkit.stats against values worked out by hand (and published t-table quantiles)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from popkit import stats
+
+# Student's t, 97.5th percentile, from printed tables.
+T975 = {1: 12.706204736174698, 4: 2.7764451051977987, 8: 2.3060041352041662, 9: 2.2621571627409915,
+        30: 2.0422724563012373}
+
+
+def test_mean_std_err_median():
+    xs = [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert stats.mean(xs) == 3.0
+    assert stats.std(xs) == pytest.approx(math.sqrt(2.5))  # squares 4+1+0+1+4 = 10, over n-1 = 4
+    assert stats.err(xs) == pytest.approx(math.sqrt(2.5) / math.sqrt(5))
+    assert stats.median(xs) == 3.0
+    assert stats.median([4.0, 1.0, 3.0, 2.0]) == 2.5
+
+
+def test_std_of_one_sample_is_zero_and_empty_raises():
+    assert stats.std([7.0]) == 0.0
+    with pytest.raises(ValueError):
+        stats.mean([])
+    with pytest.raises(ValueError):
+        stats.median([])
+
+
+@pytest.mark.parametrize("df", sorted(T975))
+def test_t_quantile_matches_tables(df):
+    assert stats.t_quantile(0.975, df) == pytest.approx(T975[df], rel=1e-9)
+    assert stats.t_quantile(0.025, df) == pytest.approx(-T975[df], rel=1e-9)
+
+
+def test_mean_ci95_is_t_based():
+    xs = [1.0, 2.0, 3.0, 4.0, 5.0]
+    half = T975[4] * math.sqrt(2.5) / math.sqrt(5)
+    ci = stats.mean_ci95(xs)
+    assert ci.estimate == 3.0
+    assert ci.low == pytest.approx(3.0 - half)
+    assert ci.high == pytest.approx(3.0 + half)
+    assert ci.contains(3.0) and not ci.contains(5.0)
+
+
+def test_mean_ci95_of_one_sample_is_undefined():
+    ci = stats.mean_ci95([5.0])
+    assert (ci.estimate, ci.low, ci.high, ci.defined) == (5.0, None, None, False)
+    assert ci.contains(1e9)  # nothing is known, so nothing is excluded
+
+
+def test_ratio_ci95_log_ratio_interval():
+    a = [9.0, 10.0, 11.0]  # mean 10, std 1: var(log mean) = 1/(3*100) = 1/300
+    b = [18.0, 20.0, 22.0]  # mean 20, std 2: var(log mean) = 4/(3*400) = 1/300
+    # var = 2/300; Welch df = (2/300)^2 / (2 * (1/300)^2 / 2) = 4
+    half = T975[4] * math.sqrt(2 / 300)
+    ci = stats.ratio_ci95(a, b)
+    assert ci.estimate == pytest.approx(0.5)
+    assert ci.low == pytest.approx(0.5 * math.exp(-half))
+    assert ci.high == pytest.approx(0.5 * math.exp(half))
+    assert not ci.contains(1.0)
+
+
+def test_ratio_ci95_spans_one_when_noisy():
+    ci = stats.ratio_ci95([9.0, 10.0, 11.0], [8.0, 10.0, 12.0])
+    assert ci.estimate == pytest.approx(1.0)
+    assert ci.contains(1.0)
+
+
+def test_ratio_ci95_from_summaries_matches_samples():
+    a = stats.Summary(n=3, mean=10.0, std=1.0)
+    b = stats.Summary(n=3, mean=20.0, std=2.0)
+    assert stats.ratio_ci95_summary(a, b) == stats.ratio_ci95([9.0, 10.0, 11.0], [18.0, 20.0, 22.0])
+
+
+def test_ratio_of_constant_samples_is_exact():
+    ci = stats.ratio_ci95([4.0, 4.0], [2.0, 2.0])
+    assert (ci.estimate, ci.low, ci.high) == (2.0, 2.0, 2.0)
+
+
+def test_ratio_needs_two_samples_each_for_an_interval():
+    ci = stats.ratio_ci95([4.0], [2.0, 2.5])
+    assert ci.estimate == pytest.approx(4.0 / 2.25)
+    assert not ci.defined
+
+
+def test_geomean_ratio_ci95_combines_shapes():
+    a, b = stats.Summary(3, 10.0, 1.0), stats.Summary(3, 20.0, 2.0)
+    # two identical shapes: log value log(0.5); var = (2/300 + 2/300) / 4 = 1/300;
+    # df = (1/300)^2 / (2 * (2/300/4)^2 / 4) = 8
+    half = T975[8] * math.sqrt(1 / 300)
+    ci = stats.geomean_ratio_ci95([(a, b), (a, b)])
+    assert ci.estimate == pytest.approx(0.5)
+    assert ci.low == pytest.approx(0.5 * math.exp(-half))
+    assert ci.high == pytest.approx(0.5 * math.exp(half))
+
+
+def test_geomean_of_ratios_estimate():
+    one = stats.Summary(1, 2.0, 0.0)
+    ci = stats.geomean_ratio_ci95([(one, stats.Summary(1, 1.0, 0.0)), (one, stats.Summary(1, 8.0, 0.0))])
+    assert ci.estimate == pytest.approx(math.sqrt(2.0 * 0.25))  # geomean of 2 and 1/4
+    assert not ci.defined
+
+
+def test_interval_round_trip():
+    ci = stats.Interval(1.5, 1.2, 1.8)
+    assert stats.Interval.from_json(ci.to_json()) == ci
+    undefined = stats.Interval(1.5, None, None)
+    assert stats.Interval.from_json(undefined.to_json()) == undefined
