@@ -111,20 +111,28 @@ class ProblemSet:
 # ---------------------------------------------------------------------------------------- loading
 
 
+def display_path(path: Path) -> str:
+    """A path as the user would write it: relative to the current directory when under it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def _read_yaml(path: Path, what: str) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise TaskError(f"{path}: {what} not found", "check the path") from None
+        raise TaskError(f"{display_path(path)}: {what} not found", "check the path") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise TaskError(f"{path}: cannot read {what} ({exc})") from None
+        raise TaskError(f"{display_path(path)}: cannot read {what} ({exc})") from None
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise TaskError(f"{path}: {where}invalid YAML ({problem})", "fix the YAML syntax") from None
+        raise TaskError(f"{display_path(path)}: {where}invalid YAML ({problem})", "fix the YAML syntax") from None
 
 
 def _kind(value: Any) -> str:
@@ -144,7 +152,7 @@ class _Checker:
         self.path = path
 
     def fail(self, message: str, hint: str = "") -> TaskError:
-        return TaskError(f"{self.path.name}: {message}", hint or f"in {self.path}")
+        return TaskError(f"{display_path(self.path)}: {message}", hint)
 
     def expect(self, ok: bool, key: str, wanted: str, value: Any) -> None:
         if not ok:
@@ -341,24 +349,22 @@ def resolve_task(spec: str, roots: Sequence[Path] = ()) -> Task:
     as_path = Path(spec).expanduser()
     if as_path.is_dir() or as_path.name in ("task.yml", "task.yaml"):
         return load_task(as_path)
-    candidates: list[tuple[ProblemSet, Problem, bool]] = [
-        (ps, p, False) for ps in problem_sets(roots) for p in ps.problems
-    ]
-    bundled = bundled_problem_set()
-    candidates += [(bundled, p, True) for p in bundled.problems]
-    user_hits = [(ps, p) for ps, p, is_bundled in candidates if not is_bundled and p.name == spec]
-    if len(user_hits) > 1:
-        where = ", ".join(str(ps.path) for ps, _ in user_hits)
+    user = [(ps, p) for ps in problem_sets(roots) for p in ps.problems]
+    hits = [(ps, p) for ps, p in user if p.name == spec]
+    if len(hits) > 1:
+        where = ", ".join(str(ps.path) for ps, _ in hits)
         raise TaskError(f"leaderboard `{spec}` is named by several problem sets: {where}",
                         "pass the task directory with --task instead")
-    for ps, p, is_bundled in candidates:
-        if p.name == spec:
-            return _from_problem(ps, p, is_bundled)
+    if hits:
+        return _from_problem(*hits[0])
+    bundled = bundled_problem_set()
+    for problem in bundled.problems:
+        if problem.name == spec:
+            return _from_problem(bundled, problem, bundled=True)
     for root in roots:  # a task directory directly under a root, by its directory name
-        direct = root / spec
-        if (direct / "task.yml").is_file():
-            return load_task(direct)
-    names = sorted({p.name for _, p, _ in candidates})
+        if (root / spec / "task.yml").is_file():
+            return load_task(root / spec)
+    names = sorted({p.name for _, p in user} | {p.name for p in bundled.problems})
     close = difflib.get_close_matches(spec, names, n=3)
     hint = f"did you mean {', '.join(close)}?" if close else "`popkit tasks` lists the tasks popkit knows"
     raise TaskError(f"no task named `{spec}` (not a directory, nor a leaderboard name)", hint)

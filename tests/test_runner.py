@@ -1,0 +1,209 @@
+"""The runner against small fixture tasks whose own eval speaks the protocol (not popkit's harness)."""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from popkit import runner
+from popkit.errors import SubmissionError, TaskError
+from popkit.results import RunReport, score_s
+from popkit.tasks import load_task
+
+FIX = Path(__file__).parent / "fixtures"
+TASKS, SUBS = FIX / "tasks", FIX / "submissions"
+NO_PROBE = {"device": "test"}  # skip the system probe: these runs need no torch
+
+
+def run(task: str, sub: str, mode: str, **opts) -> RunReport:
+    return runner.run_submission(load_task(TASKS / task), SUBS / sub, mode, runner.RunOptions(**opts),
+                                 system=NO_PROBE)
+
+
+# ------------------------------------------------------------------------------ pure pieces
+
+
+def test_cases_file_keeps_yaml_order_and_python_literals():
+    text = runner.render_cases([{"size": 127, "seed": 4242}, {"flag": True, "off": False, "dims": [1, 2], "x": 0.5}])
+    assert text == "size: 127; seed: 4242\nflag: True; off: False; dims: [1, 2]; x: 0.5\n"
+
+
+def test_ranking_last_gets_only_the_last_benchmark():
+    task = load_task(TASKS / "lastonly")
+    assert task.cases_for("benchmark") == [{"size": 40, "seed": 5}]
+    assert task.cases_for("leaderboard") == [{"size": 40, "seed": 5}]
+    assert len(task.cases_for("test")) == 2
+    assert len(load_task(TASKS / "double").cases_for("leaderboard")) == 3
+
+
+def test_pipe_parser_splits_at_first_colon_and_later_keys_win():
+    raw = runner.parse_pipe("a: 1\nmsg: x: y: z\na: 2\nnot a key line\n  spaced  :  v  \n")
+    assert raw == {"a": "2", "msg": "x: y: z", "spaced": "v"}
+
+
+def test_secret_seed_combination_is_the_cantor_pairing():
+    assert runner.secret_case_seed(4242, 0) == 4242 + 4242 * 4243 // 2
+    assert runner.secret_case_seed(1, 2) == 1 + 3 * 4 // 2
+
+
+@pytest.mark.parametrize("ranking,expected", [
+    ("last", 3e-6), ("mean", 2e-6), ("geom", (1e-6 * 2e-6 * 3e-6) ** (1 / 3)),
+])
+def test_score_by_ranking(ranking, expected):
+    assert math.isclose(score_s([1000.0, 2000.0, 3000.0], ranking), expected, rel_tol=1e-12)
+
+
+def test_workdir_flattens_relative_sources_and_renames_the_submission(tmp_path):
+    task = load_task(TASKS / "double")
+    main = runner.prepare_workdir(task, b"def custom_kernel(d):\n    return 2 * d\n", tmp_path)
+    assert main == "eval.py"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["eval.py", "submission.py"]
+    assert (tmp_path / "eval.py").read_text() == (TASKS / "common" / "tiny_eval.py").read_text()
+
+
+def test_popkit_harness_replaces_the_eval(tmp_path):
+    task = load_task(TASKS / "double")
+    main = runner.prepare_workdir(task, b"x", tmp_path, harness="popkit")
+    assert main == runner.POPKIT_EVAL_NAME
+    assert (tmp_path / "eval.py").exists() and (tmp_path / main).exists()
+
+
+# ------------------------------------------------------------------------------ submissions
+
+
+def test_read_submission_checks(tmp_path):
+    with pytest.raises(SubmissionError, match="no such file"):
+        runner.read_submission(tmp_path / "missing.py")
+    with pytest.raises(SubmissionError, match=r"syntax.py:1:\d+: syntax error"):
+        runner.read_submission(SUBS / "syntax.py")
+    with pytest.raises(SubmissionError, match="no `custom_kernel` defined"):
+        runner.read_submission(SUBS / "noentry.py")
+    guarded = tmp_path / "guarded.py"
+    guarded.write_text("try:\n    import torch\nexcept ImportError:\n    pass\nelse:\n    def custom_kernel(d):\n        return d\n")
+    assert runner.read_submission(guarded).startswith(b"try:")
+    latin = tmp_path / "latin.py"
+    latin.write_bytes(b"# caf\xe9\ndef custom_kernel(d): return d\n")
+    with pytest.raises(SubmissionError, match="not UTF-8"):
+        runner.read_submission(latin)
+
+
+def test_user_file_is_never_modified():
+    before = (SUBS / "good.py").read_bytes(), os.stat(SUBS / "good.py").st_mtime_ns
+    run("double", "good.py", "test")
+    assert ((SUBS / "good.py").read_bytes(), os.stat(SUBS / "good.py").st_mtime_ns) == before
+
+
+# ------------------------------------------------------------------------------ protocol runs
+
+
+def test_leaderboard_chain_public_then_secret_with_scores():
+    report = run("double", "good.py", "leaderboard", secret_seeds=(7, 11))
+    assert [(r.mode, r.seed) for r in report.runs] == [
+        ("test", None), ("benchmark", None), ("leaderboard", None),
+        ("test", 7), ("benchmark", 7), ("leaderboard", 7),
+        ("test", 11), ("benchmark", 11), ("leaderboard", 11),
+    ]
+    assert report.outcome == "passed" and report.exit_code == 0
+    assert math.isclose(report.score_public_s, (10e-6 * 20e-6 * 40e-6) ** (1 / 3))
+    assert report.scores_secret_s == (report.score_public_s, report.score_public_s)
+    bench = report.runs[1].benchmarks[0]
+    assert (bench.runs, bench.mean_ns, bench.samples_ns) == (10, 10000.0, (9995.0, 10000.0, 10005.0))
+    assert RunReport.from_json(report.to_json()) == report
+
+
+def test_secret_seed_reaches_only_the_secret_evals():
+    report = run("double", "good.py", "leaderboard", secret_seeds=(99,), keep_workdir=False)
+    seen = [(r.secret, r.raw["env.seed"]) for r in report.runs]
+    assert seen == [(False, "none")] * 3 + [(True, "99")] * 3
+    assert report.precompile.ok and "-DTORCH_EXTENSION_NAME" in report.precompile.log
+
+
+def test_precompile_sees_seed_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("POPCORN_SEED", "12345")  # must not leak from popkit's own environment
+    task = load_task(TASKS / "double")
+    runner.prepare_workdir(task, (SUBS / "good.py").read_bytes(), tmp_path)
+    step = runner.precompile(tmp_path, "submission.py", runner.RunOptions())
+    assert step.ok
+    assert (tmp_path / "precompile-seen.txt").read_text() == "1"
+    public = runner.run_mode(tmp_path, "eval.py", "test", task.tests, timeout_s=20, options=runner.RunOptions())
+    assert public.raw["env.seed"] == "none"
+
+
+def test_chain_stops_at_first_failure():
+    report = run("double", "wrong.py", "leaderboard", secret_seeds=(5,))
+    assert [r.mode for r in report.runs] == ["test", "benchmark"]
+    assert report.outcome == "failed" and int(report.exit_code) == 1
+    assert report.runs[1].exit_code == 112
+    assert report.runs[1].summary == "check failed: benchmark, benchmark size: 10; seed: 3: expected 20, got 21"
+    assert report.runs[1].benchmarks[0].error == "expected 20, got 21\nsecond line"
+    assert report.score_public_s is None
+
+
+def test_failed_test_stops_before_benchmark():
+    report = run("double", "badtest.py", "leaderboard", secret_seeds=(5,))
+    assert [r.mode for r in report.runs] == ["test"]
+    assert report.runs[0].tests[0].passed is False
+
+
+def test_timeout_is_a_result_with_exit_114():
+    task = load_task(TASKS / "double")
+    task = type(task)(**{**task.__dict__, "test_timeout": 2.0})
+    report = runner.run_submission(task, SUBS / "slow.py", "test", runner.RunOptions(precompile=False),
+                                   system=NO_PROBE)
+    run_ = report.runs[0]
+    assert run_.timed_out and run_.exit_code == 114 and run_.outcome == "timed_out"
+    assert run_.summary == "timed out: test ran past its 2 s timeout"
+    assert 1.5 < run_.duration_s < 15
+    assert int(report.exit_code) == 7
+
+
+def test_crashing_eval_is_crashed_with_signal():
+    report = run("double", "crash.py", "test", precompile=False)
+    run_ = report.runs[0]
+    assert run_.outcome == "crashed" and int(report.exit_code) == 6
+    assert "killed by signal SIGABRT" in run_.summary
+
+
+def test_missing_pipe_fd_and_bad_mode_exit_codes(tmp_path):
+    task = load_task(TASKS / "double")
+    runner.prepare_workdir(task, (SUBS / "good.py").read_bytes(), tmp_path)
+    (tmp_path / "cases.txt").write_text("size: 1; seed: 1\n")
+    code, *_ = runner.run_child([sys.executable, "eval.py", "test", "cases.txt"], tmp_path,
+                                runner.child_env(runner.RunOptions()), 20)
+    assert code == 111
+    bad = runner.run_mode(tmp_path, "eval.py", "bogus", [{"size": 1}], timeout_s=20, options=runner.RunOptions())
+    assert bad.exit_code == 2 and bad.outcome == "crashed" and "bad usage or unknown mode" in bad.summary
+
+
+def test_multi_gpu_tasks_get_popcorn_gpus():
+    task = load_task(TASKS / "multi")
+    report = runner.run_submission(task, SUBS / "good.py", "test", runner.RunOptions(precompile=False),
+                                   system={"gpu_count": 4})
+    assert report.runs[0].raw["env.gpus"] == "4"
+    assert "world_size: 2" in report.runs[0].raw["env.cases"]
+
+
+def test_missing_custom_kernel_at_runtime_is_bad_submission(tmp_path):
+    sub = tmp_path / "late.py"
+    # custom_kernel exists only as a name the checker accepts, but importing it fails at runtime
+    sub.write_text(textwrap.dedent("""
+        if False:
+            def custom_kernel(data):
+                return 2 * data
+    """))
+    report = runner.run_submission(load_task(TASKS / "double"), sub, "test", runner.RunOptions(precompile=False),
+                                   system=NO_PROBE)
+    assert report.outcome == "bad_submission" and int(report.exit_code) == 4
+
+
+def test_unsupported_lang_is_a_task_error(tmp_path):
+    (tmp_path / "task.yml").write_text(
+        "files: [{name: submission.cu, source: '@SUBMISSION@'}]\nlang: cu\ndescription: d\nconfig: {}\n"
+        "tests: [{size: 1}]\n")
+    with pytest.raises(TaskError, match="`lang: cu` tasks are not supported"):
+        runner.run_submission(load_task(tmp_path), SUBS / "good.py", "test", system=NO_PROBE)

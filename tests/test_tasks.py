@@ -1,0 +1,108 @@
+"""Task and problem-set loading: every error names the file and the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from popkit.errors import TaskError
+from popkit.tasks import load_task, problem_sets, resolve_task, task_roots
+
+FIX = Path(__file__).parent / "fixtures" / "tasks"
+GOOD = """\
+files:
+  - {name: submission.py, source: "@SUBMISSION@"}
+  - {name: eval.py, source: eval.py}
+lang: py
+description: A task.
+config: {main: eval.py}
+tests:
+  - {size: 1, seed: 2}
+benchmarks:
+  - {size: 3, seed: 4}
+"""
+
+
+def write_task(root: Path, text: str = GOOD, name: str = "t") -> Path:
+    d = root / name
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "task.yml").write_text(text)
+    (d / "eval.py").write_text("")
+    return d
+
+
+def test_defaults_follow_the_protocol(tmp_path):
+    task = load_task(write_task(tmp_path))
+    assert (task.test_timeout, task.benchmark_timeout, task.ranked_timeout) == (180, 180, 180)
+    assert task.ranking_by == "last" and task.multi_gpu is False and task.submission_name == "submission.py"
+    assert task.timeout_for("leaderboard") == 180
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda t: t + "extra: 1\n", "task.yml: unknown key `extra` (the runner rejects it)"),
+    (lambda t: t.replace("lang: py\n", ""), "task.yml: missing required key `lang`"),
+    (lambda t: t.replace("tests:\n  - {size: 1, seed: 2}\n", "tests: {size: 1}\n"),
+     "task.yml: key `tests` must be a list (got a mapping)"),
+    (lambda t: t.replace("  - {size: 3, seed: 4}\n", "  - {size: 3, seed: {a: 1}}\n"),
+     "task.yml: key `benchmarks[0].seed` must be a number, string, boolean or list (got a mapping)"),
+    (lambda t: t.replace("source: eval.py", "source: ../nowhere.py"),
+     "task.yml: key `files[1].source`: file `../nowhere.py` not found"),
+    (lambda t: t + "ranking_by: median\n", "task.yml: key `ranking_by` must be `last`, `mean` or `geom` (got str 'median')"),
+    (lambda t: t + "test_timeout: -3\n", "task.yml: key `test_timeout` must be a positive number of seconds (got int -3)"),
+    (lambda t: t.replace("{main: eval.py}", "{main: other.py}"),
+     "task.yml: key `config.main`: `other.py` is not one of the names in `files`"),
+    (lambda t: t.replace('"@SUBMISSION@"', "eval.py"),
+     "task.yml: key `files` must have exactly one entry with source '@SUBMISSION@'"),
+    (lambda t: t + "multi_gpu: true\n", "task.yml: key `tests[0]` needs `world_size` (the task has multi_gpu: true)"),
+    (lambda t: "files: [\n", "task.yml: line 2: invalid YAML"),
+    (lambda t: "- just\n- a list\n", "task.yml: must be a mapping of keys (got a list)"),
+])
+def test_malformed_task_yml_names_file_and_key(tmp_path, edit, message):
+    d = write_task(tmp_path, edit(GOOD))
+    with pytest.raises(TaskError) as info:
+        load_task(d)
+    assert str(info.value).startswith(str(d / "task.yml") + ": " + message.removeprefix("task.yml: "))
+    assert info.value.exit_code == 3
+
+
+def test_missing_task_directory(tmp_path):
+    with pytest.raises(TaskError, match="not a task directory"):
+        load_task(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(TaskError, match="task.yml not found"):
+        load_task(tmp_path / "empty")
+
+
+def test_problem_set_names_resolve_under_roots(tmp_path, monkeypatch):
+    write_task(tmp_path / "set", name="vec_py")
+    (tmp_path / "set" / "mine.yaml").write_text(
+        "name: my set\ndeadline: 2030-01-01\ndescription: d\n"
+        "problems:\n  - {directory: vec_py, name: my_vectoradd, deadline: 2030-01-01, gpus: [H100, L4]}\n")
+    (tmp_path / "set" / "other.yaml").write_text("just: some yaml\n")  # not a problem set: ignored
+    task = resolve_task("my_vectoradd", task_roots([tmp_path / "set"]))
+    assert (task.name, task.leaderboard, task.gpus) == ("vec_py", "my_vectoradd", ("H100", "L4"))
+    monkeypatch.setenv("POPKIT_TASKS_PATH", str(tmp_path / "set"))
+    assert resolve_task("my_vectoradd", task_roots()).leaderboard == "my_vectoradd"
+    assert [p.name for ps in problem_sets(task_roots()) for p in ps.problems] == ["my_vectoradd"]
+
+
+def test_ambiguous_and_unknown_names(tmp_path):
+    for name in ("a", "b"):
+        write_task(tmp_path, name=f"task_{name}")
+        (tmp_path / f"{name}.yaml").write_text(f"name: {name}\nproblems:\n  - {{directory: task_{name}, name: dup}}\n")
+    with pytest.raises(TaskError, match="leaderboard `dup` is named by several problem sets"):
+        resolve_task("dup", [tmp_path])
+    with pytest.raises(TaskError) as info:
+        resolve_task("dupe", [tmp_path])
+    assert "no task named `dupe`" in info.value.message and "did you mean dup" in info.value.hint
+
+
+def test_tasks_root_must_exist(tmp_path):
+    with pytest.raises(TaskError, match="tasks root does not exist"):
+        task_roots([tmp_path / "missing"])
+
+
+def test_task_dir_path_and_task_yml_path_both_load():
+    assert resolve_task(str(FIX / "double")).name == "double"
+    assert resolve_task(str(FIX / "double" / "task.yml")).name == "double"
