@@ -44,12 +44,18 @@ def system_line(system: dict) -> str:
 
 
 def _ci95(case: CaseResult) -> str:
-    if len(case.samples_ns) < 2:
-        return ""
+    """95% interval of the mean: from the raw samples when the eval sent them, else from err and n."""
     from popkit import stats
 
-    lo, hi = stats.mean_ci95(list(case.samples_ns))
-    return f"95% CI [{format_time(lo)}, {format_time(hi)}]"
+    if len(case.samples_ns) >= 2:
+        ci = stats.mean_ci95(list(case.samples_ns))
+        low, high = ci.low, ci.high
+    elif case.runs >= 2 and case.err_ns is not None and case.mean_ns is not None:
+        half = stats.t_quantile(0.975, case.runs - 1) * case.err_ns
+        low, high = case.mean_ns - half, case.mean_ns + half
+    else:
+        return ""
+    return f"95% CI [{format_time(low)}, {format_time(high)}]"
 
 
 def _case_lines(case: CaseResult) -> list[str]:

@@ -1,0 +1,104 @@
+"""`popkit test`, `popkit bench` and `popkit tasks` driven in-process, on fixture tasks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from popkit.cli import app
+
+FIX = Path(__file__).parent / "fixtures"
+DOUBLE = str(FIX / "tasks" / "double")
+
+
+@pytest.fixture
+def cli(monkeypatch, tmp_path):
+    monkeypatch.setenv("POPKIT_WIDTH", "160")
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("POPKIT_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+
+    def invoke(*args: str):
+        return CliRunner().invoke(app, list(args))
+
+    return invoke
+
+
+def sub(name: str) -> str:
+    return str(FIX / "submissions" / name)
+
+
+def test_test_passes_and_prints_leaderboard_lines(cli):
+    result = cli("test", sub("good.py"), "--task", DOUBLE, "--no-history")
+    assert result.exit_code == 0, result.output
+    assert "✅ size: 3; seed: 1; flag: True" in result.output
+    assert "PASSED" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_bench_leaderboard_prints_score_public_and_secret(cli):
+    result = cli("bench", sub("good.py"), "--task", DOUBLE, "--leaderboard", "--secret-seed", "17", "--no-history")
+    assert result.exit_code == 0, result.output
+    assert "⏱ 10.0 ± 0.00 µs" in result.output  # 10000 ns ± 3 ns: µs above 2000 ns; v < 100: 1 decimal, error 2
+    assert "score (geom, public): 20.0 µs" in result.output
+    assert "secret seed 17: passed, 20.0 µs" in result.output
+
+
+def test_json_is_one_document_with_schema(cli):
+    result = cli("bench", sub("good.py"), "--task", DOUBLE, "--json", "--no-history")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["schema"] == "popkit/run/1" and doc["outcome"] == "passed"
+    assert doc["runs"][0]["benchmarks"][2]["mean_ns"] == 40000.0
+    assert doc["score_public_s"] == pytest.approx(20e-6)
+
+
+@pytest.mark.parametrize("name,code,line", [
+    ("wrong.py", 1, "check failed: benchmark, benchmark size: 10; seed: 3: expected 20, got 21"),
+    ("crash.py", 6, "crashed: benchmark was killed by signal SIGABRT"),
+])
+def test_failures_are_one_categorized_line_and_an_exit_code(cli, name, code, line):
+    result = cli("bench", sub(name), "--task", DOUBLE, "--no-history", "--no-precompile")
+    assert result.exit_code == code, result.output
+    assert line in result.output
+    assert "Traceback (most recent call last)" not in result.output.split("stderr")[0]
+
+
+@pytest.mark.parametrize("args,code,message", [
+    (["test", "missing.py", "--task", DOUBLE], 4, "submissions/missing.py: no such file"),
+    (["test", "syntax.py", "--task", DOUBLE], 4, "syntax error: expected ':'"),
+    (["test", "noentry.py", "--task", DOUBLE], 4, "no `custom_kernel` defined at module level"),
+    (["test", "wrong.py"], 2, "no `#!POPCORN leaderboard NAME` directive and no --task"),
+    (["test", "good.py", "--task", "nosuchtask"], 3, "no task named `nosuchtask`"),
+    (["test", "good.py", "--task", DOUBLE, "--harness", "other"], 2, "unknown harness `other`"),
+    (["bench", "good.py", "--task", DOUBLE, "--leaderboard", "--profile"], 2, "--leaderboard and --profile"),
+])
+def test_bad_input_is_one_line_with_hint(cli, args, code, message):
+    args = [sub(a) if a.endswith(".py") else a for a in args]
+    result = cli(*args)
+    assert result.exit_code == code, result.output
+    assert message in result.output
+    assert "hint:" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_errors_are_json_in_json_mode(cli):
+    result = cli("test", sub("missing.py"), "--task", DOUBLE, "--json")
+    assert result.exit_code == 4
+    doc = json.loads(result.stdout)
+    assert doc["schema"] == "popkit/error/1" and doc["exit_code"] == 4 and "no such file" in doc["message"]
+
+
+def test_tasks_list_and_show(cli, tmp_path):
+    (tmp_path / "set.yaml").write_text(f"name: s\nproblems:\n  - {{directory: {DOUBLE}, name: dbl, gpus: [H100]}}\n")
+    result = cli("tasks", "--tasks-root", str(tmp_path / "set.yaml"), "--json")
+    assert result.exit_code == 0, result.output
+    rows = {r["leaderboard"]: r for r in json.loads(result.stdout)["tasks"]}
+    assert rows["dbl"]["tests"] == 2 and rows["dbl"]["benchmarks"] == 3 and rows["dbl"]["gpus"] == ["H100"]
+    shown = cli("tasks", "show", "dbl", "--tasks-root", str(tmp_path / "set.yaml"))
+    assert shown.exit_code == 0, shown.output
+    assert "Double a number." in shown.output and "size: 40; seed: 5" in shown.output
+    assert "timeouts: test 20 s, benchmark 20 s, ranked 20 s" in shown.output
