@@ -120,6 +120,10 @@ class Interval:
     low: float | None
     high: float | None
 
+    def __iter__(self):
+        """Unpacks as `low, high`, the way an interval is usually written."""
+        return iter((self.low, self.high))
+
     @property
     def defined(self) -> bool:
         return self.low is not None and self.high is not None

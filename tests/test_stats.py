@@ -44,6 +44,8 @@ def test_mean_ci95_is_t_based():
     assert ci.low == pytest.approx(3.0 - half)
     assert ci.high == pytest.approx(3.0 + half)
     assert ci.contains(3.0) and not ci.contains(5.0)
+    low, high = ci
+    assert (low, high) == (ci.low, ci.high)
 
 
 def test_mean_ci95_of_one_sample_is_undefined():
