@@ -155,6 +155,22 @@ class Summary:
         return cls(n=len(samples), mean=mean(samples), std=std(samples))
 
 
+def pooled_summary(parts: Sequence[Summary]) -> Summary:
+    """The summary of several samples taken together, from their summaries alone.
+
+    Exact: the same n, mean and sample std as concatenating the raw samples would give. Used when
+    an eval reports only runs/mean/std per process and several processes timed the same shape.
+    """
+    if not parts:
+        raise ValueError("pooled summary of nothing")
+    n = sum(p.n for p in parts)
+    if n == 0:
+        raise ValueError("pooled summary of empty samples")
+    m = math.fsum(p.n * p.mean for p in parts) / n
+    squares = math.fsum((p.n - 1) * p.std ** 2 + p.n * (p.mean - m) ** 2 for p in parts if p.n)
+    return Summary(n=n, mean=m, std=math.sqrt(squares / (n - 1)) if n > 1 else 0.0)
+
+
 def mean_ci95(samples: Sequence[float]) -> Interval:
     """t-based 95% interval of the mean: mean ± t(0.975, n-1) · std/sqrt(n)."""
     m = mean(samples)

@@ -112,3 +112,13 @@ def test_interval_round_trip():
     assert stats.Interval.from_json(ci.to_json()) == ci
     undefined = stats.Interval(1.5, None, None)
     assert stats.Interval.from_json(undefined.to_json()) == undefined
+
+
+def test_pooled_summary_equals_concatenated_samples():
+    left = stats.Summary.of([0.5, 1.5])  # mean 1, std sqrt(0.5)
+    right = stats.Summary.of([2.5, 3.5])  # mean 3, std sqrt(0.5)
+    pooled = stats.pooled_summary([left, right])
+    # all four: mean 2, squares 2.25 + 0.25 + 0.25 + 2.25 = 5 over n-1 = 3
+    assert pooled.n == 4 and pooled.mean == pytest.approx(2.0)
+    assert pooled.std == pytest.approx(math.sqrt(5 / 3))
+    assert stats.pooled_summary([stats.Summary(1, 7.0, 0.0)]) == stats.Summary(1, 7.0, 0.0)

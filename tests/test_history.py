@@ -1,0 +1,197 @@
+"""popkit.history: round-trips, never losing runs, corrupt and locked databases."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from popkit import history
+from popkit.errors import HistoryError, UsageError
+from popkit.history import History, RunRecord
+from popkit.popcorn import RemoteResult, RemoteRun, SubmitPlan
+from popkit.lint import LintReport
+from popkit.results import CaseResult, CompileStep, ModeRun, RunReport
+
+
+def make_report(means=(1000.0, 4000.0), *, mode="benchmark", sha="a" * 64, samples=True,
+                submission="sub.py", seeds=()) -> RunReport:
+    cases = tuple(
+        CaseResult(kind="benchmark", index=i, spec=f"size: {2 ** (i + 10)}; seed: {i}", passed=True, runs=4,
+                   mean_ns=m, std_ns=m * 0.01, err_ns=m * 0.005, best_ns=m * 0.98, worst_ns=m * 1.02,
+                   median_ns=m, samples_ns=(m * 0.99, m, m, m * 1.01) if samples else (), stop="converged",
+                   timer="cuda-event")
+        for i, m in enumerate(means))
+    run = ModeRun(mode=mode, secret=False, seed=None, exit_code=0, duration_s=1.5, timeout_s=180.0,
+                  check="pass", benchmarks=cases if mode != "test" else (),
+                  tests=(CaseResult(kind="test", index=0, spec="size: 8", passed=True),) if mode == "test" else (),
+                  raw={"check": "pass"})
+    return RunReport(task="vectoradd", task_path="/tasks/vectoradd", leaderboard="vectoradd", ranking_by="geom",
+                     submission=submission, sha256=sha, mode=mode, harness="popkit",
+                     started_at="2026-11-02T10:00:00+00:00", duration_s=3.0,
+                     system={"device": "NVIDIA H100", "torch": "2.14.1", "cuda": "13.0"},
+                     precompile=CompileStep(exit_code=0, duration_s=0.5), runs=(run,), secret_seeds=tuple(seeds))
+
+
+def make_plan(sha="b" * 64) -> SubmitPlan:
+    check = LintReport(path="sub.py", sha256=sha, size_bytes=10, leaderboard="vectoradd", gpu="H100",
+                       mode="leaderboard")
+    return SubmitPlan(path="sub.py", sha256=sha, leaderboard="vectoradd", gpu="H100", mode="leaderboard",
+                      gate="none", argv=("popcorn-cli",), staged="/tmp/x/sub.py", output="/tmp/x/out.txt",
+                      check=check)
+
+
+REMOTE = RemoteResult(submission_id=42, leaderboard="vectoradd", file_name="sub.py", done=True,
+                      runs=(RemoteRun("leaderboard", False, "H100", 0.0000123, True, "t0", "t1"),
+                            RemoteRun("leaderboard", True, "H100", 0.0000124, True, "t0", "t1")),
+                      score_public_s=0.0000123, score_secret_s=0.0000124, score_gpu="H100")
+
+
+@pytest.fixture
+def db(tmp_path):
+    return History(tmp_path / "h" / "history.sqlite3", timeout_s=0.2)
+
+
+def test_default_location_is_cwd_dot_popkit(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("POPKIT_HOME", raising=False)
+    assert history.db_path() == tmp_path / ".popkit" / "history.sqlite3"
+    run_id = history.record_run(make_report(), b"print(1)\n")
+    assert (tmp_path / ".popkit" / "history.sqlite3").is_file()
+    assert (tmp_path / ".popkit" / ".gitignore").read_text().strip().endswith("*")
+    assert history.get_run(run_id).report == make_report()
+
+
+def test_popkit_home_moves_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("POPKIT_HOME", str(tmp_path / "elsewhere"))
+    assert history.db_path() == tmp_path / "elsewhere" / "history.sqlite3"
+
+
+def test_record_run_round_trip(db):
+    report = make_report(seeds=(7, 9))
+    run_id = db.record_run(report, b"code")
+    record = db.get_run(run_id)
+    assert record.report == report  # RunReport.from_json(to_json) inside, raw samples included
+    assert (record.kind, record.task, record.mode, record.device) == ("bench", "vectoradd", "benchmark", "NVIDIA H100")
+    assert record.seeds == (7, 9) and record.score_s == pytest.approx(report.score_public_s)
+    assert db.content(run_id) == b"code"
+
+
+def test_record_json_round_trip(db):
+    run_id = db.record_run(make_report(), b"code")
+    sub_id = db.record_submission(make_plan(), REMOTE, b"code2")
+    for rid in (run_id, sub_id):
+        record = db.get_run(rid)
+        assert RunRecord.from_json(record.to_json()) == record
+
+
+def test_test_runs_are_kind_test(db):
+    assert db.get_run(db.record_run(make_report(mode="test"), b"x")).kind == "test"
+
+
+def test_submission_record(db):
+    rid = db.record_submission(make_plan(), REMOTE, b"code")
+    record = db.get_run(rid)
+    assert (record.kind, record.remote_id, record.outcome, record.gpu) == ("submit", 42, "passed", "H100")
+    assert record.remote_score_s == pytest.approx(0.0000123)
+    assert record.remote == REMOTE
+
+
+def test_failed_submission_is_recorded_with_its_error(db):
+    record = db.get_run(db.record_submission(make_plan(), None, b"code", error="remote submission failed"))
+    assert (record.outcome, record.error, record.remote) == ("error", "remote submission failed", None)
+
+
+def test_list_newest_first_with_task_filter_and_limit(db):
+    ids = [db.record_run(make_report(), b"1"), db.record_run(make_report(), b"2")]
+    other = make_report()
+    other = RunReport(**{**other.__dict__, "task": "softmax", "leaderboard": "softmax"})
+    ids.append(db.record_run(other, b"3"))
+    assert [r.id for r in db.list_runs()] == ids[::-1]
+    assert [r.id for r in db.list_runs(task="vectoradd")] == ids[1::-1]
+    assert [r.id for r in db.list_runs(limit=1)] == [ids[2]]
+    assert all(r.report is None for r in db.list_runs())  # listings stay light
+
+
+def test_empty_history_lists_nothing_and_creates_nothing(tmp_path):
+    db = History(tmp_path / "none" / "history.sqlite3")
+    assert db.list_runs() == [] and db.latest_local("x") is None
+    assert not (tmp_path / "none").exists()
+
+
+def test_unknown_run_is_a_usage_error(db):
+    db.record_run(make_report(), b"x")
+    with pytest.raises(UsageError, match="no run 99"):
+        db.get_run(99)
+
+
+def test_latest_local_prefers_newest_scored_run_of_the_same_bytes(db):
+    first = db.record_run(make_report(sha="c" * 64), b"x")
+    db.record_run(make_report(mode="test", sha="c" * 64), b"x")
+    db.record_submission(make_plan(sha="c" * 64), REMOTE, b"x")
+    db.record_run(make_report(sha="d" * 64), b"y")
+    assert db.latest_local("c" * 64).id == first
+    assert db.latest_local("e" * 64) is None
+
+
+def test_ids_are_never_reused_and_earlier_runs_stay(db):
+    a = db.record_run(make_report(), b"1")
+    b = db.record_run(make_report(), b"2")
+    assert b > a and db.get_run(a).report == make_report()
+
+
+def test_corrupt_database_is_an_error_and_left_alone(db):
+    db.path.parent.mkdir(parents=True)
+    garbage = b"this is not a database, but someone's notes\n" * 50
+    db.path.write_bytes(garbage)
+    with pytest.raises(HistoryError) as info:
+        db.record_run(make_report(), b"x")
+    assert str(db.path) in info.value.message and "unreadable" in info.value.message
+    assert "never deletes" in info.value.hint
+    with pytest.raises(HistoryError):
+        db.list_runs()
+    assert db.path.read_bytes() == garbage
+
+
+def test_locked_database_waits_then_errors(db):
+    first = db.record_run(make_report(), b"1")
+    holder = sqlite3.connect(db.path)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(HistoryError) as info:
+            db.record_run(make_report(), b"2")
+        assert "locked" in info.value.message and str(db.path) in info.value.message
+    finally:
+        holder.rollback()
+        holder.close()
+    assert [r.id for r in db.list_runs()] == [first]
+    assert db.record_run(make_report(), b"3") > first  # usable again once released
+
+
+def test_newer_schema_is_refused(db):
+    db.record_run(make_report(), b"1")
+    con = sqlite3.connect(db.path)
+    con.execute("PRAGMA user_version = 99")
+    con.commit()
+    con.close()
+    with pytest.raises(HistoryError, match="newer popkit"):
+        db.list_runs()
+
+
+def test_compare_runs(db):
+    a = db.record_run(make_report(means=(1000.0, 4000.0)), b"1")
+    b = db.record_run(make_report(means=(500.0, 4000.0)), b"2")
+    rec_a, rec_b, comparison = history.compare_runs(a, b, db)
+    assert (rec_a.id, rec_b.id) == (a, b)
+    assert [s.spec for s in comparison.shapes] == ["size: 1024; seed: 0", "size: 2048; seed: 1"]
+    assert comparison.shapes[0].ratio.estimate == pytest.approx(0.5)
+    assert comparison.shapes[0].verdict == "b_faster"
+    assert comparison.shapes[1].verdict == "no_significant_difference"
+    assert comparison.score.estimate == pytest.approx(0.5 ** 0.5)
+
+
+def test_compare_needs_timings(db):
+    a = db.record_run(make_report(mode="test"), b"1")
+    b = db.record_run(make_report(), b"2")
+    with pytest.raises(UsageError, match=f"run {a} has no local timings"):
+        history.compare_runs(a, b, db)
