@@ -1,0 +1,1345 @@
+"""popkit's harness: runs one mode of a GPU MODE task the way the leaderboard's runner does.
+
+Usage (as the runner calls it, in a working directory holding reference.py, task.py, utils.py and
+submission.py side by side):
+
+    POPCORN_FD=<write end of a pipe> [POPCORN_SEED=<secret seed>] python eval.py MODE CASES_FILE
+
+MODE is test, benchmark, leaderboard or profile. CASES_FILE has one case per line, `key: value`
+pairs joined by "; " (values are Python literals: ints, floats, True/False, lists; anything else
+is kept as a string).
+
+Exit codes: 0 every case passed; 2 bad usage or unknown mode; 110 CUDA API failure; 111 no
+usable POPCORN_FD; 112 ran, but a check failed; 113 bad or unreadable cases file.
+
+Environment:
+    POPCORN_FD    write end of the result pipe (required). It is kept non-inheritable and removed
+                  from the environment; the submission never sees it.
+    POPCORN_SEED  secret seed (optional). Read, then removed before the submission is imported;
+                  each case seed `a` becomes a + (a+b)(a+b+1)//2 for secret seed `b`.
+    POPKIT_TRUST  "0" turns popkit's trust checks off (fidelity runs: only what the leaderboard's
+                  own eval does). Any other value, or unset, leaves them on. Removed from the
+                  environment before the submission is imported.
+
+Pipe keys: test-count, test.I.spec|status|error|message; benchmark-count,
+benchmark.I.spec|runs|mean|std|err|best|worst (nanoseconds), benchmark.I.status: fail with
+benchmark.I.error, benchmark.I.report (profile mode: base64 of a torch profiler table), check.
+popkit's extra keys: benchmark.I.median (ns), benchmark.I.samples (every timed call, ns, comma
+separated), benchmark.I.stop (converged, max_time, wall_time, max_repeats), benchmark.I.timer
+(cuda-event, cpu-monotonic), system.device|torch|cuda|hip|arch, trust.checks. Newlines in values
+are written as the two characters `\\n`.
+
+Process layout: this process holds the pipe and computes every statistic. The submission runs in
+ONE worker started with the multiprocessing "spawn" method; it lives for the whole invocation,
+never receives the pipe, and sends back raw per-call durations and verdicts as JSON (never pickle,
+so nothing it sends can run code here).
+
+Trust checks (on unless POPKIT_TRUST=0; each failure names its class in the case's error):
+    clone-inputs          the kernel gets clones; the reference and the check use the pristine copy
+    output-buffer-poison  buffers in data that the reference writes and returns (e.g. identity's
+                          `output`) are filled with 0xFF bytes (NaN for floats) before each call
+    freed-memory-poison   blocks of the output's byte size are allocated, filled, freed before calls
+    double-run            two checked calls per case, with different poison bytes
+    fresh-seed            one more checked call on a never-seen input (case seed + 7; the warm-up
+                          uses seed + 1009, so no input a timed call gets was seen before)
+    input-mutation        inputs compared bit for bit with their pristine copies after the call
+    output-aliasing       outputs may not share storage with inputs (except the buffers above)
+    output-type           plain torch.Tensor (or the reference's type), no instance overrides
+    recheck-timed         leaderboard: fresh input and a full check for every timed call;
+                          benchmark: the last timed call's output is checked too
+    benchmark-shapes      every benchmark case is checked before it is timed
+    tripwires             timers, synchronize, events, comparison functions and the reference's
+                          functions are captured before the submission is imported, verified after
+                          the import and after every call; timing uses the captured ones
+    threads               a thread running the submission's code still alive after the call fails it
+    device-sync           the device is synchronized before any verdict is read
+    mode-probe            a check failing outside test mode is retried with sys.argv saying test
+    pipe-guard            the result fd is non-inheritable and this process is made non-dumpable,
+                          so /proc/<pid>/fd cannot reopen it (ineffective when running as root);
+                          foreign bytes on the worker channel fail the run
+
+What this cannot stop: Python code in the worker can reach the harness objects that live there
+(the channel included) and native code can patch anything in its own process; a process running as
+root can reopen the pipe; grandchild processes that detach from the process group outlive the check.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import collections
+import json
+import math
+import multiprocessing
+import os
+import re
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+# ------------------------------------------------------------------------------ protocol constants
+
+MODES = ("test", "benchmark", "leaderboard", "profile")
+EXIT_OK, EXIT_USAGE, EXIT_CUDA, EXIT_NO_FD, EXIT_FAILED, EXIT_BAD_CASES = 0, 2, 110, 111, 112, 113
+
+WALL_LIMIT_NS = 120e9  # a case's timing loop ends after 120 s of wall time
+CONVERGED_REL_ERR = 0.001  # ... or when err/mean falls below this
+MIN_RUNS = 3  # no stop rule applies before this many timed calls
+LEADERBOARD_SEED_STEP = 13  # leaderboard mode: each timed call regenerates with seed + 13 (cumulative)
+# Trust: offsets that never meet the leaderboard's seed + 13k sequence, so no input is ever seen twice.
+FRESH_SEED_STEP = 7  # the fresh-seed check of every case
+WARMUP_SEED_STEP = 1009  # the warm-up on the first case
+FLUSH_MIN_BYTES = 256 * 1024 * 1024  # L2 flush buffer: max(2 x L2, 256 MiB)
+PROFILE_WARMUP_CALLS, PROFILE_CALLS = 2, 5
+MAX_REPLY_BYTES = 16 * 1024 * 1024  # a longer message on the worker channel is foreign bytes
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How long one case's timing loop may run: at most `max_repeats` calls, `max_time_ns` measured."""
+
+    max_repeats: int
+    max_time_ns: float
+
+
+# (warm-up on the first case, every case) per timing mode
+BUDGETS = {
+    "benchmark": (Budget(100, 0.1e9), Budget(100, 10e9)),
+    "leaderboard": (Budget(100, 0.01e9), Budget(100, 30e9)),
+}
+
+TRUST_CHECKS = ("clone-inputs", "output-buffer-poison", "freed-memory-poison", "double-run", "fresh-seed",
+                "input-mutation", "output-aliasing", "output-type", "recheck-timed", "benchmark-shapes",
+                "tripwires", "threads", "device-sync", "mode-probe", "pipe-guard")
+
+# ------------------------------------------------------------------------------ cases file (pure)
+
+
+class CasesError(Exception):
+    """The cases file cannot be read or parsed (exit 113)."""
+
+
+_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def parse_value(text: str) -> Any:
+    """A case value: a Python literal (int, float, True/False, list, ...) or, failing that, the string."""
+    text = text.strip()
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return text
+
+
+def _split_pairs(line: str) -> list[str]:
+    """Split a case line at "; " separators that are outside brackets and quotes (lists may hold ';')."""
+    parts, depth, quote, start = [], 0, "", 0
+    for i, ch in enumerate(line):
+        if quote:
+            if ch == quote and line[i - 1] != "\\":
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == ";" and depth == 0:
+            parts.append(line[start:i])
+            start = i + 1
+    parts.append(line[start:])
+    return parts
+
+
+def parse_case_line(line: str) -> dict[str, Any]:
+    """One case line `key: value; key: value` -> {key: value}; raises CasesError when malformed."""
+    case: dict[str, Any] = {}
+    for part in _split_pairs(line):
+        if not part.strip():
+            continue
+        key, colon, value = part.partition(":")
+        key = key.strip()
+        if not colon or not _KEY.match(key):
+            raise CasesError(f"bad `key: value` pair {part.strip()!r}")
+        if key in case:
+            raise CasesError(f"key {key!r} given twice")
+        case[key] = parse_value(value)
+    if not case:
+        raise CasesError("empty case")
+    return case
+
+
+def parse_cases(text: str) -> list[dict[str, Any]]:
+    """Every non-blank line of a cases file, parsed; raises CasesError (with the line number)."""
+    cases = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            cases.append(parse_case_line(line))
+        except CasesError as exc:
+            raise CasesError(f"line {number}: {exc}") from None
+    if not cases:
+        raise CasesError("no cases")
+    return cases
+
+
+def read_cases(path: str) -> list[dict[str, Any]]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CasesError(f"cannot read {path}: {exc}") from None
+    return parse_cases(text)
+
+
+def combine_seed(case_seed: int, secret: int) -> int:
+    """The leaderboard's secret-seed transform of a case seed `a` with secret `b`: a + (a+b)(a+b+1)//2."""
+    a, b = int(case_seed), int(secret)
+    return a + (a + b) * (a + b + 1) // 2
+
+
+def apply_secret_seed(case: dict[str, Any], secret: int | None) -> dict[str, Any]:
+    """The case with its `seed` transformed by the secret seed (unchanged without one or without a seed)."""
+    if secret is None or not isinstance(case.get("seed"), int):
+        return dict(case)
+    return {**case, "seed": combine_seed(case["seed"], secret)}
+
+
+def with_seed_offset(case: dict[str, Any], offset: int) -> dict[str, Any]:
+    """The case with `offset` added to its integer seed (a case without one is returned unchanged)."""
+    if not isinstance(case.get("seed"), int):
+        return dict(case)
+    return {**case, "seed": case["seed"] + offset}
+
+
+def format_spec(case: dict[str, Any]) -> str:
+    """A case as the spec value: `key: value; key: value` (the cases-file format)."""
+    return "; ".join(f"{k}: {v}" for k, v in case.items())
+
+
+def escape_value(value: Any) -> str:
+    """A pipe value on one line: newlines become the two characters `\\n`."""
+    return str(value).replace("\r\n", "\n").replace("\r", "\n").replace("\n", "\\n")
+
+
+# ------------------------------------------------------------------------------ statistics (pure)
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Statistics of one case's timed calls; every time in nanoseconds."""
+
+    runs: int
+    mean: float
+    std: float  # sample standard deviation (n - 1); 0 for one sample
+    err: float  # std / sqrt(runs)
+    best: float
+    worst: float
+    median: float
+
+
+def summarize(samples: list[float]) -> Stats:
+    """Stats of per-call durations (ns). Needs at least one sample."""
+    if not samples:
+        raise ValueError("no samples")
+    n = len(samples)
+    mean = math.fsum(samples) / n
+    var = math.fsum((s - mean) ** 2 for s in samples) / (n - 1) if n > 1 else 0.0
+    std = math.sqrt(var)
+    ordered = sorted(samples)
+    mid = n // 2
+    median = ordered[mid] if n % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    return Stats(runs=n, mean=mean, std=std, err=std / math.sqrt(n), best=ordered[0], worst=ordered[-1],
+                 median=median)
+
+
+def stop_reason(samples: list[float], budget: Budget, elapsed_ns: float) -> str | None:
+    """Why the timing loop stops now, or None to go on.
+
+    After at least MIN_RUNS calls: `converged` when err/mean < 0.001, `max_time` when
+    mean*runs > budget.max_time_ns, `wall_time` after 120 s of wall time (elapsed_ns). Independently,
+    `max_repeats` when budget.max_repeats calls were made.
+    """
+    if len(samples) >= MIN_RUNS:
+        stats = summarize(samples)
+        if stats.err < CONVERGED_REL_ERR * stats.mean:
+            return "converged"
+        if stats.mean * stats.runs > budget.max_time_ns:
+            return "max_time"
+        if elapsed_ns > WALL_LIMIT_NS:
+            return "wall_time"
+    if len(samples) >= budget.max_repeats:
+        return "max_repeats"
+    return None
+
+
+@dataclass(frozen=True)
+class LoopResult:
+    samples: list[float]
+    stop: str  # a stop_reason, or "failed"
+    failure: dict | None  # the failing call's reply when stop == "failed"
+
+
+def timing_loop(measure: Callable[[], dict], clock_ns: Callable[[], float], budget: Budget) -> LoopResult:
+    """Call `measure()` until a stop rule fires; it returns {"ok": True, "ns": duration} or a failure.
+
+    `clock_ns` is the wall clock (nanoseconds) used for the 120 s limit; tests inject a fake one.
+    """
+    samples: list[float] = []
+    start = clock_ns()
+    while True:
+        reply = measure()
+        if not reply.get("ok"):
+            return LoopResult(samples, "failed", reply)
+        samples.append(float(reply["ns"]))
+        reason = stop_reason(samples, budget, clock_ns() - start)
+        if reason:
+            return LoopResult(samples, reason, None)
+
+
+def format_number(x: float) -> str:
+    """A time in ns for the pipe: shortest round-trip float text."""
+    return repr(float(x))
+
+
+# ------------------------------------------------------------------------------ parent: pipe and worker
+
+
+class ResultPipe:
+    """The result pipe: one `key: value` line per write, flushed at once (a timeout keeps what was written)."""
+
+    def __init__(self, fd: int):
+        self._file = os.fdopen(fd, "w", encoding="utf-8", errors="replace", buffering=1)
+
+    def write(self, key: str, value: Any) -> None:
+        self._file.write(f"{key}: {escape_value(value)}\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class WorkerGone(Exception):
+    """The worker process died or the channel was corrupted; the failure applies to every remaining case."""
+
+    def __init__(self, error: str, message: str = ""):
+        super().__init__(error)
+        self.error, self.message = error, message
+
+
+class WorkerLink:
+    """The parent's end of the worker: requests go as pickles, replies come back as JSON only."""
+
+    def __init__(self, settings: dict):
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child_conn = ctx.Pipe(duplex=True)
+        # Not daemonic: a daemonic process may not start children, and honest kernels may (torch.compile).
+        # close() stops it; PR_SET_PDEATHSIG stops it if this process dies first.
+        self._proc = ctx.Process(target=worker_main, args=(child_conn, settings), name="popkit-worker")
+        self._proc.start()
+        child_conn.close()  # only the worker holds its end, so its death reads as EOF here
+
+    def receive(self) -> dict:
+        try:
+            raw = self._conn.recv_bytes(MAX_REPLY_BYTES)
+        except EOFError:
+            raise self._gone() from None
+        except OSError as exc:
+            raise WorkerGone("result-pipe write: foreign bytes arrived on the harness channel (the submission "
+                             "wrote to a file descriptor it does not own)", f"{type(exc).__name__}: {exc}") from None
+        try:
+            reply = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            raise WorkerGone("result-pipe write: foreign bytes arrived on the harness channel (the submission "
+                             "wrote to a file descriptor it does not own)", repr(raw[:200])) from None
+        if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):
+            raise WorkerGone("result-pipe write: a malformed message arrived on the harness channel", repr(raw[:200]))
+        return reply
+
+    def request(self, op: str, **fields: Any) -> dict:
+        try:
+            self._conn.send({"op": op, **fields})
+        except (OSError, EOFError):
+            raise self._gone() from None
+        return self.receive()
+
+    def _gone(self) -> WorkerGone:
+        self._proc.join(5)
+        code = self._proc.exitcode
+        return WorkerGone(f"worker process died (exit code {code}) while running the submission")
+
+    def kill(self) -> None:
+        """End a worker that broke the channel at once: it must not keep writing while verdicts are written."""
+        if self._proc.is_alive():
+            self._proc.kill()
+        self._proc.join(5)
+
+    def close(self) -> None:
+        """Stop the worker and wait for it: nothing of the submission may outlive the final `check` line."""
+        try:
+            self._conn.send({"op": "stop"})
+        except (OSError, EOFError):
+            pass
+        self._proc.join(10)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(5)
+        self._conn.close()
+
+
+def _make_non_dumpable() -> None:
+    """Linux: /proc/<pid>/fd of a non-dumpable process is root's, so a same-user child cannot reopen the pipe."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+    except (OSError, AttributeError):
+        pass
+
+
+def _case_failed(pipe: ResultPipe, prefix: str, error: str, message: str = "") -> None:
+    pipe.write(f"{prefix}.status", "fail")
+    pipe.write(f"{prefix}.error", error)
+    if message:
+        pipe.write(f"{prefix}.message", message)
+
+
+class Session:
+    """One eval invocation in the parent: talks to the worker, writes the pipe, computes statistics."""
+
+    def __init__(self, pipe: ResultPipe, link: WorkerLink, mode: str, cases: list[dict], trust: bool,
+                 clock_ns: Callable[[], float] = time.monotonic_ns):
+        self.pipe, self.link, self.mode, self.cases, self.trust = pipe, link, mode, cases, trust
+        self.clock_ns = clock_ns
+        self.all_passed = True
+        self.cuda_failed = False
+        self.gone: WorkerGone | None = None  # set once the worker is unusable
+        self.global_failure: dict | None = None  # import or setup failure that fails every case
+        self.timer = "cpu-monotonic"
+
+    # -- start-up
+    def start(self) -> None:
+        try:
+            ready = self.link.receive()
+        except WorkerGone as gone:
+            self._lose_worker(gone)
+            return
+        for key in ("device", "torch", "cuda", "hip", "arch"):
+            self.pipe.write(f"system.{key}", ready.get("system", {}).get(key, ""))
+        self.pipe.write("trust.checks", ",".join(TRUST_CHECKS) if self.trust else "")
+        self.timer = ready.get("timer", self.timer)
+        if not ready["ok"]:
+            self.global_failure = ready
+
+    def _fail(self, prefix: str, reply: dict) -> None:
+        self.all_passed = False
+        _case_failed(self.pipe, prefix, reply.get("error", "failed"), reply.get("message", ""))
+        if reply.get("cuda"):
+            self.cuda_failed = True
+
+    def _blocked(self, prefix: str) -> bool:
+        """Fail the case without running it when the worker is gone or the submission never loaded."""
+        if self.gone is not None:
+            self._fail(prefix, {"error": self.gone.error, "message": self.gone.message})
+            return True
+        if self.global_failure is not None:
+            self._fail(prefix, self.global_failure)
+            return True
+        return False
+
+    def _ask(self, op: str, **fields: Any) -> dict:
+        """A request whose failure to get an answer becomes a failing reply (and marks the worker gone)."""
+        if self.gone is not None:
+            return {"ok": False, "error": self.gone.error, "message": self.gone.message}
+        try:
+            return self.link.request(op, **fields)
+        except WorkerGone as gone:
+            self._lose_worker(gone)
+            return {"ok": False, "error": gone.error, "message": gone.message}
+
+    def _lose_worker(self, gone: WorkerGone) -> None:
+        self.gone = gone
+        self.link.kill()
+
+    # -- modes
+    def run(self) -> None:
+        if self.mode == "test":
+            self.run_tests()
+        elif self.mode == "profile":
+            self.run_profiles()
+        else:
+            self.run_benchmarks()
+
+    def run_tests(self) -> None:
+        self.pipe.write("test-count", len(self.cases))
+        for i, case in enumerate(self.cases):
+            prefix = f"test.{i}"
+            self.pipe.write(f"{prefix}.spec", format_spec(case))
+            if self.cuda_failed or self._blocked(prefix):
+                continue
+            reply = self._ask("check", case=case, mode=self.mode)
+            if reply["ok"]:
+                self.pipe.write(f"{prefix}.status", "pass")
+                if reply.get("message"):
+                    self.pipe.write(f"{prefix}.message", reply["message"])
+            else:
+                self._fail(prefix, reply)
+            if self.cuda_failed:
+                return
+
+    def run_benchmarks(self) -> None:
+        warm_budget, case_budget = BUDGETS[self.mode]
+        self.pipe.write("benchmark-count", len(self.cases))
+        if self.cases and self.gone is None and self.global_failure is None:
+            # Warm-up; its numbers are discarded. With trust on it gets its own seeds, so a timed call
+            # never sees an input the warm-up already saw (a memo cache keyed on content gains nothing).
+            first = with_seed_offset(self.cases[0], WARMUP_SEED_STEP) if self.trust else self.cases[0]
+            warm = self.time_case(first, warm_budget)
+            if warm[0] is None and warm[1].get("cuda"):
+                self.cuda_failed = True
+                self._fail("benchmark.0", warm[1])
+                return
+        for i, case in enumerate(self.cases):
+            prefix = f"benchmark.{i}"
+            self.pipe.write(f"{prefix}.spec", format_spec(case))
+            if self.cuda_failed or self._blocked(prefix):
+                continue
+            loop, failure = self.time_case(case, case_budget)
+            if loop is None:
+                self._fail(prefix, failure)
+                if self.cuda_failed:
+                    return
+                continue
+            self.write_stats(prefix, loop)
+
+    def time_case(self, case: dict, budget: Budget) -> tuple[LoopResult | None, dict]:
+        """Checked call(s), then the timing loop, then (benchmark mode) the last output's check."""
+        begin = self._ask("bench_begin", case=case, mode=self.mode)
+        if not begin["ok"]:
+            return None, begin
+        loop = timing_loop(lambda: self._ask("bench_call"), self.clock_ns, budget)
+        if loop.stop == "failed":
+            return None, loop.failure
+        end = self._ask("bench_end")
+        if not end["ok"]:
+            return None, end
+        return loop, {}
+
+    def write_stats(self, prefix: str, loop: LoopResult) -> None:
+        stats = summarize(loop.samples)
+        self.pipe.write(f"{prefix}.runs", stats.runs)
+        for name in ("mean", "std", "err", "best", "worst", "median"):
+            self.pipe.write(f"{prefix}.{name}", format_number(getattr(stats, name)))
+        self.pipe.write(f"{prefix}.samples", ",".join(format_number(s) for s in loop.samples))
+        self.pipe.write(f"{prefix}.stop", loop.stop)
+        self.pipe.write(f"{prefix}.timer", self.timer)
+
+    def run_profiles(self) -> None:
+        self.pipe.write("benchmark-count", len(self.cases))
+        for i, case in enumerate(self.cases):
+            prefix = f"benchmark.{i}"
+            self.pipe.write(f"{prefix}.spec", format_spec(case))
+            if self.cuda_failed or self._blocked(prefix):
+                continue
+            begin = self._ask("bench_begin", case=case, mode=self.mode)
+            reply = self._ask("profile") if begin["ok"] else begin
+            if not reply["ok"]:
+                self._fail(prefix, reply)
+                if self.cuda_failed:
+                    return
+                continue
+            report = base64.b64encode(reply.get("report", "").encode("utf-8")).decode("ascii")
+            self.pipe.write(f"{prefix}.report", report)
+            self.pipe.write(f"{prefix}.status", "pass")
+            self.pipe.write(f"{prefix}.timer", self.timer)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv if argv is None else argv)
+    fd_text = os.environ.get("POPCORN_FD", "")
+    try:
+        fd = int(fd_text)
+        os.fstat(fd)
+    except (ValueError, OSError):
+        print("eval: POPCORN_FD must name an open file descriptor (the result pipe)", file=sys.stderr)
+        return EXIT_NO_FD
+    os.set_inheritable(fd, False)
+    os.environ.pop("POPCORN_FD", None)
+    if len(argv) != 3 or argv[1] not in MODES:
+        print(f"usage: python eval.py {{{'|'.join(MODES)}}} CASES_FILE", file=sys.stderr)
+        return EXIT_USAGE
+    mode, cases_path = argv[1], argv[2]
+    seed_text = os.environ.pop("POPCORN_SEED", None)  # read, then unset: the worker never sees it
+    trust = os.environ.pop("POPKIT_TRUST", "1").strip() != "0"
+    try:
+        secret = int(seed_text) if seed_text not in (None, "") else None
+    except ValueError:
+        print(f"eval: POPCORN_SEED is not an integer: {seed_text!r}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        cases = [apply_secret_seed(c, secret) for c in read_cases(cases_path)]
+    except CasesError as exc:
+        print(f"eval: bad cases file: {exc}", file=sys.stderr)
+        return EXIT_BAD_CASES
+    if trust:
+        _make_non_dumpable()
+    pipe = ResultPipe(fd)
+    link = WorkerLink({"trust": trust, "mode": mode})
+    session = Session(pipe, link, mode, cases, trust)
+    try:
+        session.start()
+        session.run()
+    finally:
+        link.close()  # the worker is gone before the verdict is written
+    passed = session.all_passed and not session.cuda_failed
+    pipe.write("check", "pass" if passed else "fail")
+    pipe.close()
+    if session.cuda_failed:
+        return EXIT_CUDA
+    return EXIT_OK if passed else EXIT_FAILED
+
+
+# ====================================================================================== the worker
+# Everything below runs in the spawned worker process, the only place the submission is imported.
+
+
+class CaseFailure(Exception):
+    """A failed case: `error` is one line naming what went wrong, `message` the details (traceback, check text)."""
+
+    def __init__(self, error: str, message: str = "", *, cuda: bool = False, probe: bool = False):
+        super().__init__(error)
+        self.error, self.message, self.cuda = error, message, cuda
+        self.probe = probe  # a wrong-output kind of failure, worth retrying with sys.argv saying test
+
+    def reply(self) -> dict:
+        return {"ok": False, "error": self.error, "message": self.message, "cuda": self.cuda}
+
+
+def _first_line(text: str) -> str:
+    lines = str(text).strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def _is_cuda_error(exc: BaseException, torch) -> bool:
+    """CUDA/HIP API failures: they poison the context, so the eval exits 110."""
+    kinds = tuple(k for k in (getattr(torch, "AcceleratorError", None), getattr(torch.cuda, "CudaError", None)) if k)
+    if kinds and isinstance(exc, kinds):
+        return True
+    text = str(exc)
+    return "CUDA error" in text or "HIP error" in text
+
+
+def _exception_failure(exc: BaseException, torch, where: str = "") -> CaseFailure:
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    error = f"{where}{type(exc).__name__}: {_first_line(exc)}".rstrip(": ")
+    return CaseFailure(error, tb, cuda=_is_cuda_error(exc, torch))
+
+
+# -- tensors in nested data (worker-side helpers; torch is imported lazily so the parent never loads it)
+
+
+def clone_data(data: Any) -> Any:
+    """Clone every tensor in nested tuples, lists and dicts; other values are returned as they are."""
+    import torch
+
+    if isinstance(data, torch.Tensor):
+        return data.clone()
+    if isinstance(data, tuple):
+        return tuple(clone_data(x) for x in data)
+    if isinstance(data, list):
+        return [clone_data(x) for x in data]
+    if isinstance(data, dict):
+        return {k: clone_data(v) for k, v in data.items()}
+    return data
+
+
+def flatten_tensors(data: Any) -> list:
+    """The tensors of nested data in a fixed order (depth first; dicts in insertion order): "input I"."""
+    import torch
+
+    if isinstance(data, torch.Tensor):
+        return [data]
+    if isinstance(data, (tuple, list)):
+        return [t for x in data for t in flatten_tensors(x)]
+    if isinstance(data, dict):
+        return [t for x in data.values() for t in flatten_tensors(x)]
+    return []
+
+
+def storage_span(t) -> tuple[str, int, int] | None:
+    """(device, first byte, end byte) of the storage behind a tensor; None for an empty storage."""
+    try:
+        storage = t.untyped_storage()
+        start, size = storage.data_ptr(), storage.nbytes()
+    except (RuntimeError, NotImplementedError):
+        return None
+    if size == 0 or start == 0:
+        return None
+    return str(t.device), start, start + size
+
+
+def shares_storage(a, b) -> bool:
+    """Whether two tensors' storages overlap (a view of an input overlaps it)."""
+    sa, sb = storage_span(a), storage_span(b)
+    return sa is not None and sb is not None and sa[0] == sb[0] and sa[1] < sb[2] and sb[1] < sa[2]
+
+
+def _byte_view(t):
+    """The tensor's elements as raw bytes, shape (numel, itemsize), contiguous."""
+    import torch
+
+    flat = t.detach().contiguous().reshape(-1)
+    if flat.dtype == torch.uint8:
+        return flat.reshape(-1, 1)
+    return flat.view(torch.uint8).reshape(flat.numel(), flat.element_size())
+
+
+def same_bits(a, b) -> bool:
+    """Bitwise equality of two tensors (NaN payloads included); False if shape, dtype or device kind differ."""
+    import torch
+
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.numel() == 0:
+        return True
+    if a.device != b.device:
+        b = b.to(a.device)
+    try:
+        return torch.equal(_byte_view(a), _byte_view(b))
+    except (RuntimeError, TypeError):
+        return torch.equal(a, b)
+
+
+def poison_pattern(dtype, byte: int):
+    """One element of `dtype` whose every byte is `byte` (bool: True, since other bytes are not valid bools)."""
+    import torch
+
+    if dtype == torch.bool:
+        return torch.ones((), dtype=torch.bool)
+    size = torch.empty((), dtype=dtype).element_size()
+    return torch.full((size,), byte, dtype=torch.uint8).view(dtype).reshape(())
+
+
+def poison(t, byte: int) -> bool:
+    """Fill a tensor with the byte pattern (0xFF is NaN for every float type); False if it cannot be."""
+    try:
+        t.copy_(poison_pattern(t.dtype, byte).to(t.device).expand(t.shape))
+        return True
+    except (RuntimeError, TypeError):
+        return False
+
+
+def poisoned_fraction(t, byte: int) -> float:
+    """The fraction of the tensor's elements whose bytes are exactly the poison pattern."""
+    import torch
+
+    if t.numel() == 0:
+        return 0.0
+    try:
+        pattern = _byte_view(poison_pattern(t.dtype, byte).to(t.device).reshape(1))
+        hits = torch.all(_byte_view(t) == pattern, dim=1)
+    except (RuntimeError, TypeError):
+        return 0.0
+    return float(hits.sum().item()) / t.numel()
+
+
+def type_template(ref: Any) -> Any:
+    """The reference output's types without its data: a tensor becomes ("tensor", its class),
+    a tuple or list a ("seq", container name, [templates]), anything else None (no constraint)."""
+    import torch
+
+    if isinstance(ref, torch.Tensor):
+        return ("tensor", type(ref))
+    if isinstance(ref, (tuple, list)):
+        return ("seq", type(ref).__name__, [type_template(r) for r in ref])
+    return None
+
+
+def output_type_problem(out: Any, template: Any) -> str | None:
+    """Why the output's type is not acceptable (plain tensors, or the reference's own type), or None.
+
+    `template` comes from type_template(reference output).
+    """
+    import torch
+
+    if template is None:
+        return None
+    if template[0] == "tensor":
+        if not isinstance(out, torch.Tensor):
+            return f"wrong output type: expected torch.Tensor, got {type(out).__name__}"
+        if type(out) is not torch.Tensor and type(out) is not template[1]:
+            return (f"lazy output: custom_kernel returned a {type(out).__qualname__} (a torch.Tensor subclass), "
+                    "not a plain torch.Tensor")
+        overrides = sorted(k for k, v in getattr(out, "__dict__", {}).items() if callable(v))
+        if overrides:
+            return f"lazy output: the returned tensor overrides {overrides[0]!r} on the instance"
+        return None
+    _, name, children = template
+    if not isinstance(out, (tuple, list)):
+        return f"wrong output type: expected a {name} of {len(children)}, got {type(out).__name__}"
+    if len(out) != len(children):
+        return f"wrong output: expected {len(children)} outputs, got {len(out)}"
+    for o, child in zip(out, children):
+        problem = output_type_problem(o, child)
+        if problem:
+            return problem
+    return None
+
+
+def _normalize_verdict(result: Any) -> tuple[bool, str]:
+    """check_implementation's result: (ok, message), or an older string (empty means pass)."""
+    if isinstance(result, str):
+        return result == "", result
+    if isinstance(result, (tuple, list)) and len(result) == 2:
+        return bool(result[0]), str(result[1] or "")
+    if isinstance(result, bool):
+        return result, ""
+    return False, f"check_implementation returned {type(result).__name__}, expected (ok, message)"
+
+
+@dataclass
+class Layout:
+    """What the reference does with one case's data (found once per case by running it on clones).
+
+    alias_ok: for each output tensor j, the inputs the reference's output j shares storage with (output
+        buffers, or inputs the reference returns a view of: returning them there is fine).
+    writable: inputs the reference changes (the kernel may change them too).
+    poisonable: output buffers whose initial contents do not affect the reference's result.
+    out_bytes: byte sizes of the reference's output tensors (for freed-memory poisoning).
+    device: where the reference's outputs live.
+    template: type_template of the reference's output (the accepted output types).
+    """
+
+    alias_ok: list
+    writable: set
+    poisonable: set
+    out_bytes: list
+    device: Any
+    template: Any
+
+
+class Tripwires:
+    """Functions the harness depends on, captured before the submission is imported."""
+
+    def __init__(self):
+        self._items: list[tuple[str, str, Any, str, Any]] = []  # (label, kind, owner, attribute, original)
+
+    def add(self, label: str, kind: str, owner: Any, attr: str) -> None:
+        if hasattr(owner, attr):
+            self._items.append((label, kind, owner, attr, getattr(owner, attr)))
+
+    def add_module_functions(self, module: Any, prefix: str) -> None:
+        for name, value in list(vars(module).items()):
+            if callable(value) and not isinstance(value, type) and not name.startswith("__"):
+                self.add(f"{prefix}.{name}", "harness", module, name)
+
+    def violation(self) -> str | None:
+        for label, kind, owner, attr, original in self._items:
+            current = getattr(owner, attr, None)
+            if current is original:
+                continue
+            try:
+                same = current == original  # bound methods compare equal, not identical
+            except Exception:
+                same = False
+            if not same:
+                return f"{'timer' if kind == 'timer' else 'harness'} patched: {label} was replaced"
+        return None
+
+
+_TIMER_NAMES = {
+    "time": ("perf_counter_ns", "perf_counter", "monotonic_ns", "monotonic", "time", "time_ns"),
+    "torch.cuda": ("synchronize", "Event", "current_stream", "current_device", "set_device"),
+    "torch.cuda.Event": ("__init__", "record", "elapsed_time", "synchronize", "query", "wait"),
+}
+_CHECK_TORCH = ("allclose", "isclose", "equal", "isnan", "isinf", "isfinite", "abs", "sum", "all", "any", "where",
+                "nonzero", "sign", "zeros_like", "clone", "eq", "ne", "le", "lt", "ge", "gt", "sub", "maximum")
+_CHECK_TENSOR = ("clone", "copy_", "to", "cpu", "float", "double", "detach", "contiguous", "view", "reshape", "abs",
+                 "sum", "all", "any", "item", "tolist", "numel", "isnan", "isinf", "eq", "ne", "equal", "allclose",
+                 "isclose", "nonzero", "sign", "__sub__", "__rsub__", "__add__", "__mul__", "__eq__", "__ne__",
+                 "__le__", "__lt__", "__ge__", "__gt__", "__abs__", "__getitem__", "__setitem__", "__bool__",
+                 "__invert__", "__and__", "__or__", "__len__", "shape", "dtype", "device")
+
+
+class Worker:
+    """The submission's side of one invocation: imports, checks, timed calls, profiles."""
+
+    def __init__(self, settings: dict):
+        self.trust = bool(settings.get("trust", True))
+        self.mode = settings.get("mode", "test")
+        self.reference = None
+        self.kernel = None
+        self.layouts: dict[str, Layout] = {}
+        self.recent_outputs: collections.deque = collections.deque(maxlen=2)  # byte snapshots, for replay
+        self.bench: dict[str, Any] = {}
+        self.flush_buffer = None
+        self.submission_path = os.path.realpath("submission.py")
+
+    # -- start-up: capture, import, verify
+    def start(self) -> dict:
+        """Import torch and the reference, capture tripwires, import the submission; the `ready` reply."""
+        import torch
+
+        self.torch = torch
+        self.cuda = torch.cuda.is_available()
+        # The harness times and synchronizes with these references, captured before the import.
+        self.sync = torch.cuda.synchronize if self.cuda else (lambda: None)
+        self.Event = torch.cuda.Event
+        self.record = torch.cuda.Event.record
+        self.elapsed_ms = torch.cuda.Event.elapsed_time
+        self.perf_ns = time.perf_counter_ns
+        reply: dict[str, Any] = {"ok": True, "system": self._system(), "timer": "cuda-event" if self.cuda else
+                                 "cpu-monotonic"}
+        try:
+            import reference
+        except BaseException as exc:  # the task itself is broken: every case fails with this
+            traceback.print_exc()
+            return {**reply, **_exception_failure(exc, torch, "reference.py failed to import: ").reply()}
+        self.reference = reference
+        self.generate_input = reference.generate_input
+        self.ref_kernel = reference.ref_kernel
+        self.check_implementation = reference.check_implementation
+        self.tripwires = self._capture_tripwires()
+        self.threads_at_start = self._thread_snapshot()
+        try:
+            import submission
+        except BaseException as exc:
+            traceback.print_exc()
+            return {**reply, **_exception_failure(exc, torch).reply()}
+        kernel = getattr(submission, "custom_kernel", None)
+        if not callable(kernel):
+            return {**reply, "ok": False, "error": "submission.py defines no custom_kernel(data)", "message": ""}
+        self.kernel = kernel
+        if self.trust:
+            try:
+                self._check_tripwires()
+                self._check_threads(self.threads_at_start, "imported")
+            except CaseFailure as failure:
+                return {**reply, **failure.reply()}
+        return reply
+
+    def _system(self) -> dict:
+        torch = self.torch
+        info = {"device": "cpu", "torch": torch.__version__, "cuda": torch.version.cuda or "",
+                "hip": getattr(torch.version, "hip", None) or "", "arch": ""}
+        if self.cuda:
+            props = torch.cuda.get_device_properties(torch.cuda.current_device())
+            info["device"] = props.name
+            if info["hip"]:
+                info["arch"] = str(getattr(props, "gcnArchName", "")).split(":")[0]
+            else:
+                info["arch"] = f"sm_{props.major}{props.minor}"
+        return info
+
+    def _capture_tripwires(self) -> Tripwires:
+        torch = self.torch
+        wires = Tripwires()
+        owners = {"time": time, "torch.cuda": torch.cuda, "torch.cuda.Event": torch.cuda.Event}
+        for owner_name, names in _TIMER_NAMES.items():
+            for name in names:
+                wires.add(f"{owner_name}.{name}", "timer", owners[owner_name], name)
+        for name in _CHECK_TORCH:
+            wires.add(f"torch.{name}", "harness", torch, name)
+        for name in _CHECK_TENSOR:
+            wires.add(f"torch.Tensor.{name}", "harness", torch.Tensor, name)
+        wires.add("torch.testing.assert_close", "harness", torch.testing, "assert_close")
+        wires.add_module_functions(self.reference, "reference")
+        # The reference's local helpers (utils.py, task.py): modules loaded from this directory.
+        here = os.path.realpath(os.getcwd())
+        for name, module in list(sys.modules.items()):
+            path = getattr(module, "__file__", None)
+            if (module is not self.reference and path and name not in ("__main__", "__mp_main__")
+                    and os.path.dirname(os.path.realpath(path)) == here):
+                wires.add_module_functions(module, name)
+        self._reference_module = self.reference
+        return wires
+
+    def _check_tripwires(self) -> None:
+        problem = self.tripwires.violation()
+        if problem is None and sys.modules.get("reference") is not self._reference_module:
+            problem = "harness patched: sys.modules['reference'] was replaced"
+        if problem:
+            raise CaseFailure(problem)
+
+    # -- threads
+    def _owned_by_submission(self, thread, frames: dict) -> bool:
+        """Whether a thread runs the submission's code (library thread pools do not count)."""
+        candidates = [getattr(thread, "_target", None), getattr(thread, "function", None), type(thread).run]
+        for fn in candidates:
+            if getattr(fn, "__module__", None) == "submission":
+                return True
+            code = getattr(fn, "__code__", None)
+            if code is not None and os.path.realpath(code.co_filename) == self.submission_path:
+                return True
+        frame = frames.get(thread.ident)
+        while frame is not None:
+            if (frame.f_globals.get("__name__") == "submission"
+                    or os.path.realpath(frame.f_code.co_filename) == self.submission_path):
+                return True
+            frame = frame.f_back
+        return False
+
+    def _thread_snapshot(self) -> set:
+        return {t.ident for t in threading.enumerate()}
+
+    def _check_threads(self, before: set, verb: str = "custom_kernel") -> None:
+        """Fail when a thread started since `before` is alive and runs the submission's code."""
+        new = [t for t in threading.enumerate() if t.ident not in before and t.is_alive()]
+        if not new:
+            return
+        frames = sys._current_frames()
+        for thread in new:
+            if self._owned_by_submission(thread, frames):
+                who = "custom_kernel" if verb == "custom_kernel" else "the submission's import"
+                raise CaseFailure(f"background thread started by {who} (still running: {thread.name})")
+
+    # -- data and the reference
+    def _generate(self, case: dict) -> Any:
+        try:
+            return self.generate_input(**case)
+        except BaseException as exc:
+            raise _exception_failure(exc, self.torch, "generate_input failed: ") from None
+
+    def _judge(self, data: Any, out: Any) -> tuple[bool, str]:
+        """The task's check on `data` (a copy the kernel never saw) and the kernel's output."""
+        try:
+            result = self.check_implementation(data, out)
+        except BaseException as exc:
+            raise _exception_failure(exc, self.torch, "check_implementation raised ") from None
+        self.sync()
+        return _normalize_verdict(result)
+
+    def _layout(self, case: dict, data: Any) -> Layout:
+        """Run the reference on clones to learn which inputs are output buffers (cached per case)."""
+        key = format_spec(with_seed_offset(case, -case["seed"]) if isinstance(case.get("seed"), int) else case)
+        if key in self.layouts:
+            return self.layouts[key]
+        pristine = flatten_tensors(data)
+        copy = clone_data(data)
+        try:
+            ref_out = self.ref_kernel(copy)
+            self.sync()
+        except BaseException as exc:
+            raise _exception_failure(exc, self.torch, "ref_kernel failed: ") from None
+        copies, outs = flatten_tensors(copy), flatten_tensors(ref_out)
+        alias_ok = [{i for i, t in enumerate(copies) if shares_storage(t, o)} for o in outs]
+        writable = {i for i, (t, p) in enumerate(zip(copies, pristine)) if not same_bits(t, p)}
+        poisonable = set()
+        for i in sorted(set().union(*alias_ok)):
+            trial = clone_data(data)
+            if not poison(flatten_tensors(trial)[i], 0xFF):
+                continue
+            try:
+                trial_out = flatten_tensors(self.ref_kernel(trial))
+                self.sync()
+            except BaseException:
+                continue
+            # The buffer's old contents do not matter to the reference, so the kernel may not rely on them.
+            if len(trial_out) == len(outs) and all(same_bits(a, b) for a, b in zip(trial_out, outs)):
+                poisonable.add(i)
+        device = outs[0].device if outs else (pristine[0].device if pristine else None)
+        layout = Layout(alias_ok, writable, poisonable, [t.numel() * t.element_size() for t in outs], device,
+                        type_template(ref_out))
+        self.layouts[key] = layout
+        return layout
+
+    def _poison_freed(self, layout: Layout, byte: int) -> None:
+        """Allocate blocks of each output's byte size, fill them, free them: an output allocated but never
+        written then holds the poison instead of an earlier correct result."""
+        torch = self.torch
+        for nbytes in layout.out_bytes:
+            if nbytes <= 0 or layout.device is None:
+                continue
+            # Four blocks: the allocator hands the kernel's next allocation of this size one of them.
+            blocks = [torch.empty(nbytes, dtype=torch.uint8, device=layout.device).fill_(byte) for _ in range(4)]
+            del blocks
+        self.sync()
+
+    # -- calls
+    def _invoke(self, kernel_input: Any) -> Any:
+        """One untimed call, the device synchronized and every tripwire verified before any verdict."""
+        before = self._thread_snapshot()
+        try:
+            out = self.kernel(kernel_input)
+        except BaseException as exc:
+            raise _exception_failure(exc, self.torch) from None
+        self._after_call(before)
+        return out
+
+    def _after_call(self, before: set) -> None:
+        if self.trust:
+            self._check_threads(before)  # before the sync: work still running after return is the point
+        try:
+            self.sync()
+        except BaseException as exc:
+            raise _exception_failure(exc, self.torch) from None
+        if self.trust:
+            self._check_tripwires()
+
+    def _timed(self, kernel_input: Any) -> tuple[Any, float]:
+        """One timed call: synchronize, flush L2, events (or perf_counter_ns) around the call; ns."""
+        self.sync()
+        self._flush_l2()
+        before = self._thread_snapshot()
+        try:
+            if self.cuda:
+                start, end = self.Event(enable_timing=True), self.Event(enable_timing=True)
+                self.record(start)
+                out = self.kernel(kernel_input)
+                self.record(end)
+            else:
+                t0 = self.perf_ns()
+                out = self.kernel(kernel_input)
+                t1 = self.perf_ns()
+        except BaseException as exc:
+            raise _exception_failure(exc, self.torch) from None
+        self._after_call(before)
+        ns = self.elapsed_ms(start, end) * 1e6 if self.cuda else float(t1 - t0)
+        return out, ns
+
+    def _flush_l2(self) -> None:
+        """Write a buffer of max(2 x L2, 256 MiB) so no input or output stays in the L2 cache (GPU only)."""
+        if not self.cuda:
+            return
+        if self.flush_buffer is None:
+            torch = self.torch
+            props = torch.cuda.get_device_properties(torch.cuda.current_device())
+            l2 = int(getattr(props, "L2_cache_size", 0) or 0)
+            size = max(2 * l2, FLUSH_MIN_BYTES)
+            self.flush_buffer = torch.empty(size, dtype=torch.int8, device="cuda")
+        self.flush_buffer.zero_()
+
+    def _trusted_input(self, data: Any, layout: Layout, byte: int) -> Any:
+        kernel_input = clone_data(data)
+        tensors = flatten_tensors(kernel_input)
+        for i in layout.poisonable:
+            poison(tensors[i], byte)
+        self._poison_freed(layout, byte)
+        return kernel_input
+
+    def _verify(self, out: Any, kernel_input: Any, pristine: Any, layout: Layout, byte: int | None) -> None:
+        """Every output check: type, aliasing, input mutation, then the task's own check."""
+        if self.trust:
+            problem = output_type_problem(out, layout.template)
+            if problem:
+                raise CaseFailure(problem, probe=True)
+            outs, inputs, originals = flatten_tensors(out), flatten_tensors(kernel_input), flatten_tensors(pristine)
+            for j, o in enumerate(outs):
+                allowed = layout.alias_ok[j] if j < len(layout.alias_ok) else set()
+                for i, t in enumerate(inputs):
+                    if i not in allowed and shares_storage(o, t):
+                        raise CaseFailure(f"output aliases input {i} (same storage)", probe=True)
+            for i, (t, p) in enumerate(zip(inputs, originals)):
+                if i not in layout.writable and i not in layout.poisonable and not same_bits(t, p):
+                    raise CaseFailure(f"input {i} was modified by custom_kernel", probe=True)
+        ok, message = self._judge(clone_data(pristine), out)
+        if ok:
+            return
+        error = self._diagnose(out, kernel_input, layout, byte) if self.trust else None
+        if error:
+            raise CaseFailure(error, message, probe=True)
+        raise CaseFailure(message.strip() or "check_implementation failed", probe=True)
+
+    def _diagnose(self, out: Any, kernel_input: Any, layout: Layout, byte: int | None) -> str | None:
+        """Name the cheat behind a wrong output when its fingerprint is there (poison bytes, a replayed result)."""
+        outs = flatten_tensors(out)
+        if byte is not None:
+            buffers = [t for i, t in enumerate(flatten_tensors(kernel_input)) if i in layout.poisonable]
+            for o in outs:
+                if any(shares_storage(o, b) for b in buffers) and poisoned_fraction(o, byte) >= 0.5:
+                    return ("fabricated output: custom_kernel returned the output buffer from data without "
+                            "writing it (it still holds the harness's poison)")
+            for o in outs:
+                fraction = poisoned_fraction(o, byte)
+                if fraction >= 0.5:
+                    return (f"stale memory: {fraction:.0%} of the output still holds the poison the harness "
+                            "wrote into freed memory before the call (allocated, never written)")
+        for previous in self.recent_outputs:
+            if len(previous) == len(outs) and all(same_bits(o, p) for o, p in zip(outs, previous)):
+                return "output replay: custom_kernel returned a previous call's result for a new input"
+        return None
+
+    def _remember(self, out: Any) -> None:
+        if self.trust:
+            self.recent_outputs.append([t.detach().clone() for t in flatten_tensors(out)])
+
+    def _trusted_call(self, data: Any, layout: Layout, byte: int) -> tuple[Any, Any]:
+        kernel_input = self._trusted_input(data, layout, byte)
+        out = self._invoke(kernel_input)
+        self._verify(out, kernel_input, data, layout, byte)
+        self._remember(out)
+        return kernel_input, out
+
+    def _checked(self, case: dict) -> Any:
+        """The checked call(s) of a case; returns the pristine data. Raises CaseFailure."""
+        data = self._generate(case)
+        if not self.trust:
+            out = self._invoke(clone_data(data))
+            self._verify(out, None, data, None, None)
+            return data
+        layout = self._layout(case, data)
+        for byte in (0xFF, 0x7F):  # double run: a result that depends on old memory shows up
+            self._trusted_call(data, layout, byte)
+        if isinstance(case.get("seed"), int):
+            self._trusted_call(self._generate(with_seed_offset(case, FRESH_SEED_STEP)), layout, 0xFF)
+        return data
+
+    def _checked_with_probe(self, case: dict, mode: str) -> Any:
+        try:
+            return self._checked(case)
+        except CaseFailure as failure:
+            if self.trust and mode != "test" and failure.probe and self._passes_as_test(case, mode):
+                raise CaseFailure(f"mode branching: custom_kernel's output is wrong in {mode} mode but right when "
+                                  f"sys.argv says test ({failure.error})", failure.message) from None
+            raise
+
+    def _passes_as_test(self, case: dict, mode: str) -> bool:
+        argv = sys.argv
+        if len(argv) < 2 or argv[1] != mode:
+            return False
+        sys.argv = [argv[0], "test", *argv[2:]]
+        try:
+            self._checked(case)
+            return True
+        except CaseFailure:
+            return False
+        finally:
+            sys.argv = argv
+
+    # -- requests
+    def handle(self, request: dict) -> dict:
+        op = request["op"]
+        try:
+            if op == "check":
+                self._checked_with_probe(request["case"], request["mode"])
+                return {"ok": True}
+            if op == "bench_begin":
+                return self.bench_begin(request["case"], request["mode"])
+            if op == "bench_call":
+                return self.bench_call()
+            if op == "bench_end":
+                return self.bench_end()
+            if op == "profile":
+                return self.profile()
+        except CaseFailure as failure:
+            return failure.reply()
+        return {"ok": False, "error": f"unknown request {op!r}"}
+
+    def bench_begin(self, case: dict, mode: str) -> dict:
+        self.bench = {}
+        data = self._checked_with_probe(case, mode)  # every benchmark shape is checked before it is timed
+        layout = self._layout(case, data) if self.trust else None
+        self.bench = {"case": case, "mode": mode, "pristine": data, "layout": layout, "step": 0, "out": None,
+                      "input": clone_data(data) if self.trust else data}
+        return {"ok": True}
+
+    def bench_call(self) -> dict:
+        b = self.bench
+        if not b:
+            return {"ok": False, "error": "no case prepared"}
+        if b["mode"] != "leaderboard":
+            out, ns = self._timed(b["input"])
+            b["out"] = out
+            return {"ok": True, "ns": ns}
+        # Leaderboard: a new input (seed + 13, cumulative) made after the previous call finished; rechecked.
+        b["step"] += 1
+        data = self._generate(with_seed_offset(b["case"], LEADERBOARD_SEED_STEP * b["step"]))
+        try:
+            if self.trust:
+                kernel_input = self._trusted_input(data, b["layout"], 0xFF)
+                out, ns = self._timed(kernel_input)
+                self._verify(out, kernel_input, data, b["layout"], 0xFF)
+                self._remember(out)
+            else:
+                out, ns = self._timed(clone_data(data))
+                self._verify(out, None, data, None, None)
+        except CaseFailure as failure:
+            failure.error = f"{failure.error} [timed call {b['step']}]"
+            raise
+        return {"ok": True, "ns": ns}
+
+    def bench_end(self) -> dict:
+        """Benchmark mode (trust): the last timed call's output must be right too."""
+        b = self.bench
+        if self.trust and b.get("mode") == "benchmark" and b.get("out") is not None:
+            try:
+                self._verify(b["out"], b["input"], b["pristine"], b["layout"], None)
+            except CaseFailure as failure:
+                return CaseFailure(f"timed output wrong: the last timed call's output fails the check "
+                                   f"(the checked calls passed): {failure.error}", failure.message).reply()
+        self.bench = {}
+        return {"ok": True}
+
+    def profile(self) -> dict:
+        """A torch profiler table over a few calls of the prepared case."""
+        torch = self.torch
+        b = self.bench
+        kernel_input = b["input"]
+        for _ in range(PROFILE_WARMUP_CALLS):
+            self._invoke(kernel_input)
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if self.cuda:
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        with torch.profiler.profile(activities=activities) as prof:
+            for _ in range(PROFILE_CALLS):
+                self._invoke(kernel_input)
+        sort_by = "self_cuda_time_total" if self.cuda else "self_cpu_time_total"
+        table = prof.key_averages().table(sort_by=sort_by, row_limit=30)
+        self.bench = {}
+        return {"ok": True, "report": table}
+
+
+def _die_with_parent() -> None:
+    """Linux: the worker gets SIGKILL when the eval process dies (a timeout must not leave it running)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        pass
+
+
+def _send(conn, reply: dict) -> None:
+    conn.send_bytes(json.dumps(reply, allow_nan=True).encode("utf-8"))
+
+
+def worker_main(conn, settings: dict) -> None:
+    """The spawned worker's entry point: start up, then answer requests until `stop`."""
+    parent = os.getppid()
+    _die_with_parent()
+    if os.getppid() != parent:  # the parent died before the death signal was armed
+        os._exit(1)
+    worker = Worker(settings)
+    try:
+        ready = worker.start()
+    except BaseException as exc:
+        traceback.print_exc()
+        ready = {"ok": False, "error": f"worker failed to start: {type(exc).__name__}: {_first_line(exc)}",
+                 "message": traceback.format_exc()}
+    _send(conn, ready)
+    while True:
+        try:
+            request = conn.recv()
+        except (EOFError, OSError):
+            return
+        if request.get("op") == "stop":
+            return
+        try:
+            reply = worker.handle(request)
+        except BaseException as exc:  # a harness bug must still answer, or the parent waits forever
+            reply = {"ok": False, "error": f"harness error: {type(exc).__name__}: {_first_line(exc)}",
+                     "message": traceback.format_exc()}
+        _send(conn, reply)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,394 @@
+"""popkit's harness, tasks/eval.py: its pure pieces, and the protocol as the runner sees it.
+
+Protocol runs go through popkit.runner (one way to run an eval) except where the test needs to
+break the protocol itself (no POPCORN_FD, no arguments, forged environment). Eval processes get
+OMP_NUM_THREADS=1: on a small CPU box torch's thread pool otherwise turns a 1 ms check into 50 ms.
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib.util
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from popkit import runner
+from popkit.tasks import load_task
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).parent / "fixtures" / "harness"
+EVAL_PATH = ROOT / "tasks" / "eval.py"
+CHILD_ENV = {"OMP_NUM_THREADS": "1"}
+
+
+def load_eval():
+    """tasks/eval.py as a module (it imports only the standard library at the top)."""
+    spec = importlib.util.spec_from_file_location("popkit_harness_under_test", EVAL_PATH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+ev = load_eval()
+
+
+def workdir_for(task_dir: Path, submission: str | bytes, dest: Path) -> str:
+    """The task's files flat in `dest`, as the runner lays them out; returns the eval's file name."""
+    data = submission.encode() if isinstance(submission, str) else submission
+    return runner.prepare_workdir(load_task(task_dir), data, dest)
+
+
+def run_eval(task_dir: Path, submission: str | bytes, mode: str, cases: list[dict], tmp_path: Path, *,
+             seed: int | None = None, env: dict | None = None, timeout_s: float = 120):
+    """One eval process through popkit.runner; returns its ModeRun (raw pipe keys in .raw)."""
+    dest = tmp_path / f"work-{mode}-{len(list(tmp_path.iterdir()))}"
+    main = workdir_for(task_dir, submission, dest)
+    options = runner.RunOptions(env={**CHILD_ENV, **(env or {})})
+    return runner.run_mode(dest, main, mode, cases, timeout_s=timeout_s, options=options, seed=seed)
+
+
+def raw_eval(workdir: Path, args: list[str], env: dict, with_fd: bool = True, timeout_s: float = 120):
+    """Run eval.py by hand (to break the protocol on purpose): (exit code, pipe text, stderr)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("POPCORN_", "POPKIT_"))} | CHILD_ENV | env
+    fds: tuple[int, ...] = ()
+    read_fd = write_fd = None
+    if with_fd:
+        read_fd, write_fd = os.pipe()
+        env["POPCORN_FD"] = str(write_fd)
+        fds = (write_fd,)
+    proc = subprocess.Popen([sys.executable, "eval.py", *args], cwd=workdir, env=env, pass_fds=fds,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    text = ""
+    if with_fd:
+        os.close(write_fd)
+        with os.fdopen(read_fd) as pipe:
+            text = pipe.read()
+    _, err = proc.communicate(timeout=timeout_s)
+    return proc.returncode, text, err.decode()
+
+
+DOUBLER = FIXTURES / "doubler"
+GOOD_DOUBLER = "def custom_kernel(data):\n    return data['x'] * data['scale']\n"
+SMALL = [{"size": 8, "seed": 11}, {"size": 33, "seed": 12}]
+
+
+# ====================================================================================== pure pieces
+
+
+def test_case_lines_parse_python_literals_and_keep_other_text():
+    case = ev.parse_case_line("size: 127; seed: -4; x: 0.5; flag: True; off: False; dims: [1, 2]; name: fp8")
+    assert case == {"size": 127, "seed": -4, "x": 0.5, "flag": True, "off": False, "dims": [1, 2], "name": "fp8"}
+    assert type(case["x"]) is float and type(case["flag"]) is bool
+
+
+def test_case_lines_split_only_outside_brackets_and_quotes():
+    assert ev.parse_case_line("dims: [1; 2]; tag: 'a; b'") == {"dims": "[1; 2]", "tag": "a; b"}
+    assert ev.parse_case_line("shape: (2, 3);  k: 4 ") == {"shape": (2, 3), "k": 4}
+
+
+@pytest.mark.parametrize("text", ["size 127", "size: 1; size: 2", ": 3", "9x: 1", "; ;"])
+def test_bad_case_lines_are_refused(text):
+    with pytest.raises(ev.CasesError):
+        ev.parse_case_line(text)
+
+
+def test_cases_file_skips_blank_lines_and_names_the_bad_line():
+    assert ev.parse_cases("size: 1\n\n  \nsize: 2\n") == [{"size": 1}, {"size": 2}]
+    with pytest.raises(ev.CasesError, match="line 2"):
+        ev.parse_cases("size: 1\nbroken\n")
+    with pytest.raises(ev.CasesError):
+        ev.parse_cases("\n")
+
+
+def test_secret_seed_transform_matches_the_protocol_and_the_runner():
+    assert ev.combine_seed(4242, 7) == 4242 + (4242 + 7) * (4242 + 7 + 1) // 2
+    assert ev.combine_seed(4242, 7) == runner.secret_case_seed(4242, 7)
+    assert ev.apply_secret_seed({"size": 3, "seed": 1}, 2) == {"size": 3, "seed": 1 + 3 * 4 // 2}
+    assert ev.apply_secret_seed({"size": 3}, 2) == {"size": 3}
+    assert ev.apply_secret_seed({"size": 3, "seed": 5}, None) == {"size": 3, "seed": 5}
+
+
+def test_values_on_the_pipe_stay_on_one_line():
+    assert ev.escape_value("a\nb\r\nc") == "a\\nb\\nc"
+    assert ev.format_spec({"size": 3, "dims": [1, 2]}) == "size: 3; dims: [1, 2]"
+
+
+def test_statistics_use_the_sample_std_and_report_the_median():
+    s = ev.summarize([10.0, 20.0, 30.0, 40.0])
+    assert (s.runs, s.mean, s.best, s.worst, s.median) == (4, 25.0, 10.0, 40.0, 25.0)
+    assert math.isclose(s.std, math.sqrt(500 / 3))
+    assert math.isclose(s.err, s.std / 2)
+    assert ev.summarize([5.0, 1.0, 3.0]).median == 3.0
+    one = ev.summarize([7.0])
+    assert (one.std, one.err, one.median) == (0.0, 0.0, 7.0)
+
+
+def test_stop_rule_needs_three_runs_then_converges_or_hits_budgets():
+    budget = ev.Budget(max_repeats=100, max_time_ns=10e9)
+    assert ev.stop_reason([100.0, 100.0], budget, 0) is None  # identical, but fewer than 3
+    assert ev.stop_reason([100.0] * 3, budget, 0) == "converged"  # err = 0
+    noisy = [100.0, 200.0, 100.0]
+    assert ev.stop_reason(noisy, budget, 0) is None
+    assert ev.stop_reason(noisy, budget, 121e9) == "wall_time"
+    assert ev.stop_reason([4e9, 5e9, 4e9], budget, 0) == "max_time"  # mean*runs = 13 s > 10 s
+    assert ev.stop_reason(noisy, ev.Budget(max_repeats=3, max_time_ns=10e9), 0) == "max_repeats"
+    # converged (err/mean < 0.001) takes precedence over the other rules
+    assert ev.stop_reason([1e10, 1e10, 1e10], budget, 200e9) == "converged"
+
+
+class FakeClock:
+    """A wall clock that moves only when a measurement is made."""
+
+    def __init__(self, step_ns: float):
+        self.now, self.step = 0.0, step_ns
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_timing_loop_stops_on_wall_time_with_an_injected_clock():
+    clock = FakeClock(step_ns=50e9)
+    durations = iter([100.0, 300.0, 100.0, 300.0, 100.0])
+
+    def measure():
+        clock.now += clock.step
+        return {"ok": True, "ns": next(durations)}
+
+    loop = ev.timing_loop(measure, clock, ev.Budget(100, 1e12))
+    assert loop.stop == "wall_time" and loop.samples == [100.0, 300.0, 100.0]
+
+
+def test_timing_loop_reports_the_failing_call_and_keeps_earlier_samples():
+    replies = iter([{"ok": True, "ns": 5.0}, {"ok": False, "error": "boom"}])
+    loop = ev.timing_loop(lambda: next(replies), FakeClock(0), ev.Budget(100, 1e9))
+    assert loop.stop == "failed" and loop.samples == [5.0] and loop.failure["error"] == "boom"
+
+
+def test_warmup_and_case_budgets_follow_the_protocol():
+    assert ev.BUDGETS["benchmark"] == (ev.Budget(100, 0.1e9), ev.Budget(100, 10e9))
+    assert ev.BUDGETS["leaderboard"] == (ev.Budget(100, 0.01e9), ev.Budget(100, 30e9))
+
+
+def test_storage_overlap_sees_views_but_not_copies():
+    import torch
+
+    x = torch.arange(8.0)
+    assert ev.shares_storage(x[2:5], x) and ev.shares_storage(x.view(2, 4), x[7:])
+    assert not ev.shares_storage(x.clone(), x)
+    assert not ev.shares_storage(torch.empty(0), x)
+
+
+def test_poison_bytes_are_nan_for_floats_and_recognised_afterwards():
+    import torch
+
+    for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
+        t = torch.zeros(5, dtype=dtype)
+        assert ev.poison(t, 0xFF) and torch.isnan(t.float()).all()
+        assert ev.poisoned_fraction(t, 0xFF) == 1.0 and ev.poisoned_fraction(t, 0x7F) == 0.0
+    ints = torch.zeros(4, dtype=torch.int32)
+    ev.poison(ints, 0xFF)
+    assert ints.tolist() == [-1] * 4
+    a = torch.tensor([float("nan"), 1.0])
+    assert ev.same_bits(a, a.clone()) and not ev.same_bits(a, torch.tensor([float("nan"), 2.0]))
+    assert not ev.same_bits(a, a.double())
+
+
+def test_output_type_rule_wants_plain_tensors_or_the_references_types():
+    import torch
+
+    class Sub(torch.Tensor):
+        pass
+
+    ref = ev.type_template(torch.zeros(2))
+    assert ev.output_type_problem(torch.ones(2), ref) is None
+    assert "lazy output" in ev.output_type_problem(torch.ones(2).as_subclass(Sub), ref)
+    assert "wrong output type" in ev.output_type_problem([1.0, 2.0], ref)
+    overridden = torch.ones(2)
+    overridden.cpu = lambda: None
+    assert "overrides 'cpu'" in ev.output_type_problem(overridden, ref)
+    pair = ev.type_template((torch.zeros(1), torch.zeros(1)))
+    assert ev.output_type_problem([torch.ones(1), torch.ones(1)], pair) is None
+    assert "expected 2 outputs" in ev.output_type_problem((torch.ones(1),), pair)
+    assert ev.output_type_problem(3.0, ev.type_template(1.5)) is None
+
+
+def test_check_results_old_and_new_style():
+    assert ev._normalize_verdict((True, "")) == (True, "")
+    assert ev._normalize_verdict((False, "bad")) == (False, "bad")
+    assert ev._normalize_verdict("") == (True, "")
+    assert ev._normalize_verdict("values differ") == (False, "values differ")
+    assert ev._normalize_verdict(None)[0] is False
+
+
+# ====================================================================================== protocol
+
+
+@pytest.fixture
+def doubler_dir(tmp_path):
+    dest = tmp_path / "doubler"
+    workdir_for(DOUBLER, GOOD_DOUBLER, dest)
+    (dest / "cases.txt").write_text("size: 8; seed: 1\n")
+    return dest
+
+
+def test_exit_111_without_a_result_fd(doubler_dir):
+    code, _, err = raw_eval(doubler_dir, ["test", "cases.txt"], {}, with_fd=False)
+    assert code == 111 and "POPCORN_FD" in err
+
+
+@pytest.mark.parametrize("args", [["fast", "cases.txt"], ["test"], []])
+def test_exit_2_for_bad_usage_or_unknown_mode(doubler_dir, args):
+    assert raw_eval(doubler_dir, args, {})[0] == 2
+
+
+@pytest.mark.parametrize("content", [None, "size 8\n", "", "size: 1; size: 2\n"])
+def test_exit_113_for_a_missing_or_bad_cases_file(doubler_dir, content):
+    if content is not None:
+        (doubler_dir / "bad.txt").write_text(content)
+    assert raw_eval(doubler_dir, ["test", "bad.txt"], {})[0] == 113
+
+
+def test_passing_test_mode_writes_the_protocol_keys(tmp_path):
+    run = run_eval(DOUBLER, GOOD_DOUBLER, "test", SMALL, tmp_path)
+    raw = run.raw
+    assert run.exit_code == 0 and raw["check"] == "pass"
+    assert raw["test-count"] == "2"
+    assert raw["test.0.spec"] == "size: 8; seed: 11" and raw["test.1.spec"] == "size: 33; seed: 12"
+    assert raw["test.0.status"] == raw["test.1.status"] == "pass"
+    assert raw["system.device"] in ("cpu",) or raw["system.arch"]
+    assert raw["system.torch"] and "system.cuda" in raw and "system.hip" in raw
+    assert set(raw["trust.checks"].split(",")) == set(ev.TRUST_CHECKS)
+
+
+def test_failed_check_exits_112_with_an_old_style_message(tmp_path):
+    run = run_eval(DOUBLER, "def custom_kernel(data):\n    return data['x'] * 3\n", "test", SMALL, tmp_path)
+    assert run.exit_code == 112 and run.raw["check"] == "fail"
+    assert run.raw["test.0.status"] == "fail"
+    assert run.raw["test.0.error"] == "values differ\\nsecond line of the message"  # newline escaped
+    assert run.tests[0].error == "values differ\nsecond line of the message"
+
+
+def test_secret_seed_changes_every_case_seed(tmp_path):
+    run = run_eval(DOUBLER, GOOD_DOUBLER, "test", SMALL, tmp_path, seed=99)
+    assert run.exit_code == 0
+    assert run.raw["test.0.spec"] == f"size: 8; seed: {ev.combine_seed(11, 99)}"
+    assert run.raw["test.1.spec"] == f"size: 33; seed: {ev.combine_seed(12, 99)}"
+
+
+def test_exception_in_the_kernel_names_type_and_message_and_keeps_the_traceback(tmp_path):
+    sub = "def custom_kernel(data):\n    raise ValueError('no luck\\nat all')\n"
+    run = run_eval(DOUBLER, sub, "test", SMALL[:1], tmp_path)
+    assert run.exit_code == 112
+    assert run.tests[0].error == "ValueError: no luck"
+    assert "Traceback" in run.tests[0].message and "submission.py" in run.tests[0].message
+
+
+def test_cuda_api_failure_exits_110(tmp_path):
+    sub = ("def custom_kernel(data):\n"
+           "    raise RuntimeError('CUDA error: an illegal memory access was encountered')\n")
+    run = run_eval(DOUBLER, sub, "test", SMALL, tmp_path)
+    assert run.exit_code == 110 and run.raw["check"] == "fail"
+    assert run.raw["test.0.error"].startswith("RuntimeError: CUDA error")
+    assert "test.1.status" not in run.raw  # the context is gone; nothing more runs
+
+
+def test_benchmark_mode_writes_statistics_computed_from_the_samples(tmp_path):
+    run = run_eval(DOUBLER, GOOD_DOUBLER, "benchmark", [{"size": 64, "seed": 3}], tmp_path)
+    raw = run.raw
+    assert run.exit_code == 0 and raw["check"] == "pass" and raw["benchmark-count"] == "1"
+    samples = [float(s) for s in raw["benchmark.0.samples"].split(",")]
+    stats = ev.summarize(samples)
+    assert int(raw["benchmark.0.runs"]) == len(samples) == stats.runs
+    for key in ("mean", "std", "err", "best", "worst", "median"):
+        assert math.isclose(float(raw[f"benchmark.0.{key}"]), getattr(stats, key), rel_tol=1e-12)
+    assert raw["benchmark.0.stop"] in ("converged", "max_time", "wall_time", "max_repeats")
+    assert raw["benchmark.0.timer"] == ("cuda-event" if raw["system.device"] != "cpu" else "cpu-monotonic")
+    assert len(samples) <= 100
+
+
+def test_leaderboard_mode_rechecks_fresh_inputs_and_passes_an_honest_kernel(tmp_path):
+    run = run_eval(DOUBLER, GOOD_DOUBLER, "leaderboard", [{"size": 64, "seed": 3}], tmp_path, seed=5)
+    assert run.exit_code == 0 and run.raw["check"] == "pass"
+    assert run.benchmarks[0].runs >= 3
+
+
+def test_profile_mode_writes_a_base64_profiler_table(tmp_path):
+    run = run_eval(DOUBLER, GOOD_DOUBLER, "profile", [{"size": 64, "seed": 3}], tmp_path)
+    assert run.exit_code == 0 and run.raw["check"] == "pass"
+    table = base64.b64decode(run.raw["benchmark.0.report"]).decode()
+    assert "Name" in table and "Self CPU" in table and "aten::mul" in table
+
+
+def test_trust_checks_can_be_turned_off_for_fidelity_runs(tmp_path):
+    passthrough_view = "def custom_kernel(data):\n    data['x'].mul_(data['scale'])\n    return data['x']\n"
+    on = run_eval(DOUBLER, passthrough_view, "test", SMALL[:1], tmp_path)
+    off = run_eval(DOUBLER, passthrough_view, "test", SMALL[:1], tmp_path, env={"POPKIT_TRUST": "0"})
+    assert on.tests[0].error == "output aliases input 0 (same storage)"
+    assert off.exit_code == 0 and off.raw["trust.checks"] == ""
+
+
+def test_import_failures_fail_every_case(tmp_path):
+    run = run_eval(DOUBLER, "def kernel(data):\n    return data\n", "benchmark", SMALL, tmp_path)
+    assert run.exit_code == 112
+    assert [c.error for c in run.benchmarks] == ["submission.py defines no custom_kernel(data)"] * 2
+    run = run_eval(DOUBLER, "import no_such_module_anywhere\n", "test", SMALL[:1], tmp_path)
+    assert run.tests[0].error.startswith("ModuleNotFoundError: No module named 'no_such_module_anywhere'")
+
+
+def test_the_submission_never_sees_the_pipe_the_seed_or_the_trust_switch(tmp_path):
+    """A probe kernel fails the case if it can see POPCORN_*/POPKIT_* or holds the result pipe."""
+    probe = textwrap.dedent("""\
+        import os
+
+        def custom_kernel(data):
+            leaks = [k for k in os.environ if k.startswith(("POPCORN_", "POPKIT_"))]
+            inode = open("pipe_inode.txt").read().strip()
+            for name in os.listdir("/proc/self/fd"):
+                try:
+                    if os.readlink(f"/proc/self/fd/{name}") == f"pipe:[{inode}]":
+                        leaks.append(f"fd {name}")
+                except OSError:
+                    pass
+            if leaks:
+                raise RuntimeError("leaked: " + ", ".join(leaks))
+            return data["x"] * data["scale"]
+        """)
+    dest = tmp_path / "probe"
+    workdir_for(DOUBLER, probe, dest)
+    (dest / "cases.txt").write_text("size: 8; seed: 1\n")
+    read_fd, write_fd = os.pipe()
+    (dest / "pipe_inode.txt").write_text(str(os.fstat(write_fd).st_ino))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("POPCORN_", "POPKIT_"))}
+    env |= CHILD_ENV | {"POPCORN_FD": str(write_fd), "POPCORN_SEED": "123", "POPKIT_TRUST": "1"}
+    proc = subprocess.Popen([sys.executable, "eval.py", "test", "cases.txt"], cwd=dest, env=env,
+                            pass_fds=(write_fd,), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    os.close(write_fd)
+    with os.fdopen(read_fd) as pipe:
+        raw = runner.parse_pipe(pipe.read())
+    proc.communicate(timeout=120)
+    assert proc.returncode == 0, raw
+    assert raw["test.0.status"] == "pass" and raw["check"] == "pass"
+
+
+def test_in_out_buffers_are_not_poisoned(tmp_path):
+    """accumulate's reference reads acc before writing it: an honest in-place kernel must pass."""
+    sub = "def custom_kernel(data):\n    x, acc = data\n    acc += x\n    return acc\n"
+    run = run_eval(FIXTURES / "accumulate", sub, "leaderboard", [{"size": 64, "seed": 4}], tmp_path, seed=8)
+    assert run.exit_code == 0, run.benchmarks[0].error
+
+
+def test_returning_a_view_is_fine_when_the_reference_does_the_same(tmp_path):
+    sub = "def custom_kernel(x):\n    return x.view(-1, 2), x + x\n"
+    run = run_eval(FIXTURES / "reshape", sub, "test", SMALL, tmp_path)
+    assert run.exit_code == 0, [c.error for c in run.tests]
+    # ... but a view where the reference returns a new tensor is aliasing
+    bad = "def custom_kernel(x):\n    x.mul_(2)\n    return x.view(-1, 2).clone(), x\n"
+    run = run_eval(FIXTURES / "reshape", bad, "test", SMALL[:1], tmp_path)
+    assert run.tests[0].error == "output aliases input 0 (same storage)"
