@@ -198,11 +198,12 @@ class _Probe:
 
 
 def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: Any = None, rounds: int = DEFAULT_ROUNDS,
-           progress: Progress | None = None) -> ABReport:
+           progress: Progress | None = None, system: Mapping[str, Any] | None = None) -> ABReport:
     """Time A and B interleaved per shape in one session and compare them (see the module docstring).
 
     `options` is a runner.RunOptions (python, harness, precompile, env, keep_workdir). Stops at the
-    first run that does not pass; the report then names the side and carries that run.
+    first run that does not pass; the report then names the side and carries that run. `system`
+    replaces the environment probe (as in runner.run_submission).
     """
     from popkit import runner
 
@@ -217,10 +218,10 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: Any = No
     contents = {side: runner.read_submission(p) for side, p in paths.items()}
     started = datetime.now(timezone.utc)
     t0 = time.monotonic()
-    probe = _Probe(options.python)
+    probe = _Probe(options.python) if system is None else None
     gpus = None
     if task.multi_gpu:
-        gpus = probe.get().get("gpu_count")
+        gpus = (probe.get() if probe else dict(system or {})).get("gpu_count")
     root = Path(tempfile.mkdtemp(prefix="popkit-ab-"))
     timings: dict[str, dict[str, list[CaseResult]]] = {"A": {}, "B": {}}
     failed_side, failure = "", None
@@ -257,4 +258,4 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: Any = No
                     a_sha256=hashlib.sha256(contents["A"]).hexdigest(),
                     b_sha256=hashlib.sha256(contents["B"]).hexdigest(), rounds=rounds, harness=options.harness,
                     started_at=started.isoformat(timespec="seconds"), duration_s=time.monotonic() - t0,
-                    comparison=comparison, system=probe.get(), failed_side=failed_side, failure=failure)
+                    comparison=comparison, system=probe.get() if probe else dict(system or {}), failed_side=failed_side, failure=failure)

@@ -262,7 +262,7 @@ def _target_findings(leaderboard: str | None, gpu: str | None, mode: str | None,
 
 
 def _fd_findings(text: str) -> list[Finding]:
-    """POPCORN_FD is the harness's result pipe; no kernel has a reason to name it (any file type)."""
+    """POPCORN_FD is the harness's result pipe; no kernel has a reason to name it."""
     found = []
     for number, line in enumerate(text.splitlines(), start=1):
         for match in _POPCORN_FD.finditer(line):
@@ -345,8 +345,9 @@ def check_bytes(content: bytes, name: str, *, leaderboard: str | None = None, gp
         findings += _stream_findings(text)
         directive_found, target_lb, target_gpu = _directive_findings(text, leaderboard, gpu)
         findings += directive_found
-        findings += _fd_findings(text)
-        if Path(name).suffix.lower() == ".py":
+        if Path(name).suffix.lower() != ".py":
+            findings += _fd_findings(text)  # Python files: the syntax tree finds it in code, not in prose
+        else:
             from popkit.lint_hacks import hack_findings  # imports Finding from here, so imported late
 
             findings += hack_findings(text, name)

@@ -38,6 +38,9 @@ _CONCURRENCY = {"threading.Thread", "threading.Timer", "_thread.start_new_thread
                 "torch.multiprocessing.Process"}
 _CACHE_DECORATORS = {"functools.lru_cache", "functools.cache"}
 _INSTALL = re.compile(r"\b(pip3?|conda|mamba|uv)\b.*\binstall\b")
+_TENSOR_HOOKS = {"__torch_function__", "__torch_dispatch__"}
+_CONTAINERS = {"dict", "list", "set", "collections.defaultdict", "collections.OrderedDict", "defaultdict",
+               "OrderedDict"}
 _LOOKUP_METHODS = {"get", "setdefault", "pop", "__getitem__", "__contains__"}
 
 
@@ -52,8 +55,9 @@ def _strings(node: ast.AST) -> list[str]:
 
 
 class _HackVisitor(ast.NodeVisitor):
-    def __init__(self, aliases: dict[str, str]):
+    def __init__(self, aliases: dict[str, str], docstrings: set[int]):
         self.aliases = aliases  # local name -> what it was imported as (dotted)
+        self.docstrings = docstrings  # id() of docstring constants: prose, not code
         self.functions: list[str] = []
         self.in_main_guard = False
         self.found: list[Finding] = []
@@ -91,6 +95,14 @@ class _HackVisitor(ast.NodeVisitor):
         self.functions.pop()
 
     visit_FunctionDef = visit_AsyncFunctionDef = _visit_function
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        hooks = {n.name for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        if any(self.dotted(b) == "torch.Tensor" for b in node.bases) or hooks & _TENSOR_HOOKS:
+            self.add("lazy-output", WARNING, node, f"class `{node.name}` is a tensor subclass or hooks torch"
+                     " dispatch: its values may be computed only when read, after the timer stops",
+                     "return a plain torch.Tensor holding the result")
+        self.generic_visit(node)
 
     def visit_If(self, node: ast.If) -> None:
         if _is_main_guard(node) and not self.functions:
@@ -190,10 +202,18 @@ class _HackVisitor(ast.NodeVisitor):
         elif node.attr in _FRAME_ATTRS:
             self.add("frame-walk", ERROR, node, f"reads `.{node.attr}`: walks interpreter frames",
                      "frames reach the harness's variables (expected outputs, timers)")
+        elif isinstance(node.ctx, ast.Load) and self.dotted(node) == "sys.argv":
+            self.add("mode-branch", WARNING, node, "reads `sys.argv`, which holds the eval's mode",
+                     "behaving differently in test and benchmark mode is a hack; the same code must run in every mode")
         elif isinstance(node.ctx, ast.Load) and self.dotted(node) == "sys.modules":
             self.add("sys-modules", WARNING, node, "reads `sys.modules`",
                      "looking up loaded modules is how harness tampering starts; import what you need")
         self.generic_visit(node)
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        if isinstance(node.value, str) and "POPCORN_FD" in node.value and id(node) not in self.docstrings:
+            self.add("result-fd", ERROR, node, "names POPCORN_FD, the harness's result pipe",
+                     "a submission must never read or write the result pipe")
 
     def visit_Name(self, node: ast.Name) -> None:
         if node.id == "check_implementation":
@@ -300,6 +320,43 @@ def _cache_findings(scope: ast.AST, body: list[ast.AST], name: str) -> list[Find
                     "freed memory is reused at the same address; key caches on shape and dtype instead")]
 
 
+def _replay_findings(tree: ast.Module) -> list[Finding]:
+    """custom_kernel returning something stored in a module-level container: a replayed output."""
+    containers = set()
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
+            value = stmt.value
+            is_container = isinstance(value, (ast.Dict, ast.List, ast.Set)) or (
+                isinstance(value, ast.Call) and isinstance(value.func, (ast.Name, ast.Attribute))
+                and ast.unparse(value.func) in _CONTAINERS)
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            if is_container:
+                containers |= {t.id for t in targets if isinstance(t, ast.Name)}
+    entry = next((s for s in tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
+                  and s.name == ENTRY), None)
+    if entry is None or not containers:
+        return []
+
+    def stored(expr: ast.AST, names: set[str]) -> bool:
+        if isinstance(expr, ast.Subscript):
+            return isinstance(expr.value, ast.Name) and expr.value.id in containers
+        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "get":
+            return isinstance(expr.func.value, ast.Name) and expr.func.value.id in containers
+        return isinstance(expr, ast.Name) and expr.id in names
+
+    names: set[str] = set()
+    nodes = list(ast.walk(entry))
+    for n in nodes:
+        if isinstance(n, ast.Assign) and stored(n.value, names):
+            names |= {t.id for t in n.targets if isinstance(t, ast.Name)}
+    for n in nodes:
+        if isinstance(n, ast.Return) and n.value is not None and stored(n.value, names):
+            return [Finding("output-replay", WARNING, n.lineno, n.col_offset + 1,
+                            f"`{ENTRY}` returns a value kept in a module-level container across calls",
+                            "every call must compute its output from its own input; a stored result is a replay")]
+    return []
+
+
 def _aliases(tree: ast.Module) -> dict[str, str]:
     aliases: dict[str, str] = {}
     for node in ast.walk(tree):
@@ -340,7 +397,10 @@ def hack_findings(text: str, filename: str) -> list[Finding]:
     except SyntaxError as exc:
         return [Finding("syntax", ERROR, exc.lineno, exc.offset, f"syntax error: {exc.msg}",
                         "the remote run would fail at import; `python -m py_compile FILE` shows the same")]
-    visitor = _HackVisitor(_aliases(tree))
+    docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                  if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                  and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    visitor = _HackVisitor(_aliases(tree), docstrings)
     visitor.visit(tree)
     found = visitor.found
     module_body = [s for s in tree.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef,
@@ -349,6 +409,8 @@ def hack_findings(text: str, filename: str) -> list[Finding]:
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             found += _cache_findings(node, node.body, node.name)
+    cached_lines = {f.line for f in found if f.rule == "output-cache"}
+    found += [f for f in _replay_findings(tree) if f.line not in cached_lines]
     if not _binds_entry(tree):
         found.append(Finding("no-custom-kernel", ERROR, None, None, f"no `{ENTRY}` defined at module level",
                              f"define `def {ENTRY}(data):` returning the output"))

@@ -195,3 +195,110 @@ def test_compare_needs_timings(db):
     b = db.record_run(make_report(), b"2")
     with pytest.raises(UsageError, match=f"run {a} has no local timings"):
         history.compare_runs(a, b, db)
+
+
+# ---------------------------------------------------------------------------------- the commands
+
+import json  # noqa: E402
+
+from typer.testing import CliRunner  # noqa: E402
+
+from popkit.cli import app  # noqa: E402
+
+
+@pytest.fixture
+def cli_env(tmp_path):
+    return {"POPKIT_HOME": str(tmp_path / "ledger"), "POPKIT_WIDTH": "200", "NO_COLOR": "1"}
+
+
+def _db(cli_env) -> History:
+    return History(history.db_path(cli_env))
+
+
+def test_history_command_lists_newest_first(cli_env):
+    db = _db(cli_env)
+    db.record_run(make_report(mode="test"), b"1")
+    db.record_run(make_report(submission="v7.py"), b"2")
+    db.record_submission(make_plan(), REMOTE, b"3")
+    result = CliRunner().invoke(app, ["history"], env=cli_env)
+    assert result.exit_code == 0, result.output
+    rows = [line.split() for line in result.output.splitlines() if line.strip()[:1].isdigit()]
+    assert [row[0] for row in rows] == ["3", "2", "1"]
+    assert "submit leaderboard #42" in result.output and "12.3 µs" in result.output
+    assert "NVIDIA H100" in result.output and "v7.py" in result.output
+    result = CliRunner().invoke(app, ["history", "-n", "1", "--json"], env=cli_env)
+    doc = json.loads(result.stdout)
+    assert doc["schema"] == "popkit/history/1" and [r["id"] for r in doc["runs"]] == [3]
+
+
+def test_history_command_empty_and_task_filter(cli_env):
+    result = CliRunner().invoke(app, ["history"], env=cli_env)
+    assert result.exit_code == 0 and "no runs recorded" in result.output
+    _db(cli_env).record_run(make_report(), b"1")
+    result = CliRunner().invoke(app, ["history", "--task", "softmax"], env=cli_env)
+    assert "no runs recorded" in result.output
+
+
+def test_history_command_corrupt_database(cli_env):
+    path = history.db_path(cli_env)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"garbage" * 100)
+    result = CliRunner().invoke(app, ["history"], env=cli_env)
+    assert result.exit_code == 10
+    assert f"error: {path}: the history database is unreadable" in result.output
+    assert path.read_bytes() == b"garbage" * 100
+
+
+def test_show_command_renders_the_stored_report(cli_env):
+    rid = _db(cli_env).record_run(make_report(), b"print('v7')\n")
+    result = CliRunner().invoke(app, ["show", str(rid)], env=cli_env)
+    assert result.exit_code == 0, result.output
+    assert f"run {rid} · bench" in result.output
+    assert "popkit benchmark · task vectoradd" in result.output
+    assert "size: 1024; seed: 0" in result.output and "PASSED" in result.output
+    source = CliRunner().invoke(app, ["show", str(rid), "--source"], env=cli_env)
+    assert "print('v7')" in source.output
+    doc = json.loads(CliRunner().invoke(app, ["show", str(rid), "--json"], env=cli_env).stdout)
+    assert doc["schema"] == "popkit/history-run/1"
+    assert RunReport.from_json(doc["report"]) == make_report()
+
+
+def test_show_command_submission_and_unknown_run(cli_env):
+    rid = _db(cli_env).record_submission(make_plan(), REMOTE, b"x")
+    result = CliRunner().invoke(app, ["show", str(rid)], env=cli_env)
+    assert result.exit_code == 0, result.output
+    assert "submission 42" in result.output and "score (public) on H100: 12.3 µs" in result.output
+    missing = CliRunner().invoke(app, ["show", "99"], env=cli_env)
+    assert missing.exit_code == 2 and "no run 99" in missing.output
+
+
+def test_compare_command(cli_env):
+    db = _db(cli_env)
+    a = db.record_run(make_report(means=(1000.0, 4000.0)), b"1")
+    b = db.record_run(make_report(means=(500.0, 4000.0)), b"2")
+    result = CliRunner().invoke(app, ["compare", str(a), str(b)], env=cli_env)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    first = next(line for line in lines if line.lstrip().startswith("size: 1024"))
+    assert "0.500×" in first and f"run {b} faster" in first
+    second = next(line for line in lines if line.lstrip().startswith("size: 2048"))
+    assert "no significant difference" in second
+    assert "score (geomean)" in result.output
+    doc = json.loads(CliRunner().invoke(app, ["compare", str(a), str(b), "--json"], env=cli_env).stdout)
+    assert doc["schema"] == "popkit/compare/1"
+    assert doc["comparison"]["shapes"][0]["verdict"] == "b_faster"
+
+
+def test_compare_command_needs_timed_runs(cli_env):
+    db = _db(cli_env)
+    a = db.record_run(make_report(mode="test"), b"1")
+    b = db.record_run(make_report(), b"2")
+    result = CliRunner().invoke(app, ["compare", str(a), str(b)], env=cli_env)
+    assert result.exit_code == 2 and f"run {a} has no local timings" in result.output
+
+
+@pytest.mark.parametrize("command", ["check", "submit", "history", "show", "compare"])
+def test_every_command_help_has_an_example(command):
+    result = CliRunner().invoke(app, [command, "--help"], env={"POPKIT_WIDTH": "200"})
+    assert result.exit_code == 0
+    assert f"popkit {command}" in result.output.split("Usage:", 1)[1].split("Options", 1)[0].split("Example", 1)[1]

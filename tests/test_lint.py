@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import textwrap
 import types
+from pathlib import Path
 
 import pytest
 
@@ -205,6 +207,54 @@ def test_hack_rule_is_an_error(rule, bad, good):
     assert found[0].line is not None and found[0].message and found[0].hint
     assert not bad_report.ok
     assert rule not in _rules(_check("import torch\n" + good + OK_BODY))
+
+
+def test_popcorn_fd_in_a_docstring_or_comment_is_prose():
+    src = '"""Never touches POPCORN_FD."""\n# nor POPCORN_FD here\n' + OK_BODY
+    assert "result-fd" not in _rules(_check(src))
+    assert "result-fd" in _rules(_check("// reads POPCORN_FD\n__global__ void k() {}\n", "k.cu"), "error")
+
+
+@pytest.mark.parametrize("rule, bad, good", [
+    ("mode-branch", "import sys\nMODE = sys.argv[1]\n", "import sys\nV = sys.version_info\n"),
+    ("lazy-output", "class Lazy(torch.Tensor):\n    pass\n", "class Config:\n    pass\n"),
+    ("lazy-output", "class Hook:\n    @classmethod\n    def __torch_function__(cls, f, t, a=(), k=None):\n"
+                    "        return f(*a)\n", "class Hook:\n    def __call__(self):\n        return 1\n"),
+])
+def test_warning_rules(rule, bad, good):
+    report = _check("import torch\n" + bad + OK_BODY)
+    found = [f for f in report.findings if f.rule == rule]
+    assert found and found[0].severity == "warning" and found[0].line is not None
+    assert report.ok
+    assert rule not in _rules(_check("import torch\n" + good + OK_BODY))
+
+
+REPLAY_BY_SHAPE = """
+_cache = {}
+def custom_kernel(data):
+    a, b = data
+    key = (tuple(a.shape), a.dtype)
+    if key not in _cache:
+        _cache[key] = a + b
+    return _cache[key]
+"""
+
+KERNEL_TABLE = """
+_kernels = {}
+def custom_kernel(data):
+    a, b = data
+    fn = _kernels.get(a.dtype)
+    out = fn(a, b)
+    return out
+"""
+
+
+def test_returning_a_stored_output_warns():
+    (finding,) = [f for f in _check(REPLAY_BY_SHAPE).findings if f.rule == "output-replay"]
+    assert finding.severity == "warning" and finding.line == 8
+    assert "output-replay" not in _rules(_check(KERNEL_TABLE))
+    # a data_ptr-keyed replay is the error rule alone, not also this warning
+    assert "output-replay" not in _rules(_check(CACHE_REPLAY))
 
 
 def test_reference_import_is_a_warning():
@@ -411,3 +461,82 @@ def test_check_file_reads_bytes_once(tmp_path):
     with pytest.raises(Exception) as info:
         lint.check_file(tmp_path / "missing.py", guard=False)
     assert "no such file" in str(info.value)
+
+
+# --------------------------------------------------------------------- the bundled submissions
+
+SUBMISSIONS = Path(__file__).resolve().parent.parent / "submissions"
+CHEAT_RULES = {  # cheats a static check can see, and the rule that must name them
+    "background_thread.py": "thread-start", "check_patch.py": "harness-patch", "pipe_write.py": "result-fd",
+    "replay_data_ptr.py": "output-cache", "synchronize_patch.py": "timer-patch", "timer_patch.py": "timer-patch",
+    "replay_cache.py": "output-replay", "batch_and_skip.py": "output-replay", "mode_branching.py": "mode-branch",
+    "lazy_output.py": "lazy-output",
+}
+EXAMPLES = sorted(p for p in SUBMISSIONS.glob("*/*.py") if p.parent.name not in ("cheats", "wrong"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_example_submission_passes(path):
+    report = lint.check_file(path, guard=False)
+    assert report.ok, [(f.rule, f.line, f.message) for f in report.errors]
+
+
+@pytest.mark.parametrize("name, rule", sorted(CHEAT_RULES.items()))
+def test_cheat_examples_flag_the_right_rule(name, rule):
+    path = SUBMISSIONS / "cheats" / name
+    if not path.is_file():
+        pytest.skip(f"{path} not in this checkout")
+    assert rule in _rules(lint.check_file(path, guard=False))
+
+
+# ---------------------------------------------------------------------------------- the command
+
+from typer.testing import CliRunner  # noqa: E402
+
+from popkit.cli import app  # noqa: E402
+
+CLI_ENV = {"POPKIT_WIDTH": "200", "NO_COLOR": "1"}
+
+
+def test_check_command_ok(tmp_path):
+    path = tmp_path / "v7.py"
+    path.write_text("#!POPCORN leaderboard vectoradd\n" + OK_BODY)
+    result = CliRunner().invoke(app, ["check", str(path), "--no-guard"], env=CLI_ENV)
+    assert result.exit_code == 0, result.output
+    assert f"popkit check {path} · leaderboard vectoradd" in result.output
+    assert "OK: no errors" in result.output
+    assert "REFUSED" not in result.output
+
+
+def test_check_command_errors_exit_8_with_line_and_column(tmp_path):
+    path = tmp_path / "v7.py"
+    path.write_text(OK_BODY + "torch.cuda.synchronize = lambda: None\ns = torch.cuda.current_stream()\n")
+    result = CliRunner().invoke(app, ["check", str(path), "--no-guard", "--gpu", "H100"], env=CLI_ENV)
+    assert result.exit_code == 8, result.output
+    assert f"{path}:7:1: error [timer-patch] replaces `torch.cuda.synchronize`" in result.output
+    assert f"{path}:8:24: error [stream]" in result.output
+    assert "REFUSED: 2 errors, 0 warnings" in result.output
+
+
+def test_check_command_warnings_exit_0(tmp_path):
+    path = tmp_path / "v7.py"
+    path.write_text("import sys\nMODE = sys.argv[1]\n" + OK_BODY)
+    result = CliRunner().invoke(app, ["check", str(path), "--no-guard"], env=CLI_ENV)
+    assert result.exit_code == 0, result.output
+    assert f"{path}:2:8: warning [mode-branch]" in result.output
+    assert "OK: no errors, 1 warning" in result.output
+
+
+def test_check_command_json(tmp_path):
+    path = tmp_path / "v7.cu"
+    path.write_text("// stream\n")
+    result = CliRunner().invoke(app, ["check", str(path), "--json", "--mode", "ranked"], env=CLI_ENV)
+    assert result.exit_code == 8, result.output
+    doc = json.loads(result.stdout)
+    assert doc["schema"] == "popkit/check/1" and doc["ok"] is False
+    assert {f["rule"] for f in doc["findings"]} == {"stream", "mode"}
+
+
+def test_check_command_missing_file(tmp_path):
+    result = CliRunner().invoke(app, ["check", str(tmp_path / "nope.py")], env=CLI_ENV)
+    assert result.exit_code == 4 and "no such file" in result.output

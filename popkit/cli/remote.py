@@ -1,5 +1,130 @@
-"""popkit commands: remote."""
+"""popkit commands around the leaderboard and the run history: check, submit, history, show, compare."""
 
 from __future__ import annotations
 
-from popkit.cli import app  # noqa: F401
+from pathlib import Path
+from typing import Annotated, List, Optional
+
+import typer
+
+from popkit import history as ledger
+from popkit import lint, popcorn
+from popkit.cli import app
+from popkit.errors import ExitCode
+from popkit.tasks import task_roots
+from popkit.views import common
+from popkit.views import remote as view
+
+SubmissionArg = Annotated[Path, typer.Argument(help="The submission file, exactly as it would be submitted.")]
+LeaderboardOpt = Annotated[Optional[str], typer.Option("--leaderboard", "-l", help="Leaderboard name (default: the file's `#!POPCORN leaderboard` directive).")]
+GpuOpt = Annotated[Optional[str], typer.Option("--gpu", "-g", help="GPU to run on (default: the file's `#!POPCORN gpu` directive).")]
+RootsOpt = Annotated[Optional[List[Path]], typer.Option("--tasks-root", help="Folder or problem-set yaml to look up leaderboards and their GPUs in (repeatable; also POPKIT_TASKS_PATH).")]
+GuardOpt = Annotated[bool, typer.Option("--guard/--no-guard", help="Also run KernelGuard when it is installed.")]
+
+
+def _json_opt(kind: str):
+    return Annotated[bool, typer.Option("--json", help=f"Print one JSON document (schema popkit/{kind}/1).")]
+
+
+@app.command()
+def check(
+    submission: SubmissionArg,
+    leaderboard: LeaderboardOpt = None,
+    gpu: GpuOpt = None,
+    mode: Annotated[Optional[str], typer.Option("--mode", "-m", help="Mode to check: test, benchmark, leaderboard or profile.")] = None,
+    tasks_root: RootsOpt = None,
+    guard: GuardOpt = True,
+    json: _json_opt("check") = False,
+) -> None:
+    """Check SUBMISSION for everything the leaderboard server refuses, and for reward-hack patterns.
+
+    Errors (exit 8) mean the server would refuse or disqualify the file; warnings inform.
+
+    Example: popkit check submissions/vectoradd/cuda.py --gpu H100
+    """
+    common.set_json(json)
+    report = lint.check_file(submission, leaderboard=leaderboard, gpu=gpu, mode=mode,
+                             roots=task_roots(tasks_root or []), guard=guard)
+    view.show_check(report, json=json)
+    raise typer.Exit(int(ExitCode.OK if report.ok else ExitCode.REFUSED))
+
+
+@app.command()
+def submit(
+    submission: SubmissionArg,
+    mode: Annotated[str, typer.Option("--mode", "-m", help="test, benchmark, leaderboard or profile.")] = "leaderboard",
+    gpu: GpuOpt = None,
+    leaderboard: LeaderboardOpt = None,
+    gate: Annotated[str, typer.Option("--gate", help="Run locally first and submit only if it passes: none, test, or leaderboard (the ranked chain with a secret run).")] = "none",
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Check, stage the copy and print the exact popcorn-cli command; send nothing.")] = False,
+    task: Annotated[Optional[str], typer.Option("--task", "-t", help="Task for the local gate (default: the leaderboard name).")] = None,
+    tasks_root: RootsOpt = None,
+    timeout: Annotated[float, typer.Option("--timeout", min=1, help="Seconds to wait for popcorn-cli.")] = popcorn.DEFAULT_TIMEOUT_S,
+    guard: GuardOpt = True,
+    json: _json_opt("submit") = False,
+) -> None:
+    """Check SUBMISSION, then hand the exact checked bytes to popcorn-cli and record the result.
+
+    popcorn-cli is POPKIT_POPCORN, else `popcorn-cli` or `popcorn` on PATH.
+
+    \b
+    Examples:
+      popkit submit v7.py --dry-run
+      popkit submit v7.py --gpu H100 --gate test
+    """
+    common.set_json(json)
+    from popkit.views.running import progress_printer
+
+    result = popcorn.submit(submission, mode=mode, gpu=gpu, leaderboard=leaderboard, gate=gate, dry_run=dry_run,
+                            task=task, roots=task_roots(tasks_root or []), timeout_s=timeout, guard=guard,
+                            progress=progress_printer(json))
+    view.show_submit(result, json=json)
+    raise typer.Exit(int(result.exit_code))
+
+
+@app.command()
+def history(
+    task: Annotated[Optional[str], typer.Option("--task", "-t", help="Only runs of this task or leaderboard.")] = None,
+    limit: Annotated[int, typer.Option("-n", "--limit", min=1, help="How many runs, newest first.")] = 20,
+    json: _json_opt("history") = False,
+) -> None:
+    """List recorded test, bench and submit runs (database: ./.popkit/history.sqlite3 or POPKIT_HOME).
+
+    Example: popkit history --task vectoradd -n 5
+    """
+    common.set_json(json)
+    db = ledger.History()
+    view.show_history(db.list_runs(task, limit), db.path, json=json)
+
+
+@app.command()
+def show(
+    run: Annotated[int, typer.Argument(help="Run id, as `popkit history` lists it.")],
+    source: Annotated[bool, typer.Option("--source", help="Print the exact submission bytes that ran.")] = False,
+    json: _json_opt("history-run") = False,
+) -> None:
+    """Show one recorded run: the stored report, or the remote result of a submission.
+
+    Example: popkit show 12
+    """
+    common.set_json(json)
+    db = ledger.History()
+    record = db.get_run(run)
+    view.show_record(record, source=db.content(run) if source else None, json=json)
+
+
+@app.command()
+def compare(
+    run_a: Annotated[int, typer.Argument(help="Run id of A.")],
+    run_b: Annotated[int, typer.Argument(help="Run id of B.")],
+    json: _json_opt("compare") = False,
+) -> None:
+    """Compare two recorded bench runs shape by shape: B / A time ratio with 95% intervals.
+
+    For a fair A/B on one machine in one session, prefer `popkit bench A.py B.py`.
+
+    Example: popkit compare 12 15
+    """
+    common.set_json(json)
+    a, b, comparison = ledger.compare_runs(run_a, run_b)
+    view.show_compare(a, b, comparison, json=json)

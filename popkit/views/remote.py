@@ -1,0 +1,283 @@
+"""Output of check, submit, history, show, compare and the A/B bench: Rich for people, JSON for agents."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Sequence
+
+from rich.table import Table
+
+from popkit.ab import A_FASTER, B_FASTER, SAME, ABReport, Comparison
+from popkit.history import RunRecord
+from popkit.lint import LintReport
+from popkit.popcorn import RemoteResult, SubmitResult
+from popkit.stats import Interval
+from popkit.views.common import console, emit_json, escape, format_time
+
+_MARK = {"error": "[bold red]error[/]", "warning": "[yellow]warning[/]"}
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _score(seconds: float | None) -> str:
+    return format_time(seconds * 1e9) if seconds is not None else "-"
+
+
+# ------------------------------------------------------------------------------------- check
+
+
+def _check_lines(report: LintReport, guard_absent_note: bool = True) -> list[str]:
+    lines = []
+    for f in report.findings:
+        where = escape(report.path) + (f":{f.line}" if f.line else "") + (f":{f.column}" if f.line and f.column else "")
+        lines.append(f"{where}: {_MARK.get(f.severity, f.severity)} [bold]\\[{f.rule}][/] {escape(f.message)}")
+        if f.hint:
+            lines.append(f"    [dim]hint:[/] {escape(f.hint)}")
+    guard = report.guard
+    if guard is None:
+        if guard_absent_note:
+            lines.append("[dim]KernelGuard: not installed (`pip install kernelguard` to run the server's"
+                         " screening here too)[/]")
+    elif guard.error:
+        lines.append(f"[yellow]KernelGuard failed:[/] {escape(guard.error)}")
+    else:
+        color = "red" if guard.should_filter else "green" if guard.classification == "valid" else "yellow"
+        lines.append(f"KernelGuard ({guard.via}): [{color}]{escape(guard.classification)}[/]")
+        for p in guard.patterns:
+            lines.append(f"    {escape(p.pattern)} ({escape(p.severity)}): {escape(p.evidence)}")
+    return lines
+
+
+def show_check(report: LintReport, *, json: bool = False) -> None:
+    if json:
+        emit_json("check", report.to_json())
+        return
+    con = console()
+    target = [f"leaderboard {report.leaderboard or '?'}", f"GPU {report.gpu or '?'}"]
+    if report.mode:
+        target.append(f"mode {report.mode}")
+    con.print(f"[bold]popkit check[/] {escape(report.path)} · {escape(' · '.join(target))} · "
+              f"{report.size_bytes:,} bytes · sha256 {report.sha256[:12]}")
+    if report.leaderboard and report.offered_gpus is None:
+        con.print(f"[dim]GPU list of `{escape(report.leaderboard)}` not known locally: GPU not checked[/]")
+    for line in _check_lines(report):
+        con.print(line)
+    errors, warnings = len(report.errors), len(report.warnings)
+    if errors:
+        con.print(f"[bold red]REFUSED[/]: {_plural(errors, 'error')}, {_plural(warnings, 'warning')}"
+                  " — the server would refuse or disqualify this file")
+    else:
+        con.print(f"[bold green]OK[/]: no errors" + (f", {_plural(warnings, 'warning')}" if warnings else ""))
+
+
+# ------------------------------------------------------------------------------------ submit
+
+
+def _remote_lines(remote: RemoteResult) -> list[str]:
+    lines = [f"submission [bold]{remote.submission_id}[/] · leaderboard {escape(remote.leaderboard or '?')} · "
+             f"{escape(remote.file_name or '')} · {'done' if remote.done else '[yellow]not done[/]'}"]
+    for run in remote.runs:
+        mark = "✅" if run.passed else "❌"
+        who = "secret" if run.secret else "public"
+        lines.append(f"  {mark} {escape(run.mode)} · {who} · {escape(run.runner)} · {_score(run.score)}")
+    gpu = f" on {escape(remote.score_gpu)}" if remote.score_gpu else ""
+    if remote.score_public_s is not None:
+        lines.append(f"[bold]score (public){gpu}: {_score(remote.score_public_s)}[/]")
+    if remote.score_secret_s is not None:
+        lines.append(f"score (secret){gpu}: {_score(remote.score_secret_s)}")
+    return lines
+
+
+def _local_line(local: RunRecord | None) -> str:
+    if local is None:
+        return "[dim]no local run of these exact bytes in history (`popkit bench FILE` records one)[/]"
+    where = local.device or "unknown device"
+    return (f"local run {local.id} ({local.kind}, {escape(local.created_at)}, {escape(where)}): "
+            f"{escape(local.outcome or '?')}, score {_score(local.score_s)}")
+
+
+def show_submit(result: SubmitResult, *, json: bool = False) -> None:
+    if json:
+        emit_json("submit", result.to_json())
+        return
+    con = console()
+    plan = result.plan
+    con.print(f"[bold]popkit submit[/] {escape(plan.path)} → leaderboard [bold]{escape(plan.leaderboard)}[/] · "
+              f"GPU [bold]{escape(plan.gpu)}[/] · mode {escape(plan.mode)} · sha256 {plan.sha256[:12]}")
+    warnings = len(plan.check.warnings)
+    con.print(f"check: [green]no errors[/]" + (f", {_plural(warnings, 'warning')}" if warnings else ""))
+    for line in _check_lines(plan.check, guard_absent_note=False):
+        con.print(line)
+    if result.dry_run:
+        con.print("[bold]dry run[/]: nothing was sent. The command:")
+        con.print(escape(shlex.join(plan.argv)), soft_wrap=True)
+        con.print(f"[dim]staged copy (byte-identical, sha256 {plan.sha256[:12]}): {escape(plan.staged)}[/]")
+        con.print(_local_line(result.local))
+    else:
+        gate = result.gate_report
+        if gate is not None:
+            state = "[green]passed[/]" if gate.outcome == "passed" else f"[red]{escape(gate.outcome)}[/]"
+            con.print(f"local gate ({escape(plan.gate)}): {state}")
+            if gate.failure is not None:
+                con.print(f"  [red]{escape(gate.failure.summary or gate.failure.outcome)}[/]")
+                con.print("[bold red]NOT SUBMITTED[/]: the local gate failed (`popkit test FILE` shows the details)")
+        if result.remote is not None:
+            for line in _remote_lines(result.remote):
+                con.print(line)
+            con.print(_local_line(result.local))
+            local_score = result.local.score_s if result.local is not None else None
+            if local_score and result.remote.score_public_s:
+                con.print(f"remote / local: {result.remote.score_public_s / local_score:.2f}×")
+            verdict = "[bold green]PASSED[/]" if result.remote.passed else "[bold red]FAILED[/]"
+            recorded = f" · recorded as run {result.history_id}" if result.history_id else ""
+            con.print(f"{verdict}{recorded}")
+    for warning in result.warnings:
+        con.print(f"[yellow]warning:[/] {escape(warning)}")
+
+
+# ----------------------------------------------------------------------------------- history
+
+
+def _record_row(r: RunRecord) -> list[str]:
+    where = r.device or (f"remote {r.gpu}" if r.gpu else "-")
+    outcome = r.outcome or "-"
+    color = "green" if outcome == "passed" else "red"
+    what = f"{r.kind} {r.mode}" if r.kind == "submit" or r.mode not in (r.kind, "benchmark") else r.kind
+    if r.remote_id is not None:
+        what += f" #{r.remote_id}"
+    return [str(r.id), escape(r.created_at.replace("T", " ")[:16]), escape(what), escape(r.task or "-"),
+            f"[{color}]{escape(outcome)}[/]", _score(r.score_s), escape(where), escape(r.submission)]
+
+
+def show_history(records: Sequence[RunRecord], path: Path, *, json: bool = False) -> None:
+    if json:
+        emit_json("history", {"database": str(path), "runs": [r.to_json(summary=True) for r in records]})
+        return
+    con = console()
+    if not records:
+        con.print(f"no runs recorded in {escape(str(path))} (`popkit test` and `popkit bench` record them)")
+        return
+    table = Table(box=None, header_style="bold")
+    for col in ("run", "when (UTC)", "what", "task", "outcome", "score", "device", "submission"):
+        table.add_column(col, justify="right" if col in ("run", "score") else "left",
+                         no_wrap=col in ("run", "outcome", "score"), overflow="fold")
+    for r in records:
+        table.add_row(*_record_row(r))
+    con.print(table)
+    con.print(f"[dim]{escape(str(path))}: `popkit show RUN` for one run, `popkit compare A B` for two[/]")
+
+
+def show_record(record: RunRecord, *, source: bytes | None = None, json: bool = False) -> None:
+    if json:
+        data = record.to_json()
+        if source is not None:
+            data["source"] = source.decode("utf-8", errors="replace")
+        emit_json("history-run", data)
+        return
+    con = console()
+    con.print(f"[bold]run {record.id}[/] · {record.kind} · recorded {escape(record.created_at)} · "
+              f"sha256 {record.sha256[:12]}")
+    if source is not None:
+        con.print(escape(source.decode("utf-8", errors="replace")), soft_wrap=True)
+        return
+    if record.report is not None:
+        from popkit.tasks import Task
+        from popkit.views.running import show_run
+
+        report = record.report
+        task = Task(name=report.task, path=Path(report.task_path), files=(), lang="py", description="", main="",
+                    leaderboard=report.leaderboard)
+        show_run(report, task)
+        return
+    con.print(f"{escape(record.submission)} → leaderboard {escape(record.leaderboard or '?')} · GPU "
+              f"{escape(record.gpu or '?')} · mode {escape(record.mode)}")
+    if record.remote is not None:
+        for line in _remote_lines(record.remote):
+            con.print(line)
+    if record.error:
+        con.print(f"[red]{escape(record.error)}[/]")
+
+
+# ------------------------------------------------------------------------------- comparisons
+
+
+def _interval(ci: Interval) -> str:
+    if not ci.defined:
+        return f"{ci.estimate:.3f}× [dim](no interval: too few samples)[/]"
+    return f"{ci.estimate:.3f}× [{ci.low:.3f}, {ci.high:.3f}]"
+
+
+def _verdict_text(code: str, a_label: str, b_label: str) -> str:
+    if code == B_FASTER:
+        return f"[green]{escape(b_label)} faster[/]"
+    if code == A_FASTER:
+        return f"[red]{escape(a_label)} faster[/]"
+    if code == SAME:
+        return "no significant difference"
+    return "[dim]too few samples to tell[/]"
+
+
+def _comparison_table(comparison: Comparison) -> Table:
+    a, b = comparison.a_label, comparison.b_label
+    table = Table(show_edge=False)
+    for col in ("shape", "A", "B", "B / A (95% CI)", "verdict", "n (A/B)"):
+        table.add_column(col, justify="left" if col in ("shape", "verdict") else "right")
+    for s in comparison.shapes:
+        n = f"{s.a.n}/{s.b.n}" + ("" if s.from_samples else "*")
+        table.add_row(escape(s.spec), format_time(s.a.mean), format_time(s.b.mean), _interval(s.ratio),
+                      _verdict_text(s.verdict, a, b), n)
+    if comparison.score is not None:
+        table.add_row("[bold]score (geomean)[/]", "", "", f"[bold]{_interval(comparison.score)}[/]",
+                      _verdict_text(comparison.verdict, a, b), "")
+    return table
+
+
+def _comparison_footer(comparison: Comparison) -> list[str]:
+    lines = [f"[dim]A = {escape(comparison.a_label)}, B = {escape(comparison.b_label)}; B / A below 1 means B"
+             " takes less time[/]"]
+    if any(not s.from_samples for s in comparison.shapes):
+        lines.append("[dim]* no raw samples reported (task's own eval): interval from runs/mean/std;"
+                     " --harness popkit keeps every sample[/]")
+    return lines
+
+
+def show_compare(a: RunRecord, b: RunRecord, comparison: Comparison, *, json: bool = False) -> None:
+    if json:
+        emit_json("compare", {"a": a.to_json(summary=True), "b": b.to_json(summary=True),
+                              "comparison": comparison.to_json()})
+        return
+    con = console()
+    for label, r in (("A", a), ("B", b)):
+        con.print(f"{label}: run {r.id} · {escape(r.submission)} · {escape(r.created_at)} · "
+                  f"{escape(r.device or '-')} · sha256 {r.sha256[:8]}")
+    if a.device != b.device:
+        con.print("[yellow]warning:[/] the runs were on different devices; the ratio mixes code and hardware")
+    con.print(_comparison_table(comparison))
+    for line in _comparison_footer(comparison):
+        con.print(line)
+
+
+def show_ab(report: ABReport, *, json: bool = False) -> None:
+    if json:
+        emit_json("ab", report.to_json())
+        return
+    con = console()
+    con.print(f"[bold]popkit bench A/B[/] · task [bold]{escape(report.task)}[/] · {report.rounds} rounds per shape,"
+              f" interleaved · harness {escape(report.harness)}")
+    from popkit.views.running import system_line
+
+    con.print(f"[dim]system:[/] {escape(system_line(dict(report.system)))}")
+    if report.comparison.shapes:
+        con.print(_comparison_table(report.comparison))
+        for line in _comparison_footer(report.comparison):
+            con.print(line)
+    if report.failure is not None:
+        path = report.a_path if report.failed_side == "A" else report.b_path
+        con.print(f"[bold red]{report.failed_side} ({escape(path)}) did not pass:[/] "
+                  f"{escape(report.failure.summary or report.failure.outcome)}")
+        con.print(f"[dim]`popkit test {escape(path)}` shows the details[/]")
+        return
+    con.print(f"done in {report.duration_s:.1f} s")
