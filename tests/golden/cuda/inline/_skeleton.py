@@ -1,0 +1,76 @@
+#!POPCORN leaderboard mystery
+#!POPCORN gpu H100
+#
+# mystery: a skeleton CUDA kernel for the H100, rendered by `popkit new`
+# from task.py (no kernel.yml) (style: inline). The extension builds once, when this module is imported;
+# custom_kernel(data) is the entry point. Check the build with `popkit compile` and the output
+# with `popkit test`.
+# Skeleton: mystery has no kernel.yml; input_t is a tuple (tuple[torch.Tensor, torch.Tensor, int]).
+# Fill in: each tensor's dtype (assumed float32; the wrapper checks it), the output's shape and
+# dtype (now those of in0), the launch geometry, and the kernel body (now a copy of in0).
+# The task's reference.py shows what custom_kernel must return.
+
+import torch
+from torch.utils.cpp_extension import load_inline
+
+CUDA_SRC = r"""
+#include <cuda_runtime.h>
+#include <torch/types.h>
+#include <cmath>
+#include <cstdint>
+
+__global__ void mystery_kernel(const float* __restrict__ in0,
+                               const float* __restrict__ in1,
+                               int64_t in2,
+                               float* __restrict__ out,
+                               int64_t n) {
+    // One element per thread; the grid-stride loop covers sizes beyond the grid.
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+        out[i] = in0[i];  // Fill in: compute out[i] from the inputs.
+    }
+}
+
+torch::Tensor mystery(torch::Tensor in0, torch::Tensor in1, int64_t in2) {
+    TORCH_CHECK(in0.is_cuda(), "mystery: `in0` must be a GPU tensor");
+    TORCH_CHECK(in0.scalar_type() == at::kFloat, "mystery: `in0` must be float32, got ", in0.scalar_type());
+    in0 = in0.contiguous();
+    TORCH_CHECK(in1.is_cuda(), "mystery: `in1` must be a GPU tensor");
+    TORCH_CHECK(in1.scalar_type() == at::kFloat, "mystery: `in1` must be float32, got ", in1.scalar_type());
+    in1 = in1.contiguous();
+    const int64_t n = in0.numel();
+    torch::Tensor out = torch::empty_like(in0);
+    if (n > 0) {
+        const dim3 block(256);
+        const dim3 grid(static_cast<unsigned int>(std::min<int64_t>((n + 255) / 256, 65536)));
+        mystery_kernel<<<grid, block>>>(static_cast<const float*>(in0.data_ptr()),
+                                        static_cast<const float*>(in1.data_ptr()),
+                                        in2,
+                                        static_cast<float*>(out.data_ptr()),
+                                        n);
+        const cudaError_t err = cudaGetLastError();
+        TORCH_CHECK(err == cudaSuccess, "mystery_kernel failed to launch: ", cudaGetErrorString(err));
+    }
+    return out;
+}
+"""
+
+CPP_SRC = r"""
+torch::Tensor mystery(torch::Tensor in0, torch::Tensor in1, int64_t in2);
+"""
+
+# Built once, at import: the leaderboard's compile step warms the cache for every later process.
+_module = load_inline(
+    name="popkit_mystery_cuda_inline",
+    cpp_sources=CPP_SRC,
+    cuda_sources=CUDA_SRC,
+    functions=["mystery"],
+    extra_cuda_cflags=["-O3"],
+    verbose=True,
+)
+
+
+def custom_kernel(data):
+    """data: (in0 (float32), in1 (float32), in2 (int)); returns a new float32 tensor shaped like in0."""
+    in0, in1, in2 = data
+    return _module.mystery(in0, in1, in2)

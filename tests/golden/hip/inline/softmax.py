@@ -1,0 +1,110 @@
+#!POPCORN leaderboard softmax
+#!POPCORN gpu MI300
+#
+# softmax: a simple, correct HIP kernel for the MI300, rendered by `popkit new`
+# from softmax/kernel.yml (style: inline). The extension builds once, when this module is imported;
+# custom_kernel(data) is the entry point. Check the build with `popkit compile` and the output
+# with `popkit test`.
+
+import os
+
+# The AMD runner builds with clang++ for the architecture named here, and torch reads both when it
+# is imported: they must be set before the import.
+os.environ["PYTORCH_ROCM_ARCH"] = "gfx942"
+os.environ["CXX"] = "clang++"
+
+import torch  # noqa: E402  (after the environment is set)
+from torch.utils.cpp_extension import load_inline  # noqa: E402
+
+HIP_SRC = r"""
+#include <hip/hip_runtime.h>
+#include <torch/types.h>
+#include <cmath>
+#include <cstdint>
+
+// Tree reduction in shared memory over a block whose size is a power of two. It does not depend
+// on the warp width, so the same code is right for 32-lane warps and 64-lane wavefronts. Every
+// thread gets the result.
+struct SumOp { __device__ float operator()(float a, float b) const { return a + b; } };
+struct MaxOp { __device__ float operator()(float a, float b) const { return fmaxf(a, b); } };
+struct MinOp { __device__ float operator()(float a, float b) const { return fminf(a, b); } };
+
+template <typename Op>
+__device__ float block_reduce(float value, float* smem, Op op) {
+    smem[threadIdx.x] = value;
+    __syncthreads();
+    for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) smem[threadIdx.x] = op(smem[threadIdx.x], smem[threadIdx.x + s]);
+        __syncthreads();
+    }
+    const float result = smem[0];
+    __syncthreads();  // smem is reused by the next reduction
+    return result;
+}
+
+__global__ void softmax_kernel(const float* __restrict__ x,
+                               float* __restrict__ y,
+                               int64_t cols) {
+    // One block per row: x, y point at this block's row of `cols` elements.
+    __shared__ float smem[256];
+    const int64_t row = blockIdx.x;
+    x += row * cols;
+    y += row * cols;
+
+    float row_max = -INFINITY;
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+        row_max = fmaxf(row_max, x[j]);
+    }
+    row_max = block_reduce(row_max, smem, MaxOp());
+
+    float row_sum = 0.0f;
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+        row_sum += expf(x[j] - row_max);
+    }
+    row_sum = block_reduce(row_sum, smem, SumOp());
+
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+        y[j] = expf(x[j] - row_max) / row_sum;
+    }
+}
+
+torch::Tensor softmax(torch::Tensor x) {
+    TORCH_CHECK(x.is_cuda(), "softmax: `x` must be a GPU tensor");
+    TORCH_CHECK(x.scalar_type() == at::kFloat, "softmax: `x` must be float32, got ", x.scalar_type());
+    x = x.contiguous();
+    TORCH_CHECK(x.dim() >= 1, "softmax: `x` must have at least 1 dimension");
+    const int64_t cols = x.size(-1);
+    const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
+    torch::Tensor y = torch::empty_like(x);
+    if (rows > 0) {
+        const dim3 block(256);
+        const dim3 grid(static_cast<unsigned int>(rows));
+        softmax_kernel<<<grid, block>>>(static_cast<const float*>(x.data_ptr()),
+                                        static_cast<float*>(y.data_ptr()),
+                                        cols);
+        const hipError_t err = hipGetLastError();
+        TORCH_CHECK(err == hipSuccess, "softmax_kernel failed to launch: ", hipGetErrorString(err));
+    }
+    return y;
+}
+"""
+
+CPP_SRC = r"""
+torch::Tensor softmax(torch::Tensor x);
+"""
+
+# Built once, at import: the leaderboard's compile step warms the cache for every later process.
+_module = load_inline(
+    name="popkit_softmax_hip_inline",
+    cpp_sources=CPP_SRC,
+    cuda_sources=HIP_SRC,
+    functions=["softmax"],
+    extra_cuda_cflags=["--offload-arch=gfx942", "-std=c++20", "-O3"],
+    verbose=True,
+)
+
+
+def custom_kernel(data):
+    """data: x (float32); returns a new float32 tensor shaped like x."""
+    x = data
+    return _module.softmax(x)
