@@ -49,6 +49,7 @@ class RunOptions:
     harness: str = "task"  # "task": the task's own eval; "popkit": popkit's harness in its place
     secret_seeds: tuple[int, ...] = ()  # one secret chain per seed (leaderboard mode)
     keep_workdir: bool = False
+    chain: bool = True  # leaderboard mode runs test and benchmark first; False runs the mode alone
     env: Mapping[str, str] = field(default_factory=dict)  # extra environment for every child
     label: str = ""
 
@@ -347,17 +348,17 @@ def classify(run: ModeRun) -> tuple[str, str]:
 # ------------------------------------------------------------------------------------- the chain
 
 
-def chain_modes(mode: str) -> tuple[str, ...]:
+def chain_modes(mode: str, chain: bool = True) -> tuple[str, ...]:
     """A leaderboard submission runs test, benchmark, leaderboard, each only if the previous passed."""
     if mode not in MODES:
         raise UsageError(f"unknown mode `{mode}`", "modes: " + ", ".join(MODES))
-    return ("test", "benchmark", "leaderboard") if mode == "leaderboard" else (mode,)
+    return ("test", "benchmark", "leaderboard") if mode == "leaderboard" and chain else (mode,)
 
 
 def _run_chain(task: Task, workdir: Path, main: str, mode: str, options: RunOptions, seed: int | None,
                gpus: int | None, progress: Progress) -> list[ModeRun]:
     runs: list[ModeRun] = []
-    for step in chain_modes(mode):
+    for step in chain_modes(mode, options.chain):
         if step == "profile":
             # Profile runs once per benchmark line.
             for i, case in enumerate(task.cases_for(step)):

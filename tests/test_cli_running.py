@@ -20,6 +20,8 @@ def cli(monkeypatch, tmp_path):
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("POPKIT_HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
+    # The system probe imports torch in a child (seconds); these fixture tasks need no torch.
+    monkeypatch.setattr("popkit.system.probe", lambda python=None, timeout=60.0: {"device": "cpu", "torch": "x"})
 
     def invoke(*args: str):
         return CliRunner().invoke(app, list(args))

@@ -59,8 +59,9 @@ def _run(submission: Path, task_spec: Optional[str], roots: Optional[List[Path]]
     if baseline:
         if baseline != "reference":
             raise UsageError(f"unknown baseline `{baseline}`", "the only baseline is `reference`")
+        # The reference is timed in the same mode, without the chain before it: it is the yardstick.
         base_opts = runner.RunOptions(python=options.python, precompile=False, harness=options.harness,
-                                      label="reference")
+                                      chain=False, label="reference")
         base = runner.run_submission(task, Path("reference"), mode, base_opts, progress=progress,
                                      system=report.system, content=runner.reference_submission())
     warning = _record(report, content, history)
