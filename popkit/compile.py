@@ -1,0 +1,514 @@
+"""`popkit compile`: build a submission's load_inline extension without running any kernel.
+
+The submission is imported in a fresh interpreter (a child process with a timeout), which runs its
+module-level build; custom_kernel is never called, so a machine without a GPU will do (a CUDA build
+of torch and nvcc are enough). The build lives in `<popkit home>/build/<key>/`, keyed by the
+source and the toolchain, and the child imports twice: cold (fresh directory) and warm (what every
+later eval process pays). Compiler messages are mapped to lines of the submission (diagnostics.py).
+HIP on a machine without ROCm gets static checks only (hipcheck.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from popkit.diagnostics import Diagnostic, SourceMap, loader_diagnostic, map_diagnostics, parse_log
+from popkit.errors import EnvironmentProblem, ExitCode, UsageError
+from popkit.hipcheck import detect_target, hip_checks
+
+DEFAULT_TIMEOUT_S = 600.0
+DEFAULT_TEST_TIMEOUT_S = 180.0  # the protocol's default when no task is known
+PRECOMPILE_TIMEOUT_S = 120.0  # the runner's compile pre-step (protocol §2)
+BUILD_SHARE_WARNING = 0.5  # warn when the cold build takes this share of test_timeout
+RECORD = "popkit-build.json"
+# TORCH_CUDA_ARCH_LIST for the GPU named by `#!POPCORN gpu`, used when the environment sets none:
+# a machine without a GPU would otherwise build for every architecture torch knows.
+CUDA_ARCH_FOR_GPU = {"T4": "7.5", "L4": "8.9", "A100": "8.0", "H100": "9.0a", "B200": "10.0a"}
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class CompileReport:
+    """The outcome of one `popkit compile`. Times are seconds."""
+
+    submission: str
+    target: str  # cuda or hip
+    status: str  # built, failed, bad-submission, static-only
+    exit_code: int
+    cold_s: float | None = None  # importing the submission in a fresh build directory (the build)
+    warm_s: float | None = None  # importing it again: what each later eval process pays
+    torch_import_s: float | None = None  # importing torch, excluded from cold_s and warm_s
+    cached: bool = False  # cold_s is from an earlier popkit compile of the same source
+    build_dir: str = ""
+    arch_list: str | None = None  # TORCH_CUDA_ARCH_LIST the build used
+    extensions: tuple[str, ...] = ()
+    task: str | None = None
+    test_timeout_s: float | None = None
+    diagnostics: tuple[Diagnostic, ...] = ()
+    notes: tuple[str, ...] = ()
+    log: str = ""  # the build's whole output
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.severity == "warning"]
+
+    def to_json(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["diagnostics"] = [d.to_json() for d in self.diagnostics]
+        data["extensions"], data["notes"] = list(self.extensions), list(self.notes)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "CompileReport":
+        kwargs = {f.name: data[f.name] for f in fields(cls) if f.name in data}
+        kwargs["diagnostics"] = tuple(Diagnostic.from_json(d) for d in data.get("diagnostics", ()))
+        kwargs["extensions"] = tuple(data.get("extensions", ()))
+        kwargs["notes"] = tuple(data.get("notes", ()))
+        return cls(**kwargs)
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """What the interpreter's torch is, read without importing torch (which takes seconds)."""
+
+    python: str
+    python_tag: str  # py311, as torch names its default extensions folder
+    torch: str | None
+    cuda: str | None
+    hip: str | None
+    lock_style: str  # "flock": an OS lock the kernel drops when its holder dies; "baton": a file whose existence blocks
+    nvcc: str | None = None
+    ninja: str | None = None
+    cxx: str = "c++"
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+_TOOLCHAIN_SCRIPT = r"""
+import importlib.util, json, os, sys
+out = {"python_tag": "py%d%d%s" % (sys.version_info[0], sys.version_info[1], getattr(sys, "abiflags", "")),
+       "torch": None, "cuda": None, "hip": None, "lock_style": "flock"}
+spec = importlib.util.find_spec("torch")
+if spec is not None and spec.origin:
+    root = os.path.dirname(spec.origin)
+    ns = {}
+    try:
+        exec(open(os.path.join(root, "version.py")).read(), ns)
+        out.update(torch=ns.get("__version__"), cuda=ns.get("cuda"), hip=ns.get("hip"))
+    except Exception as exc:
+        out["error"] = repr(exc)
+    try:
+        text = open(os.path.join(root, "utils", "cpp_extension.py")).read()
+        out["lock_style"] = "flock" if "FileLock(os.path.join(build_directory" in text else "baton"
+    except OSError:
+        pass
+print(json.dumps(out))
+"""
+
+# The child: import the submission as a module (so a __main__ block does not run), never call
+# custom_kernel, and write the outcome to a file (stdout belongs to the build's own output).
+_DRIVER = r"""
+import importlib.util, json, os, sys, time, traceback
+path, result_path, pre_import = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+sys.path.insert(0, os.getcwd())
+result = {"ok": False, "torch_import_s": None}
+if pre_import:
+    t0 = time.perf_counter()
+    import torch, torch.utils.cpp_extension  # noqa: F401
+    result["torch_import_s"] = time.perf_counter() - t0
+t0 = time.perf_counter()
+try:
+    spec = importlib.util.spec_from_file_location("submission", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["submission"] = module
+    spec.loader.exec_module(module)
+    result.update(ok=True, has_custom_kernel=callable(getattr(module, "custom_kernel", None)))
+except BaseException as exc:
+    frames = [(f.filename, f.lineno) for f in traceback.extract_tb(exc.__traceback__)]
+    result.update(error_type=type(exc).__name__, error=str(exc), frames=frames,
+                  traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+result["seconds"] = time.perf_counter() - t0
+sys.stdout.flush()
+sys.stderr.flush()
+with open(result_path, "w") as fh:
+    json.dump(result, fh)
+"""
+
+
+def popkit_home() -> Path:
+    """POPKIT_HOME, else `.popkit` in the working directory (builds and history live there)."""
+    return Path(os.environ.get("POPKIT_HOME") or Path.cwd() / ".popkit")
+
+
+def toolchain(python: str = sys.executable, timeout_s: float = 30.0) -> Toolchain:
+    try:
+        out = subprocess.run([python, "-c", _TOOLCHAIN_SCRIPT], capture_output=True, text=True, timeout=timeout_s)
+        info = json.loads(out.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        raise EnvironmentProblem(f"cannot run {python} to inspect its torch",
+                                 "check the interpreter (popkit doctor shows the environment)") from None
+    return Toolchain(python=python, python_tag=info["python_tag"], torch=info["torch"], cuda=info["cuda"],
+                     hip=info["hip"], lock_style=info["lock_style"], nvcc=find_nvcc(),
+                     ninja=shutil.which("ninja") or _module_ninja(python), cxx=os.environ.get("CXX", "c++"))
+
+
+def cuda_home() -> str | None:
+    """The CUDA toolkit torch's cpp_extension will use: CUDA_HOME/CUDA_PATH, else nvcc's folder's parent."""
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if home:
+        return home
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        return str(Path(nvcc).parent.parent)
+    return "/usr/local/cuda" if Path("/usr/local/cuda").exists() else None
+
+
+def has_cudart(home: str | Path) -> bool:
+    """Whether the link step's `-L<home>/lib64 -lcudart` (or lib/) can succeed."""
+    return any(any((Path(home) / d).glob("libcudart.so*")) for d in ("lib64", "lib"))
+
+
+def toolkit_candidates() -> list[str]:
+    """CUDA toolkits on this machine with both nvcc and libcudart (for the fix of a wrong CUDA_HOME)."""
+    paths = [Path("/usr/local/cuda"), *sorted(Path("/usr/local").glob("cuda-*"), reverse=True), Path("/opt/cuda")]
+    return [str(p) for p in paths if (p / "bin" / "nvcc").is_file() and has_cudart(p)]
+
+
+def find_nvcc() -> str | None:
+    """nvcc as torch runs it: <CUDA toolkit>/bin/nvcc."""
+    home = cuda_home()
+    nvcc = Path(home) / "bin" / "nvcc" if home else None
+    return str(nvcc) if nvcc and nvcc.is_file() else None
+
+
+def cuda_home_problem() -> tuple[str, str] | None:
+    """(problem, fix) when the toolkit torch will use cannot build and link an extension."""
+    home = cuda_home()
+    explicit = bool(os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH"))
+    fix_home = (toolkit_candidates() or ["/usr/local/cuda"])[0]
+    said = f"CUDA_HOME is {home}" if explicit else f"CUDA_HOME is unset, so torch uses {home}"
+    if home is None:
+        return "no CUDA toolkit found (CUDA_HOME unset, no nvcc on PATH, no /usr/local/cuda)", \
+            "install the CUDA toolkit and export CUDA_HOME=<its folder>"
+    if not (Path(home) / "bin" / "nvcc").is_file():
+        return f"{said}, which has no bin/nvcc", f"export CUDA_HOME={fix_home}"
+    if not has_cudart(home):
+        return (f"{said}, which has no lib64/libcudart.so: linking an extension fails with "
+                "`cannot find -lcudart`"), f"export CUDA_HOME={fix_home}"
+    return None
+
+
+def _module_ninja(python: str) -> str | None:
+    candidate = Path(python).parent / "ninja"
+    return str(candidate) if candidate.is_file() else None
+
+
+def build_key(source: bytes, tools: Toolchain, arch_list: str | None) -> str:
+    """Builds are keyed by the source and everything that changes the compiled result."""
+    h = hashlib.sha256(source)
+    for part in (tools.python, tools.torch, tools.cuda, tools.hip, arch_list, os.environ.get("CXX"),
+                 os.environ.get("PYTORCH_ROCM_ARCH")):
+        h.update(b"\0" + str(part).encode())
+    return h.hexdigest()[:16]
+
+
+def default_extensions_root(tools: Toolchain) -> Path:
+    """Where load_inline builds when TORCH_EXTENSIONS_DIR is unset (what `popkit test` and the runner use)."""
+    if os.environ.get("TORCH_EXTENSIONS_DIR"):
+        return Path(os.environ["TORCH_EXTENSIONS_DIR"])
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    accel = f"rocm{tools.hip.replace('.', '')}" if tools.hip else f"cu{tools.cuda.replace('.', '')}" if tools.cuda else "cpu"
+    return cache / "torch_extensions" / f"{tools.python_tag}_{accel}"
+
+
+# ------------------------------------------------------------------------------------ build locks
+
+
+def lock_state(lock: Path, style: str) -> str:
+    """`held` (a build is running), `stale` (left by a killed build; load_inline would wait forever)
+    or `leftover` (harmless with this torch, whose lock the kernel drops when its holder dies)."""
+    if style == "baton":
+        return "stale"
+    try:
+        import fcntl
+    except ImportError:  # no flock on this platform: assume the worst only for a baton
+        return "leftover"
+    try:
+        fd = os.open(lock, os.O_RDWR)
+    except OSError:
+        return "leftover"
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return "leftover"
+    except OSError:
+        return "held"
+    finally:
+        os.close(fd)
+
+
+def find_locks(directory: Path, names: Sequence[str] | None = None) -> list[Path]:
+    """`lock` files in the extension folders under `directory` (only those of `names` when given)."""
+    if not directory.is_dir():
+        return []
+    found = []
+    for lock in sorted(directory.glob("*/lock")):
+        ext = lock.parent.name
+        if names is None or any(ext == n or ext.startswith(n + "_v") for n in names):
+            found.append(lock)
+    return found
+
+
+def check_locks(build_dir: Path, default_root: Path, names: Sequence[str], style: str,
+                clean: bool) -> list[str]:
+    """Raise on a lock that would hang this build; return notes about locks that would hang `popkit test`."""
+    notes = []
+    for lock in find_locks(build_dir):
+        state = lock_state(lock, style)
+        if state == "held":
+            raise EnvironmentProblem(f"{lock}: another build of this submission is running and holds the lock",
+                                     "wait for it to finish, or stop that process")
+        if state == "stale" and not clean:
+            raise EnvironmentProblem(
+                f"{lock}: stale build lock, left by a build that was killed; torch would wait for it forever",
+                f"delete it (rm {lock}) or rerun with --clean")
+    for lock in find_locks(default_root, names):
+        state = lock_state(lock, style)
+        if state == "stale" and clean:
+            lock.unlink(missing_ok=True)
+            notes.append(f"removed the stale build lock {lock}")
+        elif state == "stale":
+            notes.append(f"{lock} is a stale build lock: `popkit test` and the compile step would wait on it "
+                         f"forever; delete it (rm {lock}) or rerun with --clean")
+        elif state == "held":
+            notes.append(f"{lock} is held: a build of this extension is running in the default folder now")
+    return notes
+
+
+# -------------------------------------------------------------------------------------- compiling
+
+
+def compile_submission(path: Path | str, *, task: str | None = None, roots: Sequence[Path] = (),
+                       clean: bool = False, timeout_s: float = DEFAULT_TIMEOUT_S, python: str = sys.executable,
+                       progress: Progress | None = None) -> CompileReport:
+    """Build the submission's extension cold and warm and report diagnostics (see the module doc)."""
+    from popkit import runner
+
+    say = progress or (lambda _msg: None)
+    path = Path(path)
+    if path.suffix != ".py":
+        raise UsageError(f"{path}: popkit compile builds Python submissions (load_inline in a .py file)",
+                         "a .cu/.cpp file is compiled by the task's own eval, not by popkit")
+    source = runner.read_submission(path)  # missing file, not UTF-8, syntax error: SubmissionError (exit 4)
+    text = source.decode("utf-8")
+    smap = SourceMap(path, text)
+    target = detect_target(text)
+    found_task, notes = _find_task(path, source, task, roots)
+    test_timeout = found_task.test_timeout if found_task else DEFAULT_TEST_TIMEOUT_S
+    static = hip_checks(text, str(path)) if target == "hip" else []
+    base = dict(submission=str(path), target=target, extensions=tuple(smap.extension_names()),
+                task=found_task.name if found_task else None, test_timeout_s=test_timeout)
+
+    tools = toolchain(python)
+    if target == "hip" and not tools.hip:
+        errors = [d for d in static if d.severity == "error"]
+        notes.append("A HIP build needs ROCm: this machine's torch is "
+                     f"{'a CUDA build' if tools.cuda else 'not a ROCm build'}, so popkit checked the file statically "
+                     "and did not build it.")
+        return CompileReport(status="static-only", exit_code=int(ExitCode.COMPILE_FAILED if errors else ExitCode.OK),
+                             diagnostics=tuple(static), notes=tuple(notes), **base)
+    _require_toolchain(tools, python)
+    arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST") or _arch_for_directive(text, tools)
+    build_dir = popkit_home() / "build" / build_key(source, tools, arch_list)
+    if clean and build_dir.exists():
+        shutil.rmtree(build_dir)
+    notes += check_locks(build_dir, default_extensions_root(tools), smap.extension_names(), tools.lock_style, clean)
+    build_dir.mkdir(parents=True, exist_ok=True)
+    base.update(build_dir=str(build_dir), arch_list=arch_list)
+
+    record = _read_record(build_dir)
+    env = {"TORCH_EXTENSIONS_DIR": str(build_dir), "PYTHONUNBUFFERED": "1"}
+    if arch_list and not tools.hip:
+        env["TORCH_CUDA_ARCH_LIST"] = arch_list
+    with tempfile.TemporaryDirectory(prefix="popkit-compile-") as tmp:
+        workdir = Path(tmp)
+        name = _prepare(workdir, found_task, source)
+        cached = record is not None
+        if cached:
+            cold, log = {"ok": True, "seconds": record["cold_s"], "torch_import_s": record.get("torch_import_s")}, record.get("log", "")
+        else:
+            say(f"building {path.name} ({target}) in {build_dir} ...")
+            cold, log = _import(workdir, name, env, tools, target, timeout_s, build_dir)
+        diagnostics = static + _diagnostics(cold, log, smap, build_dir, tools)
+        if not cold["ok"]:
+            status, code = _failure(cold)
+            return CompileReport(status=status, exit_code=int(code), cold_s=cold.get("seconds"),
+                                 torch_import_s=cold.get("torch_import_s"), diagnostics=tuple(diagnostics),
+                                 notes=tuple(notes), log=log, **base)
+        say("importing again (warm) ...")
+        warm, warm_log = _import(workdir, name, env, tools, target, timeout_s, build_dir)
+    if not warm["ok"]:  # built, yet the second import fails: report it like a failed build
+        status, code = _failure(warm)
+        diagnostics += _diagnostics(warm, warm_log, smap, build_dir, tools)
+        return CompileReport(status=status, exit_code=int(code), cold_s=cold["seconds"], cached=cached,
+                             diagnostics=tuple(diagnostics), notes=tuple(notes), log=log + warm_log, **base)
+    if not cached:
+        _write_record(build_dir, {"cold_s": cold["seconds"], "torch_import_s": cold.get("torch_import_s"), "log": log})
+    notes += _time_notes(cold["seconds"], test_timeout, found_task is not None, cached)
+    exit_code = ExitCode.COMPILE_FAILED if any(d.severity == "error" for d in diagnostics) else ExitCode.OK
+    return CompileReport(status="built" if exit_code == ExitCode.OK else "failed", exit_code=int(exit_code),
+                         cold_s=cold["seconds"], warm_s=warm["seconds"],
+                         torch_import_s=warm.get("torch_import_s") or cold.get("torch_import_s"), cached=cached,
+                         diagnostics=tuple(diagnostics), notes=tuple(notes), log=log, **base)
+
+
+def _find_task(path: Path, source: bytes, explicit: str | None, roots: Sequence[Path]):
+    from popkit import runner, tasks
+    from popkit.errors import PopkitError
+
+    if explicit:
+        return tasks.resolve_task(explicit, list(roots)), []
+    try:
+        return tasks.resolve_task(runner.task_spec_for(path, source, None), list(roots)), []
+    except PopkitError:
+        return None, [f"no task found (no --task, and the leaderboard directive names none popkit knows): "
+                      f"build time is compared with the default test_timeout of {DEFAULT_TEST_TIMEOUT_S:.0f} s"]
+
+
+def _require_toolchain(tools: Toolchain, python: str) -> None:
+    if tools.torch is None:
+        raise EnvironmentProblem(f"torch is not installed for {python}", "install a CUDA build of torch")
+    if not tools.cuda and not tools.hip:
+        raise EnvironmentProblem(f"torch {tools.torch} is a CPU-only build; load_inline needs a CUDA (or ROCm) build",
+                                 "install a CUDA build of torch (popkit doctor checks the environment)")
+    if tools.cuda:
+        problem = cuda_home_problem()
+        if problem:
+            raise EnvironmentProblem(problem[0], problem[1] + " (popkit doctor checks the whole environment)")
+    if not tools.ninja:
+        raise EnvironmentProblem("ninja not found: load_inline builds with it", "pip install ninja")
+
+
+def _arch_for_directive(text: str, tools: Toolchain) -> str | None:
+    if tools.hip:
+        return None
+    from popkit.directives import server_directives
+
+    return CUDA_ARCH_FOR_GPU.get(server_directives(text).gpu or "")
+
+
+def _prepare(workdir: Path, task, source: bytes) -> str:
+    """A fresh working directory as the runner makes it: the task's files flat, the submission beside them."""
+    from popkit import runner
+
+    if task is not None:
+        runner.prepare_workdir(task, source, workdir)
+        return task.submission_name
+    (workdir / "submission.py").write_bytes(source)
+    return "submission.py"
+
+
+def _import(workdir: Path, name: str, env: Mapping[str, str], tools: Toolchain, target: str,
+            timeout_s: float, build_dir: Path) -> tuple[dict[str, Any], str]:
+    from popkit import runner
+
+    result_path = workdir / ".popkit-compile-result.json"
+    result_path.unlink(missing_ok=True)
+    full_env = runner.child_env(runner.RunOptions(python=tools.python), **env)
+    pre_import = "0" if target == "hip" else "1"  # a HIP file must set its environment before torch loads
+    argv = [tools.python, "-c", _DRIVER, name, str(result_path), pre_import]
+    code, out, err, secs, timed_out = runner.run_child(argv, workdir, full_env, timeout_s)
+    log = out + (("\n" if out and err else "") + err)
+    if timed_out:
+        for lock in find_locks(build_dir):  # our own killed build: a baton lock would block the next one
+            if tools.lock_style == "baton":
+                lock.unlink(missing_ok=True)
+        return {"ok": False, "timed_out": True, "seconds": secs,
+                "error": f"the build ran past {timeout_s:.0f} s and was stopped"}, log
+    try:
+        return json.loads(result_path.read_text()), log
+    except (OSError, ValueError):
+        return {"ok": False, "seconds": secs, "error_type": "crash",
+                "error": f"the interpreter exited with code {code} before reporting (killed, or out of memory?)"}, log
+
+
+def _diagnostics(result: Mapping[str, Any], log: str, smap: SourceMap, build_dir: Path,
+                 tools: Toolchain) -> list[Diagnostic]:
+    compiler = "clang" if "clang" in tools.cxx else "gcc"
+    error = result.get("error") or ""
+    text = log if error in log else log + "\n" + error  # non-verbose builds put the output in the exception
+    found = map_diagnostics(parse_log(text, compiler), smap, build_dir)
+    if result.get("ok") and result.get("has_custom_kernel") is False:
+        found.append(Diagnostic("error", "python", "no callable custom_kernel after import", smap.path))
+    if result.get("ok"):
+        return found
+    loader = loader_diagnostic(error, smap)
+    if loader is not None:
+        found.append(loader)
+    elif not any(d.severity == "error" for d in found):
+        found.append(_python_diagnostic(result, smap))
+    return found
+
+
+def _python_diagnostic(result: Mapping[str, Any], smap: SourceMap) -> Diagnostic:
+    """An import failure that is not a compiler message: point at the submission's deepest frame."""
+    message = f"{result.get('error_type', 'error')}: {result.get('error', '')}".strip()
+    first = message.splitlines()[0] if message else "the import failed"
+    line = None
+    for filename, lineno in result.get("frames", []):
+        if Path(filename).name in (Path(smap.path).name, "submission.py"):
+            line = lineno
+    tool = "build" if result.get("timed_out") else "python"
+    return Diagnostic("error", tool, first[:500], smap.path, line, None, smap.line_text(line))
+
+
+def _failure(result: Mapping[str, Any]) -> tuple[str, ExitCode]:
+    error = str(result.get("error", ""))
+    building = ("Error building extension" in error or "undefined symbol" in error or result.get("timed_out")
+                or result.get("error_type") == "crash")
+    return ("failed", ExitCode.COMPILE_FAILED) if building else ("bad-submission", ExitCode.BAD_SUBMISSION)
+
+
+def _time_notes(cold_s: float, test_timeout: float, known_task: bool, cached: bool) -> list[str]:
+    notes = []
+    share = cold_s / test_timeout if test_timeout else 0
+    label = "the task's" if known_task else "the default"
+    if share >= BUILD_SHARE_WARNING:
+        notes.append(f"warning: the cold build took {cold_s:.0f} s, {share:.0%} of {label} test_timeout "
+                     f"({test_timeout:.0f} s): a first run that must build may time out")
+    if cold_s > PRECOMPILE_TIMEOUT_S:
+        notes.append(f"warning: the cold build took longer than the runner's {PRECOMPILE_TIMEOUT_S:.0f} s compile "
+                     "step, so the first test process would build it again inside its own timeout")
+    if cached:
+        notes.append("cold time is from an earlier build of this exact source (rerun with --clean to rebuild)")
+    return notes
+
+
+def _read_record(build_dir: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((build_dir / RECORD).read_text())
+        return data if isinstance(data.get("cold_s"), (int, float)) else None
+    except (OSError, ValueError):
+        return None
+
+
+def _write_record(build_dir: Path, data: Mapping[str, Any]) -> None:
+    (build_dir / RECORD).write_text(json.dumps({**data, "written_at": time.time()}))

@@ -1,0 +1,125 @@
+"""Output of new, templates, compile and doctor: Rich for people, one JSON document for agents."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from rich.table import Table
+
+from popkit.views.common import console, emit_json, err_console, escape
+
+LOG_TAIL_LINES = 20  # lines of a failed build's log shown when no diagnostic explains it
+_STATUS = {"ok": "[green]ok[/]", "info": "[cyan]info[/]", "warn": "[yellow]warn[/]", "problem": "[bold red]problem[/]"}
+_SEVERITY = {"error": "[bold red]error[/]", "warning": "[yellow]warning[/]", "note": "[cyan]note[/]"}
+
+
+def progress_printer(json: bool) -> Callable[[str], None]:
+    if json:
+        return lambda _msg: None
+    con = err_console()
+    return lambda msg: con.print(f"[dim]… {escape(msg)}[/]")
+
+
+def show_written(written, json: bool) -> None:
+    if json:
+        emit_json("new", written.to_json())
+        return
+    r, con = written.rendered, console()
+    what = f"{r.task} · {r.target.upper()} · {r.style} · {r.gpu}" + (f" · {r.arch}" if r.arch else "")
+    replaced = " (replaced the existing file)" if written.overwrote else ""
+    con.print(f"[green]wrote[/] {escape(str(written.path))}{replaced}  [dim]{escape(what)}, from {escape(r.spec)}[/]")
+    if r.skeleton:
+        con.print("[yellow]skeleton:[/] the task has no kernel.yml; the file compiles but its kernel only copies "
+                  "the first input. Fill in what its comments say.")
+    con.print(f"next: popkit compile {escape(str(written.path))}   then   popkit test {escape(str(written.path))}")
+
+
+def show_catalog(catalog, json: bool) -> None:
+    if json:
+        emit_json("templates", catalog.to_json())
+        return
+    con = console()
+    con.print("[bold]targets and styles[/] (default style: inline)")
+    for target, styles in catalog.targets:
+        con.print(f"  {target}: {', '.join(styles)}")
+    table = Table(title="tasks", title_justify="left", show_edge=False, pad_edge=False)
+    for column in ("task", "leaderboard", "spec", "geometry"):
+        table.add_column(column)
+    for info in catalog.tasks:
+        if info.error:
+            spec = f"[red]invalid:[/] {escape(info.error)}"
+        else:
+            spec = "kernel.yml" if info.spec else "[dim]none: skeleton[/]"
+        table.add_row(escape(info.task), escape(info.leaderboard), spec, escape(info.geometry or "-"))
+    con.print(table)
+    con.print("render one: popkit new --task NAME --target cuda|hip --style inline|library -o FILE")
+
+
+def show_compile(report, json: bool) -> None:
+    if json:
+        emit_json("compile", report.to_json())
+        return
+    con = console()
+    errors, warnings = len(report.errors), len(report.warnings)
+    counts = f"{errors} error{'s' * (errors != 1)}, {warnings} warning{'s' * (warnings != 1)}"
+    where = f" with TORCH_CUDA_ARCH_LIST={report.arch_list}" if report.arch_list else ""
+    if report.status == "built":
+        con.print(f"[green]built[/] {escape(report.submission)} ({report.target}{escape(where)})"
+                  + (f"  [dim]{counts}[/]" if warnings else ""))
+    elif report.status == "static-only":
+        verdict = "[green]static checks passed[/]" if report.ok else "[bold red]static checks failed[/]"
+        con.print(f"{verdict} {escape(report.submission)} ({report.target}, not built)  [dim]{counts}[/]")
+    elif report.status == "bad-submission":
+        con.print(f"[bold red]import failed[/] {escape(report.submission)}: the module raised before or "
+                  "outside the build")
+    else:
+        con.print(f"[bold red]build failed[/] {escape(report.submission)} ({report.target}{escape(where)}): {counts}")
+    if report.cold_s is not None and report.status != "static-only":
+        cached = " (cached)" if report.cached else ""
+        con.print(f"  cold build   {report.cold_s:7.1f} s{cached}")
+    if report.warm_s is not None:
+        con.print(f"  warm import  {report.warm_s:7.1f} s")
+    if report.torch_import_s is not None:
+        con.print(f"  torch import {report.torch_import_s:7.1f} s  [dim](not counted above)[/]")
+    if report.build_dir:
+        con.print(f"  build folder {escape(report.build_dir)}")
+    for d in report.diagnostics:
+        _diagnostic(con, d)
+    for note in report.notes:
+        label = "" if note.startswith("warning:") else "note: "
+        con.print(f"[yellow]{escape(label + note)}[/]" if label == "" else f"[dim]{escape(label + note)}[/]")
+    if not report.ok and not report.diagnostics and report.log:
+        lines = report.log.rstrip().splitlines()
+        con.print(f"[dim]last {min(len(lines), LOG_TAIL_LINES)} lines of the build log (--json has all of it):[/]")
+        con.print(escape("\n".join(lines[-LOG_TAIL_LINES:])))
+
+
+def _diagnostic(con, d) -> None:
+    con.print(f"{escape(d.location)}: {_SEVERITY.get(d.severity, d.severity)}: {escape(d.message)} "
+              f"[dim]\\[{d.tool}]" + (f" (from {escape(d.generated)})" if d.generated else "") + "[/]")
+    if d.source_line:
+        number = str(d.line) if d.line else ""
+        con.print(f"  {number:>5} | {escape(d.source_line.rstrip())}", soft_wrap=True)
+        if d.column:
+            con.print(f"  {'':>5} | {' ' * (d.column - 1)}[bold]^[/]")
+    if d.hint:
+        con.print(f"  [dim]hint:[/] {escape(d.hint)}")
+
+
+def show_doctor(report, json: bool) -> None:
+    if json:
+        emit_json("doctor", report.to_json())
+        return
+    con = console()
+    table = Table(show_header=False, show_edge=False, pad_edge=False, box=None)
+    table.add_column("status")
+    table.add_column("check")
+    table.add_column("value")
+    for c in report.checks:
+        table.add_row(_STATUS.get(c.status, c.status), escape(c.name), escape(c.value))
+    con.print(table)
+    fixes = [c for c in report.checks if c.fix and c.status in ("problem", "warn", "info")]
+    for c in fixes:
+        con.print(f"{_STATUS[c.status]} {escape(c.name)}: {escape(c.fix)}")
+    problems = len(report.problems)
+    con.print("[green]no problems[/]" if not problems else f"[bold red]{problems} problem{'s' * (problems != 1)}[/]")
