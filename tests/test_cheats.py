@@ -1,0 +1,217 @@
+"""Every wrong and cheating submission fails with the message that names its class; honest ones pass.
+
+The files live in submissions/wrong/ and submissions/cheats/ (each says in its docstring what it does
+and which message catches it). They run against the bundled tasks through popkit.runner, with small
+cases so a CPU box gets through them; on a GPU the same tests exercise the CUDA paths.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from popkit import runner
+from popkit.tasks import load_task
+
+ROOT = Path(__file__).resolve().parent.parent
+TASKS, SUBMISSIONS = ROOT / "tasks", ROOT / "submissions"
+CHILD_ENV = {"OMP_NUM_THREADS": "1"}  # see test_harness.py: torch's thread pool on a small CPU box
+
+# Small cases per bundled task: a few shapes (odd ones included) and several seeds.
+TEST_CASES = {
+    "identity": [{"size": 1, "seed": 11}, {"size": 1000, "seed": 12}, {"size": 4099, "seed": 13}],
+    "vectoradd": [{"size": 1, "seed": 21}, {"size": 17, "seed": 22}, {"size": 64, "seed": 23}],
+    "grayscale": [{"height": 1, "width": 1, "seed": 31}, {"height": 17, "width": 33, "seed": 32}],
+    "vectorsum": [{"size": 1, "seed": 41}, {"size": 4099, "seed": 42}],
+    "softmax": [{"rows": 1, "cols": 1, "seed": 51}, {"rows": 17, "cols": 129, "seed": 52}],
+    "matmul": [{"m": 1, "n": 1, "k": 1, "seed": 61}, {"m": 17, "n": 33, "k": 65, "seed": 62}],
+}
+# Benchmark shapes larger than every test shape (size_gated.py takes its shortcut above 64 x 64).
+BENCH_CASES = {"identity": [{"size": 8192, "seed": 71}], "vectoradd": [{"size": 96, "seed": 72}]}
+
+
+def task_of(submission: Path) -> str:
+    """The leaderboard name from the file's `#!POPCORN leaderboard NAME` directive."""
+    first = submission.read_text().splitlines()[0].split()
+    assert first[:2] == ["#!POPCORN", "leaderboard"], f"{submission}: no directive on the first line"
+    return first[2]
+
+
+def run(submission: Path, mode: str, tmp_path: Path, *, cases=None, seed=None, timeout_s=180.0):
+    """One eval of a bundled task through the runner (the task's eval.py is popkit's harness)."""
+    task_name = task_of(submission)
+    task = load_task(TASKS / task_name)
+    if cases is None:
+        cases = TEST_CASES[task_name] if mode == "test" else BENCH_CASES[task_name]
+    dest = tmp_path / f"{submission.stem}-{mode}"
+    main = runner.prepare_workdir(task, submission.read_bytes(), dest)
+    return runner.run_mode(dest, main, mode, cases, timeout_s=timeout_s,
+                           options=runner.RunOptions(env=CHILD_ENV), seed=seed)
+
+
+def failures(mode_run) -> list[str]:
+    return [c.error for c in mode_run.tests + mode_run.benchmarks if not c.passed]
+
+
+def assert_caught(mode_run, expected: str) -> None:
+    errors = failures(mode_run)
+    assert mode_run.exit_code == 112 and mode_run.check == "fail", (mode_run.exit_code, errors, mode_run.stderr)
+    assert errors and all(expected in e for e in errors), errors
+
+
+CHEATS = [
+    ("passthrough.py", "test", "output aliases input 0 (same storage)"),
+    ("fabricated_buffer.py", "test", "fabricated output: custom_kernel returned the output buffer from data"),
+    ("fabricated_garbage.py", "test", "elements mismatch"),
+    ("input_mutation.py", "test", "input 0 was modified by custom_kernel"),
+    ("output_aliasing.py", "test", "output aliases input 0 (same storage)"),
+    ("lazy_output.py", "test", "lazy output: custom_kernel returned a LazySum (a torch.Tensor subclass)"),
+    ("replay_cache.py", "test", "output replay: custom_kernel returned a previous call's result"),
+    ("replay_data_ptr.py", "leaderboard", "output replay: custom_kernel returned a previous call's result"),
+    ("batch_and_skip.py", "test", "output replay: custom_kernel returned a previous call's result"),
+    ("size_gated.py", "benchmark", "elements mismatch"),
+    ("mode_branching.py", "benchmark", "mode branching: custom_kernel's output is wrong in benchmark mode"),
+    ("timer_patch.py", "test", "timer patched: time.perf_counter_ns was replaced"),
+    ("synchronize_patch.py", "test", "timer patched: torch.cuda.synchronize was replaced"),
+    ("check_patch.py", "test", "harness patched: reference.check_implementation was replaced"),
+    ("pipe_write.py", "test", "result-pipe write: foreign bytes arrived on the harness channel"),
+    ("background_thread.py", "test", "background thread started by custom_kernel"),
+]
+
+
+def test_every_cheat_file_is_covered():
+    names = {name for name, _, _ in CHEATS} | {"stale_memory.py"}
+    assert names == {p.name for p in (SUBMISSIONS / "cheats").glob("*.py")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,mode,expected", CHEATS, ids=[c[0][:-3] for c in CHEATS])
+def test_cheat_is_caught_and_named(name, mode, expected, tmp_path):
+    assert_caught(run(SUBMISSIONS / "cheats" / name, mode, tmp_path), expected)
+
+
+@pytest.mark.slow
+def test_stale_memory_fails(tmp_path):
+    """On a CPU, malloc does not always hand the poisoned block back (it splits and merges free
+    chunks), so an uncomputed output reads as zeros or garbage: caught as wrong values, named only
+    when the poison shows. GPU caching allocators reuse whole blocks: see the next test."""
+    result = run(SUBMISSIONS / "cheats" / "stale_memory.py", "test", tmp_path)
+    assert result.exit_code == 112 and result.check == "fail"
+    assert all("stale memory:" in e or "elements mismatch" in e for e in failures(result)), failures(result)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_stale_memory_is_named_on_a_gpu(tmp_path):
+    assert_caught(run(SUBMISSIONS / "cheats" / "stale_memory.py", "test", tmp_path), "stale memory:")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,expected", [
+    ("size_gated.py", "elements mismatch"),
+    ("mode_branching.py", "mode branching: custom_kernel's output is wrong in leaderboard mode"),
+    ("batch_and_skip.py", "output replay: custom_kernel returned a previous call's result"),
+    ("timer_patch.py", "timer patched: time.perf_counter_ns was replaced"),
+    ("background_thread.py", "background thread started by custom_kernel"),
+])
+def test_cheat_is_caught_in_the_ranked_mode_too(name, expected, tmp_path):
+    assert_caught(run(SUBMISSIONS / "cheats" / name, "leaderboard", tmp_path, seed=random.randrange(1, 2**31)),
+                  expected)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["size_gated.py", "mode_branching.py"])
+def test_shape_and_mode_cheats_pass_test_mode(name, tmp_path):
+    """What makes them cheats: test mode alone would let them through."""
+    result = run(SUBMISSIONS / "cheats" / name, "test", tmp_path)
+    assert result.exit_code == 0 and result.check == "pass", failures(result)
+
+
+@pytest.mark.slow
+def test_forged_pipe_lines_never_win(tmp_path):
+    """Even where /proc lets the forger reach the pipe (as root), the harness's later lines win."""
+    result = run(SUBMISSIONS / "cheats" / "pipe_write.py", "test", tmp_path)
+    assert result.raw["check"] == "fail"
+    assert all(result.raw[f"test.{i}.status"] == "fail" for i in range(len(TEST_CASES["vectoradd"])))
+
+
+WRONG = [
+    ("wrong_values.py", "elements mismatch"),
+    ("wrong_shape.py", "shape mismatch: expected"),
+    ("wrong_dtype.py", "dtype mismatch: expected torch.float16, got torch.float32"),
+    ("raises.py", "RuntimeError: custom_kernel gave up on purpose"),
+    ("syntax_error.py", "SyntaxError: "),
+    ("no_custom_kernel.py", "submission.py defines no custom_kernel(data)"),
+]
+
+
+def test_every_wrong_file_is_covered():
+    names = {name for name, _ in WRONG} | {"infinite_loop.py"}
+    assert names == {p.name for p in (SUBMISSIONS / "wrong").glob("*.py")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,expected", WRONG, ids=[w[0][:-3] for w in WRONG])
+def test_wrong_submission_fails_with_its_message(name, expected, tmp_path):
+    assert_caught(run(SUBMISSIONS / "wrong" / name, "test", tmp_path), expected)
+
+
+@pytest.mark.slow
+def test_infinite_loop_is_stopped_by_the_runner_timeout(tmp_path):
+    result = run(SUBMISSIONS / "wrong" / "infinite_loop.py", "test", tmp_path, timeout_s=30)
+    assert result.timed_out and result.exit_code == 114
+
+
+def test_no_submission_outside_wrong_and_cheats_says_the_refused_word():
+    """The server refuses the substring anywhere; only the deliberately bad files may contain it."""
+    word = "str" + "eam"
+    for path in SUBMISSIONS.rglob("*"):
+        if path.is_file() and path.parent.name not in ("wrong", "cheats"):
+            assert word not in path.read_text(errors="replace").lower(), path
+
+
+def test_every_wrong_and_cheat_file_has_a_directive_and_a_docstring():
+    for folder in ("wrong", "cheats"):
+        for path in (SUBMISSIONS / folder).glob("*.py"):
+            lines = path.read_text().splitlines()
+            assert lines[0].startswith("#!POPCORN leaderboard "), path
+            assert lines[1].startswith('"""'), path
+            assert (TASKS / task_of(path) / "reference.py").is_file() or task_of(path) in TEST_CASES, path
+
+
+# ------------------------------------------------------------------------------ honest kernels
+
+
+def honest_tasks() -> list[str]:
+    return [t for t in TEST_CASES if (TASKS / t / "reference.py").is_file() and (SUBMISSIONS / t / "torch.py").is_file()]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", honest_tasks())
+def test_honest_torch_submission_passes_every_trust_check(task, tmp_path):
+    seed = random.randrange(1, 2**31)
+    result = run(SUBMISSIONS / task / "torch.py", "test", tmp_path, seed=seed)
+    assert result.exit_code == 0 and result.check == "pass", (f"secret seed {seed}", failures(result))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", [t for t in honest_tasks() if t in BENCH_CASES])
+@pytest.mark.parametrize("mode", ["benchmark", "leaderboard"])
+def test_honest_torch_submission_passes_timed_modes(task, mode, tmp_path):
+    seed = random.randrange(1, 2**31)
+    result = run(SUBMISSIONS / task / "torch.py", mode, tmp_path, seed=seed)
+    assert result.exit_code == 0 and result.check == "pass", (f"secret seed {seed}", failures(result))
+    assert result.benchmarks[0].runs >= 3
+
+
+@pytest.mark.gpu
+@pytest.mark.nvcc
+@pytest.mark.slow
+@pytest.mark.parametrize("task", [t for t in TEST_CASES if (SUBMISSIONS / t / "cuda.py").is_file()
+                                  and (TASKS / t / "reference.py").is_file()])
+def test_honest_cuda_submission_passes(task, tmp_path):
+    seed = random.randrange(1, 2**31)
+    result = run(SUBMISSIONS / task / "cuda.py", "test", tmp_path, seed=seed, timeout_s=600)
+    assert result.exit_code == 0 and result.check == "pass", (f"secret seed {seed}", failures(result))
