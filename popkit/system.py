@@ -1,7 +1,8 @@
-"""The environment: a probe of an interpreter (for run reports) and `popkit doctor`'s checks.
+"""The environment: a probe of an interpreter (run reports), the build toolchain (`popkit compile`)
+and `popkit doctor`'s checks.
 
-Every external program runs with a timeout; nothing here raises on a broken interpreter or tool:
-a failure becomes a field ("error") or a check with its fix.
+Every external program runs with a timeout. probe() and doctor() never raise on a broken
+interpreter or tool: a failure becomes a field ("error") or a check with its fix.
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ import re
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
+
+from popkit.errors import EnvironmentProblem
 
 PROBE_KEYS = ("python", "platform", "torch", "cuda", "hip", "device", "arch", "gpu_count")
 TOOL_TIMEOUT_S = 15.0
@@ -74,6 +77,119 @@ def _probe(python: str, timeout: float, extended: bool) -> dict:
     return {**empty, **data} if isinstance(data, dict) else {**empty, "error": "unexpected probe output"}
 
 
+# ------------------------------------------------------------------------------ the build toolchain
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """What the interpreter's torch is, read without importing torch (which takes seconds)."""
+
+    python: str
+    python_tag: str  # py311, as torch names its default extensions folder
+    torch: str | None
+    cuda: str | None
+    hip: str | None
+    lock_style: str  # "flock": an OS lock the kernel drops when its holder dies; "baton": a file whose existence blocks
+    nvcc: str | None = None
+    ninja: str | None = None
+    cxx: str = "c++"
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+_TOOLCHAIN_SCRIPT = r"""
+import importlib.util, json, os, sys
+out = {"python_tag": "py%d%d%s" % (sys.version_info[0], sys.version_info[1], getattr(sys, "abiflags", "")),
+       "torch": None, "cuda": None, "hip": None, "lock_style": "flock"}
+spec = importlib.util.find_spec("torch")
+if spec is not None and spec.origin:
+    root = os.path.dirname(spec.origin)
+    ns = {}
+    try:
+        exec(open(os.path.join(root, "version.py")).read(), ns)
+        out.update(torch=ns.get("__version__"), cuda=ns.get("cuda"), hip=ns.get("hip"))
+    except Exception as exc:
+        out["error"] = repr(exc)
+    try:
+        text = open(os.path.join(root, "utils", "cpp_extension.py")).read()
+        out["lock_style"] = "flock" if "FileLock(os.path.join(build_directory" in text else "baton"
+    except OSError:
+        pass
+print(json.dumps(out))
+"""
+
+def toolchain(python: str = sys.executable, timeout_s: float = 30.0) -> Toolchain:
+    try:
+        out = subprocess.run([python, "-c", _TOOLCHAIN_SCRIPT], capture_output=True, text=True, timeout=timeout_s)
+        info = json.loads(out.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        raise EnvironmentProblem(f"cannot run {python} to inspect its torch",
+                                 "check the interpreter (popkit doctor shows the environment)") from None
+    return Toolchain(python=python, python_tag=info["python_tag"], torch=info["torch"], cuda=info["cuda"],
+                     hip=info["hip"], lock_style=info["lock_style"], nvcc=find_nvcc(),
+                     ninja=shutil.which("ninja") or _module_ninja(python), cxx=os.environ.get("CXX", "c++"))
+
+
+def cuda_home() -> str | None:
+    """The CUDA toolkit torch's cpp_extension will use: CUDA_HOME/CUDA_PATH, else nvcc's folder's parent."""
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if home:
+        return home
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        return str(Path(nvcc).parent.parent)
+    return "/usr/local/cuda" if Path("/usr/local/cuda").exists() else None
+
+
+def has_cudart(home: str | Path) -> bool:
+    """Whether the link step's `-L<home>/lib64 -lcudart` (or lib/) can succeed."""
+    return any(any((Path(home) / d).glob("libcudart.so*")) for d in ("lib64", "lib"))
+
+
+def toolkit_candidates() -> list[str]:
+    """CUDA toolkits on this machine with both nvcc and libcudart (for the fix of a wrong CUDA_HOME)."""
+    paths = [Path("/usr/local/cuda"), *sorted(Path("/usr/local").glob("cuda-*"), reverse=True), Path("/opt/cuda")]
+    return [str(p) for p in paths if (p / "bin" / "nvcc").is_file() and has_cudart(p)]
+
+
+def find_nvcc() -> str | None:
+    """nvcc as torch runs it: <CUDA toolkit>/bin/nvcc."""
+    home = cuda_home()
+    nvcc = Path(home) / "bin" / "nvcc" if home else None
+    return str(nvcc) if nvcc and nvcc.is_file() else None
+
+
+def cuda_home_problem() -> tuple[str, str] | None:
+    """(problem, fix) when the toolkit torch will use cannot build and link an extension."""
+    home = cuda_home()
+    explicit = bool(os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH"))
+    fix_home = (toolkit_candidates() or ["/usr/local/cuda"])[0]
+    said = f"CUDA_HOME is {home}" if explicit else f"CUDA_HOME is unset, so torch uses {home}"
+    if home is None:
+        return "no CUDA toolkit found (CUDA_HOME unset, no nvcc on PATH, no /usr/local/cuda)", \
+            "install the CUDA toolkit and export CUDA_HOME=<its folder>"
+    if not (Path(home) / "bin" / "nvcc").is_file():
+        return f"{said}, which has no bin/nvcc", f"export CUDA_HOME={fix_home}"
+    if not has_cudart(home):
+        return (f"{said}, which has no lib64/libcudart.so: linking an extension fails with "
+                "`cannot find -lcudart`"), f"export CUDA_HOME={fix_home}"
+    return None
+
+
+def _module_ninja(python: str) -> str | None:
+    candidate = Path(python).parent / "ninja"
+    return str(candidate) if candidate.is_file() else None
+
+
+def default_extensions_root(tools: Toolchain) -> Path:
+    """Where load_inline builds when TORCH_EXTENSIONS_DIR is unset (what `popkit test` and the runner use)."""
+    if os.environ.get("TORCH_EXTENSIONS_DIR"):
+        return Path(os.environ["TORCH_EXTENSIONS_DIR"])
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    accel = f"rocm{tools.hip.replace('.', '')}" if tools.hip else f"cu{tools.cuda.replace('.', '')}" if tools.cuda else "cpu"
+    return cache / "torch_extensions" / f"{tools.python_tag}_{accel}"
+
+
+
 # ---------------------------------------------------------------------------------------- doctor
 
 
@@ -131,8 +247,6 @@ def find_popcorn() -> str | None:
 
 def doctor(python: str | None = None) -> DoctorReport:
     """Check what building and running kernels needs; each problem carries its fix."""
-    from popkit.compile import find_nvcc
-
     python = python or sys.executable
     info = _probe(python, 90.0, extended=True)
     checks = [Check("python", "ok" if info.get("python") else "problem", info.get("python") or "unknown",
@@ -176,8 +290,6 @@ def _cuda_checks(info: Mapping[str, Any], nvcc: str | None) -> list[Check]:
             return [Check("hipcc", "ok" if found else "problem", hipcc if found else "not found",
                           "" if found else "install ROCm and set ROCM_HOME (load_inline builds HIP with it)")]
         return []
-    from popkit.compile import cuda_home, cuda_home_problem
-
     out = []
     problem = cuda_home_problem()
     home = cuda_home()
@@ -249,7 +361,7 @@ def _cache_checks(info: Mapping[str, Any], python: str) -> list[Check]:
     """Old builds in torch's default extension folder: loaded by a newer torch they fail with `undefined symbol`."""
     if not (info.get("cuda") or info.get("hip")) or not info.get("torch_dir"):
         return []
-    from popkit.compile import default_extensions_root, find_locks, lock_state, toolchain
+    from popkit.compile import find_locks, lock_state
     from popkit.errors import PopkitError
 
     try:

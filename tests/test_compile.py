@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import runpy
-import shutil
 import sys
 import textwrap
 from pathlib import Path
