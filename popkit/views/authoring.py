@@ -42,7 +42,7 @@ def show_catalog(catalog, json: bool) -> None:
     con.print("[bold]targets and styles[/] (default style: inline)")
     for target, styles in catalog.targets:
         con.print(f"  {target}: {', '.join(styles)}")
-    table = Table(title="tasks", title_justify="left", show_edge=False, pad_edge=False)
+    table = Table(title="tasks", title_justify="left", show_edge=False, pad_edge=False, box=None)
     for column in ("task", "leaderboard", "spec", "geometry"):
         table.add_column(column)
     for info in catalog.tasks:
