@@ -320,8 +320,8 @@ def test_rendered_cuda_submission_passes_the_task(tmp_path, task, style):
     """What `popkit test` does, on each rendered submission, unchanged."""
     from popkit import runner, tasks
 
-    found = tasks.resolve_task(task)
-    out = render.write(render.render(found.path, leaderboard=found.leaderboard or task, target="cuda",
-                                     style=style), tmp_path / f"{task}_{style}.py")
+    found = tasks.load_task(task_dir(task), leaderboard=task)
+    out = render.write(render.render(found.path, leaderboard=task, target="cuda", style=style),
+                       tmp_path / f"{task}_{style}.py")
     report = runner.run_submission(found, out.path, "test")
     assert report.exit_code == 0, report.to_json()

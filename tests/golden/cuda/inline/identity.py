@@ -1,10 +1,10 @@
 #!POPCORN leaderboard identity
 #!POPCORN gpu H100
 #
-# identity: a simple, correct CUDA kernel for the H100, rendered by `popkit new`
-# from identity/kernel.yml (style: inline). The extension builds once, when this module is imported;
-# custom_kernel(data) is the entry point. Check the build with `popkit compile` and the output
-# with `popkit test`.
+# identity: a simple, correct CUDA kernel, rendered by `popkit new` (style: inline)
+# from identity/kernel.yml.
+# The extension builds once, when this module is imported; custom_kernel(data) is the entry point.
+# Check the build with `popkit compile FILE`, the output with `popkit test FILE`.
 
 import torch
 from torch.utils.cpp_extension import load_inline

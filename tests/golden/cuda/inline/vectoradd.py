@@ -1,10 +1,10 @@
 #!POPCORN leaderboard vectoradd
 #!POPCORN gpu H100
 #
-# vectoradd: a simple, correct CUDA kernel for the H100, rendered by `popkit new`
-# from vectoradd/kernel.yml (style: inline). The extension builds once, when this module is imported;
-# custom_kernel(data) is the entry point. Check the build with `popkit compile` and the output
-# with `popkit test`.
+# vectoradd: a simple, correct CUDA kernel, rendered by `popkit new` (style: inline)
+# from vectoradd/kernel.yml.
+# The extension builds once, when this module is imported; custom_kernel(data) is the entry point.
+# Check the build with `popkit compile FILE`, the output with `popkit test FILE`.
 
 import torch
 from torch.utils.cpp_extension import load_inline

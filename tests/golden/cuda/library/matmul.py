@@ -1,10 +1,10 @@
 #!POPCORN leaderboard matmul
 #!POPCORN gpu H100
 #
-# matmul: a simple, correct CUDA kernel for the H100, rendered by `popkit new`
-# from matmul/kernel.yml (style: library). The extension builds once, when this module is imported;
-# custom_kernel(data) is the entry point. Check the build with `popkit compile` and the output
-# with `popkit test`.
+# matmul: a simple, correct CUDA kernel, rendered by `popkit new` (style: library)
+# from matmul/kernel.yml.
+# The extension builds once, when this module is imported; custom_kernel(data) is the entry point.
+# Check the build with `popkit compile FILE`, the output with `popkit test FILE`.
 
 import torch
 from torch.utils.cpp_extension import load_inline

@@ -1,10 +1,10 @@
 #!POPCORN leaderboard mystery
 #!POPCORN gpu MI300
 #
-# mystery: a skeleton HIP kernel for the MI300, rendered by `popkit new`
-# from task.py (no kernel.yml) (style: inline). The extension builds once, when this module is imported;
-# custom_kernel(data) is the entry point. Check the build with `popkit compile` and the output
-# with `popkit test`.
+# mystery: a skeleton of a HIP kernel, rendered by `popkit new` (style: inline)
+# from task.py (no kernel.yml).
+# The extension builds once, when this module is imported; custom_kernel(data) is the entry point.
+# Check the build with `popkit compile FILE`, the output with `popkit test FILE`.
 # Skeleton: mystery has no kernel.yml; input_t is a tuple (tuple[torch.Tensor, torch.Tensor, int]).
 # Fill in: each tensor's dtype (assumed float32; the wrapper checks it), the output's shape and
 # dtype (now those of in0), the launch geometry, and the kernel body (now a copy of in0).

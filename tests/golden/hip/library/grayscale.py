@@ -1,10 +1,10 @@
 #!POPCORN leaderboard grayscale
 #!POPCORN gpu MI300
 #
-# grayscale: a simple, correct HIP kernel for the MI300, rendered by `popkit new`
-# from grayscale/kernel.yml (style: library). The extension builds once, when this module is imported;
-# custom_kernel(data) is the entry point. Check the build with `popkit compile` and the output
-# with `popkit test`.
+# grayscale: a simple, correct HIP kernel, rendered by `popkit new` (style: library)
+# from grayscale/kernel.yml.
+# The extension builds once, when this module is imported; custom_kernel(data) is the entry point.
+# Check the build with `popkit compile FILE`, the output with `popkit test FILE`.
 
 import os
 

@@ -1,10 +1,10 @@
 #!POPCORN leaderboard vectoradd
 #!POPCORN gpu MI300
 #
-# vectoradd: a simple, correct HIP kernel for the MI300, rendered by `popkit new`
-# from vectoradd/kernel.yml (style: library). The extension builds once, when this module is imported;
-# custom_kernel(data) is the entry point. Check the build with `popkit compile` and the output
-# with `popkit test`.
+# vectoradd: a simple, correct HIP kernel, rendered by `popkit new` (style: library)
+# from vectoradd/kernel.yml.
+# The extension builds once, when this module is imported; custom_kernel(data) is the entry point.
+# Check the build with `popkit compile FILE`, the output with `popkit test FILE`.
 
 import os
 
