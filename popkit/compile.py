@@ -266,6 +266,8 @@ def compile_submission(path: Path | str, *, task: str | None = None, roots: Sequ
     if not cached:
         _write_record(build_dir, {"cold_s": cold["seconds"], "torch_import_s": cold.get("torch_import_s"), "log": log})
     notes += _time_notes(cold["seconds"], test_timeout, found_task is not None, cached)
+    if smap.call_position() is None:
+        notes.append("the file calls no load_inline: nothing was compiled, cold and warm are plain imports")
     exit_code = ExitCode.COMPILE_FAILED if any(d.severity == "error" for d in diagnostics) else ExitCode.OK
     return CompileReport(status="built" if exit_code == ExitCode.OK else "failed", exit_code=int(exit_code),
                          cold_s=cold["seconds"], warm_s=warm["seconds"],

@@ -189,6 +189,16 @@ def test_built_report_with_times_record_and_cache(tmp_path, monkeypatch, fake_cu
     assert (again.cached, again.cold_s, again.warm_s, len(calls)) == (True, 100.0, 1.2, 1)  # only the warm import ran
 
 
+def test_a_file_without_load_inline_says_nothing_was_compiled(tmp_path, monkeypatch, fake_cuda):
+    sub = tmp_path / "plain.py"
+    sub.write_text("import torch\n\n\ndef custom_kernel(data):\n    return data\n")
+    fake, _ = fake_import([{"ok": True, "seconds": 0.01, "has_custom_kernel": True}] * 2)
+    monkeypatch.setattr(compiler, "_import", fake)
+    report = compiler.compile_submission(sub)
+    assert report.ok and report.arch_list is None
+    assert "the file calls no load_inline: nothing was compiled, cold and warm are plain imports" in report.notes
+
+
 def test_failed_build_maps_the_log(tmp_path, monkeypatch, fake_cuda):
     sub = rendered_file(tmp_path)
     log = f"{sub}:{line_of(sub, '__hadd')}:9: error: planted\n"  # a message about the submission itself
