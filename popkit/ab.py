@@ -258,4 +258,5 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: Any = No
                     a_sha256=hashlib.sha256(contents["A"]).hexdigest(),
                     b_sha256=hashlib.sha256(contents["B"]).hexdigest(), rounds=rounds, harness=options.harness,
                     started_at=started.isoformat(timespec="seconds"), duration_s=time.monotonic() - t0,
-                    comparison=comparison, system=probe.get() if probe else dict(system or {}), failed_side=failed_side, failure=failure)
+                    comparison=comparison, system=probe.get() if probe else dict(system or {}),
+                    failed_side=failed_side, failure=failure)

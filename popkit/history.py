@@ -301,7 +301,7 @@ def compare_runs(a_id: int, b_id: int, history: History | None = None):
     for record in (a, b):
         timed = list(_timed_cases(record))
         if not timed:
-            what = "a submission" if record.kind == "submit" else f"a {record.mode} run"
+            what = "a submission" if record.kind == "submit" else f"a {record.mode} run, {record.outcome}"
             raise UsageError(f"run {record.id} has no local timings ({what})",
                              "compare two `popkit bench` runs; `popkit history` shows their ids")
         cases[record.id] = {c.spec: [c] for c in timed}

@@ -203,7 +203,10 @@ class _HackVisitor(ast.NodeVisitor):
             self.add("frame-walk", ERROR, node, f"reads `.{node.attr}`: walks interpreter frames",
                      "frames reach the harness's variables (expected outputs, timers)")
         elif isinstance(node.ctx, ast.Load) and self.dotted(node) == "sys.argv":
-            self.add("mode-branch", WARNING, node, "reads `sys.argv`, which holds the eval's mode",
+            # Inside custom_kernel it can only serve to branch on the mode (KernelGuard calls that hacked).
+            where = f", inside `{ENTRY}`" if self.in_entry() else ""
+            self.add("mode-branch", ERROR if where else WARNING, node,
+                     f"reads `sys.argv`, which holds the eval's mode{where}",
                      "behaving differently in test and benchmark mode is a hack; the same code must run in every mode")
         elif isinstance(node.ctx, ast.Load) and self.dotted(node) == "sys.modules":
             self.add("sys-modules", WARNING, node, "reads `sys.modules`",

@@ -249,6 +249,13 @@ def custom_kernel(data):
 """
 
 
+def test_mode_branch_inside_custom_kernel_is_an_error():
+    src = ("import sys\n\ndef custom_kernel(data):\n    if sys.argv[1] == 'test':\n        return data\n"
+           "    return data\n")
+    (finding,) = [f for f in _check(src).findings if f.rule == "mode-branch"]
+    assert finding.severity == "error" and finding.line == 4
+
+
 def test_returning_a_stored_output_warns():
     (finding,) = [f for f in _check(REPLAY_BY_SHAPE).findings if f.rule == "output-replay"]
     assert finding.severity == "warning" and finding.line == 8
