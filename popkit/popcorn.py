@@ -199,18 +199,25 @@ def call_popcorn(argv: Sequence[str], output: Path, timeout_s: float,
         raise PopcornError(f"cannot run {argv[0]}: {exc.strerror or exc}", INSTALL_HINT) from None
     both = (proc.stdout or "") + ("\n" + proc.stderr if proc.stderr else "")
     written = output.read_text(encoding="utf-8", errors="replace") if output.is_file() else ""
-    if _RATE_LIMIT.search(both) and proc.returncode != 0:
+    result = parse_output(written) or parse_output(proc.stdout or "")
+    if result is None or proc.returncode != 0:
+        _raise_failure(proc.returncode, both, result is None)
+    assert result is not None
+    return result
+
+
+def _raise_failure(returncode: int, both: str, no_result: bool) -> None:
+    # A refused request prints no result; where a result is there, its JSON may hold 429 as an id.
+    if no_result and _RATE_LIMIT.search(both):
         raise PopcornError("rate-limited by the leaderboard (HTTP 429)",
                            "submissions are limited per hour; wait, and meanwhile iterate with `popkit bench`:\n"
                            + _tail(both, 5))
-    if proc.returncode != 0:
-        what = "flagged as hacked" if _HACKED.search(both) else f"failed (popcorn-cli exit {proc.returncode})"
+    if returncode != 0:
+        what = "flagged as hacked" if _HACKED.search(both) else f"failed (popcorn-cli exit {returncode})"
         raise PopcornError(f"remote submission {what}", "popcorn-cli's last lines:\n" + _tail(both))
-    result = parse_output(written) or parse_output(proc.stdout or "")
-    if result is None:
+    if no_result:
         raise PopcornError("popcorn-cli finished but printed no result JSON",
                            "popcorn-cli's last lines:\n" + (_tail(both) or "(no output)"))
-    return result
 
 
 # ------------------------------------------------------------------------------------- planning

@@ -163,6 +163,8 @@ def test_call_popcorn_falls_back_to_stdout(tmp_path):
     (FakeRun(1, "", "Error: test 2 failed"), "failed (popcorn-cli exit 1)"),
     (FakeRun(1, "", "submission marked as hacked"), "flagged as hacked"),
     (FakeRun(0, "ok\n", ""), "printed no result JSON"),
+    (FakeRun(0, "Error: HTTP 429 Too Many Requests\n", ""), "rate-limited"),
+    (FakeRun(1, REAL_OUTPUT.replace("4242", "429"), "Error: benchmark failed"), "failed (popcorn-cli exit 1)"),
     (FakeRun(raises=subprocess.TimeoutExpired(["p"], 5)), "did not finish in 5 s"),
 ])
 def test_call_popcorn_errors(tmp_path, run, message):
