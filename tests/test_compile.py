@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from popkit import compile as compiler
-from popkit import render
+from popkit import render, system
 from popkit.cli import app
 from popkit.diagnostics import SourceMap, map_diagnostics, parse_log, string_literals
 from popkit.errors import EnvironmentProblem, ExitCode
@@ -349,7 +349,7 @@ def test_hip_static_errors_exit_5_at_their_lines(tmp_path, fake_cuda):
 def _real_build_env(monkeypatch):
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
     if compiler.cuda_home_problem():  # e.g. an nvcc wrapper on PATH whose parent has no libcudart
-        candidates = compiler.toolkit_candidates()
+        candidates = system.toolkit_candidates()
         if not candidates:
             pytest.skip("no usable CUDA toolkit")
         monkeypatch.setenv("CUDA_HOME", candidates[0])
