@@ -26,8 +26,9 @@ benchmark.I.spec|runs|mean|std|err|best|worst (nanoseconds), benchmark.I.status:
 benchmark.I.error, benchmark.I.report (profile mode: base64 of a torch profiler table), check.
 popkit's extra keys: benchmark.I.median (ns), benchmark.I.samples (every timed call, ns, comma
 separated), benchmark.I.stop (converged, max_time, wall_time, max_repeats), benchmark.I.timer
-(cuda-event, cpu-monotonic), system.device|torch|cuda|hip|arch, trust.checks. Newlines in values
-are written as the two characters `\\n`.
+(cuda-event, cpu-monotonic), benchmark.I.message (details of a failure, as test.I.message),
+benchmark.I.status: pass (profile mode, which has no statistics), system.device|torch|cuda|hip|arch,
+trust.checks. Newlines in values are written as the two characters `\\n`.
 
 Process layout: this process holds the pipe and computes every statistic. The submission runs in
 ONE worker started with the multiprocessing "spawn" method; it lives for the whole invocation,
@@ -43,15 +44,19 @@ Trust checks (on unless POPKIT_TRUST=0; each failure names its class in the case
     fresh-seed            one more checked call on a never-seen input (case seed + 7; the warm-up
                           uses seed + 1009, so no input a timed call gets was seen before)
     input-mutation        inputs compared bit for bit with their pristine copies after the call
-    output-aliasing       outputs may not share storage with inputs (except the buffers above)
+    output-aliasing       an output may share storage only with the inputs the reference's
+                          corresponding output shares (output buffers, views the reference returns)
     output-type           plain torch.Tensor (or the reference's type), no instance overrides
     recheck-timed         leaderboard: fresh input and a full check for every timed call;
-                          benchmark: the last timed call's output is checked too
+                          benchmark: the last timed call's output is checked too (not for tasks
+                          with in/out buffers, whose data every timed call changes)
     benchmark-shapes      every benchmark case is checked before it is timed
     tripwires             timers, synchronize, events, comparison functions and the reference's
                           functions are captured before the submission is imported, verified after
                           the import and after every call; timing uses the captured ones
-    threads               a thread running the submission's code still alive after the call fails it
+    threads               a thread started during the call (or the import) that is still alive and
+                          runs the submission's code fails it; library thread pools (torch.compile)
+                          are not the submission's code
     device-sync           the device is synchronized before any verdict is read
     mode-probe            a check failing outside test mode is retried with sys.argv saying test
     pipe-guard            the result fd is non-inheritable and this process is made non-dumpable,
@@ -501,8 +506,8 @@ class Session:
             # never sees an input the warm-up already saw (a memo cache keyed on content gains nothing).
             first = with_seed_offset(self.cases[0], WARMUP_SEED_STEP) if self.trust else self.cases[0]
             warm = self.time_case(first, warm_budget)
-            if warm[0] is None and warm[1].get("cuda"):
-                self.cuda_failed = True
+            if warm[0] is None and warm[1].get("cuda"):  # the context is gone: nothing more can run
+                self.pipe.write("benchmark.0.spec", format_spec(self.cases[0]))
                 self._fail("benchmark.0", warm[1])
                 return
         for i, case in enumerate(self.cases):
@@ -590,7 +595,7 @@ def main(argv: list[str] | None = None) -> int:
     if trust:
         _make_non_dumpable()
     pipe = ResultPipe(fd)
-    link = WorkerLink({"trust": trust, "mode": mode})
+    link = WorkerLink({"trust": trust})
     session = Session(pipe, link, mode, cases, trust)
     try:
         session.start()
@@ -872,11 +877,10 @@ class Worker:
 
     def __init__(self, settings: dict):
         self.trust = bool(settings.get("trust", True))
-        self.mode = settings.get("mode", "test")
         self.reference = None
         self.kernel = None
         self.layouts: dict[str, Layout] = {}
-        self.recent_outputs: collections.deque = collections.deque(maxlen=2)  # byte snapshots, for replay
+        self.recent_outputs: collections.deque = collections.deque(maxlen=2)  # copies, to spot a replay
         self.bench: dict[str, Any] = {}
         self.flush_buffer = None
         self.submission_path = os.path.realpath("submission.py")
@@ -919,7 +923,7 @@ class Worker:
         if self.trust:
             try:
                 self._check_tripwires()
-                self._check_threads(self.threads_at_start, "imported")
+                self._check_threads(self.threads_at_start, during="the submission's import")
             except CaseFailure as failure:
                 return {**reply, **failure.reply()}
         return reply
@@ -988,7 +992,7 @@ class Worker:
     def _thread_snapshot(self) -> set:
         return {t.ident for t in threading.enumerate()}
 
-    def _check_threads(self, before: set, verb: str = "custom_kernel") -> None:
+    def _check_threads(self, before: set, during: str = "custom_kernel") -> None:
         """Fail when a thread started since `before` is alive and runs the submission's code."""
         new = [t for t in threading.enumerate() if t.ident not in before and t.is_alive()]
         if not new:
@@ -996,8 +1000,7 @@ class Worker:
         frames = sys._current_frames()
         for thread in new:
             if self._owned_by_submission(thread, frames):
-                who = "custom_kernel" if verb == "custom_kernel" else "the submission's import"
-                raise CaseFailure(f"background thread started by {who} (still running: {thread.name})")
+                raise CaseFailure(f"background thread started by {during} (still running: {thread.name})")
 
     # -- data and the reference
     def _generate(self, case: dict) -> Any:
@@ -1265,9 +1268,15 @@ class Worker:
         return {"ok": True, "ns": ns}
 
     def bench_end(self) -> dict:
-        """Benchmark mode (trust): the last timed call's output must be right too."""
+        """Benchmark mode (trust): the last timed call's output must be right too.
+
+        Skipped for tasks with in/out buffers (inputs the reference reads and then changes): every timed
+        call gets the same data, so an honest kernel's last output reflects all the earlier calls.
+        """
         b = self.bench
-        if self.trust and b.get("mode") == "benchmark" and b.get("out") is not None:
+        layout = b.get("layout")
+        in_out = layout is not None and bool(layout.writable - layout.poisonable)
+        if self.trust and b.get("mode") == "benchmark" and b.get("out") is not None and not in_out:
             try:
                 self._verify(b["out"], b["input"], b["pristine"], b["layout"], None)
             except CaseFailure as failure:

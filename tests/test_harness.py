@@ -377,11 +377,13 @@ def test_the_submission_never_sees_the_pipe_the_seed_or_the_trust_switch(tmp_pat
     assert raw["test.0.status"] == "pass" and raw["check"] == "pass"
 
 
-def test_in_out_buffers_are_not_poisoned(tmp_path):
-    """accumulate's reference reads acc before writing it: an honest in-place kernel must pass."""
+@pytest.mark.parametrize("mode", ["test", "benchmark", "leaderboard"])
+def test_in_out_buffers_are_not_poisoned(mode, tmp_path):
+    """accumulate's reference reads acc before writing it: an honest in-place kernel must pass
+    (in benchmark mode every timed call adds into the same acc, so its last output is not checked)."""
     sub = "def custom_kernel(data):\n    x, acc = data\n    acc += x\n    return acc\n"
-    run = run_eval(FIXTURES / "accumulate", sub, "leaderboard", [{"size": 64, "seed": 4}], tmp_path, seed=8)
-    assert run.exit_code == 0, run.benchmarks[0].error
+    run = run_eval(FIXTURES / "accumulate", sub, mode, [{"size": 64, "seed": 4}], tmp_path, seed=8)
+    assert run.exit_code == 0, [c.error for c in run.tests + run.benchmarks]
 
 
 def test_returning_a_view_is_fine_when_the_reference_does_the_same(tmp_path):
@@ -392,3 +394,22 @@ def test_returning_a_view_is_fine_when_the_reference_does_the_same(tmp_path):
     bad = "def custom_kernel(x):\n    x.mul_(2)\n    return x.view(-1, 2).clone(), x\n"
     run = run_eval(FIXTURES / "reshape", bad, "test", SMALL[:1], tmp_path)
     assert run.tests[0].error == "output aliases input 0 (same storage)"
+
+
+def test_a_thread_left_running_by_the_import_fails_every_case(tmp_path):
+    sub = textwrap.dedent("""\
+        import threading
+        import time
+
+        def _spin():
+            while True:
+                time.sleep(0.01)
+
+        threading.Thread(target=_spin, daemon=True).start()
+
+        def custom_kernel(data):
+            return data["x"] * data["scale"]
+        """)
+    run = run_eval(DOUBLER, sub, "test", SMALL, tmp_path)
+    assert run.exit_code == 112
+    assert all(c.error.startswith("background thread started by the submission's import") for c in run.tests)
