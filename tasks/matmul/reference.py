@@ -9,11 +9,11 @@ import torch
 from utils import compare, default_device, make_generator
 
 # Entries of C are ~N(0, 1). Rounding the result to float16 costs up to 2**-11 (~5e-4) relative;
-# float32 accumulation in any order adds ~1e-6. 1e-2 leaves room for cuBLAS's split-k variants,
-# while accumulating in float16 (error ~ sqrt(k) * 5e-4 * |partial sums|) or dropping a k-slice
-# of a tile fails on many elements.
-RTOL = 1e-2
-ATOL = 1e-2
+# float32 accumulation in any order adds ~1e-6. On an H100 both cuBLAS (torch's `a @ b`) and the
+# CUDA example stay within 8e-4 * (1 + |ref|) on every benchmark. Accumulating in float16 errs by
+# ~sqrt(k/16) float16 roundings (tensor cores round once per 16-wide k step) and fails at k >= 4096.
+RTOL = 5e-3
+ATOL = 5e-3
 
 
 def generate_input(m: int, n: int, k: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
