@@ -45,7 +45,7 @@ app = typer.Typer(
 )
 
 # Command modules register themselves on `app` when imported.
-from popkit.cli import authoring, remote, running  # noqa: E402,F401
+from popkit.cli import running, authoring, remote  # noqa: E402,F401,I001  (help lists commands in this order)
 
 
 def main() -> None:

@@ -111,8 +111,10 @@ def bench(
 ) -> None:
     """Time SUBMISSION on the task's benchmarks, the way the leaderboard's `benchmark` mode does.
 
-    Examples: popkit bench submissions/vectoradd/torch.py --leaderboard
-              popkit bench v6.py v7.py          (A/B, interleaved, with 95% intervals)
+    \b
+    Examples:
+      popkit bench submissions/vectoradd/torch.py --leaderboard --baseline reference
+      popkit bench v6.py v7.py     (A/B: interleaved per shape, ratios with 95% intervals)
     """
     common.set_json(json)
     if len(submissions) > 2:
@@ -143,7 +145,7 @@ def _ab(a: Path, b: Path, task_spec, roots, options, rounds: int, json: bool) ->
     raise typer.Exit(int(report.exit_code))
 
 
-tasks_app = typer.Typer(help="List the tasks popkit knows, or show one.", no_args_is_help=False)
+tasks_app = typer.Typer(no_args_is_help=False)  # help: tasks_list's docstring
 app.add_typer(tasks_app, name="tasks")
 
 
