@@ -118,7 +118,7 @@ def test_task_files_and_templates_exist(task):
     for entry in raw["files"]:
         if entry["source"] != "@SUBMISSION@":
             assert (TASKS_DIR / task / entry["source"]).is_file(), entry["source"]
-    expected = {"Python": "torch.py", "CUDA": "cuda.py"} | ({"HIP": "hip.py"} if task in HIP_TASKS else {})
+    expected = {"Python": "pytorch.py", "CUDA": "cuda.py"} | ({"HIP": "hip.py"} if task in HIP_TASKS else {})
     assert raw["templates"] == {lang: f"../../submissions/{task}/{name}" for lang, name in expected.items()}
     for rel in raw["templates"].values():
         assert (TASKS_DIR / task / rel).resolve().is_file(), rel
@@ -185,7 +185,7 @@ def test_torch_example_passes_every_test_case(task, case):
 
     ref = _reference(task)
     data = ref.generate_input(**case)
-    out = _example(task, "torch").custom_kernel(utils.clone_data(data))
+    out = _example(task, "pytorch").custom_kernel(utils.clone_data(data))
     ok, message = ref.check_implementation(data, out)
     assert ok, message
 
@@ -263,7 +263,7 @@ def test_matmul_float16_accumulation_fails_for_large_k():
 
 def test_every_task_has_its_examples():
     for task in TASKS:
-        kinds = ("torch", "cuda") + (("hip",) if task in HIP_TASKS else ())
+        kinds = ("pytorch", "cuda") + (("hip",) if task in HIP_TASKS else ())
         for kind in kinds:
             assert (SUBMISSIONS_DIR / task / f"{kind}.py").is_file(), f"{task}/{kind}.py"
 

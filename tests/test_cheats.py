@@ -185,14 +185,14 @@ def test_every_wrong_and_cheat_file_has_a_directive_and_a_docstring():
 
 
 def honest_tasks() -> list[str]:
-    return [t for t in TEST_CASES if (TASKS / t / "reference.py").is_file() and (SUBMISSIONS / t / "torch.py").is_file()]
+    return [t for t in TEST_CASES if (TASKS / t / "reference.py").is_file() and (SUBMISSIONS / t / "pytorch.py").is_file()]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("task", honest_tasks())
 def test_honest_torch_submission_passes_every_trust_check(task, tmp_path):
     seed = random.randrange(1, 2**31)
-    result = run(SUBMISSIONS / task / "torch.py", "test", tmp_path, seed=seed)
+    result = run(SUBMISSIONS / task / "pytorch.py", "test", tmp_path, seed=seed)
     assert result.exit_code == 0 and result.check == "pass", (f"secret seed {seed}", failures(result))
 
 
@@ -201,7 +201,7 @@ def test_honest_torch_submission_passes_every_trust_check(task, tmp_path):
 @pytest.mark.parametrize("mode", ["benchmark", "leaderboard"])
 def test_honest_torch_submission_passes_timed_modes(task, mode, tmp_path):
     seed = random.randrange(1, 2**31)
-    result = run(SUBMISSIONS / task / "torch.py", mode, tmp_path, seed=seed)
+    result = run(SUBMISSIONS / task / "pytorch.py", mode, tmp_path, seed=seed)
     assert result.exit_code == 0 and result.check == "pass", (f"secret seed {seed}", failures(result))
     assert result.benchmarks[0].runs >= 3
 

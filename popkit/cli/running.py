@@ -84,7 +84,7 @@ def test(
 ) -> None:
     """Run the task's tests on SUBMISSION, the way the leaderboard's `test` mode does.
 
-    Example: popkit test submissions/vectoradd/torch.py
+    Example: popkit test submissions/vectoradd/pytorch.py
     """
     common.set_json(json)
     options = _options(python, precompile, harness, tuple(secret_seed or ()), keep_workdir)
@@ -113,7 +113,7 @@ def bench(
 
     \b
     Examples:
-      popkit bench submissions/vectoradd/torch.py --leaderboard --baseline reference
+      popkit bench submissions/vectoradd/pytorch.py --leaderboard --baseline reference
       popkit bench v6.py v7.py     (A/B: interleaved per shape, ratios with 95% intervals)
     """
     common.set_json(json)
