@@ -78,16 +78,18 @@ def test(
     precompile: PrecompileOpt = True,
     harness: HarnessOpt = "task",
     secret_seed: SeedOpt = None,
+    secret_runs: Annotated[int, typer.Option("--secret-runs", min=0, help="Also run the tests under K random secret seeds (each printed), after the public run.")] = 0,
     keep_workdir: KeepOpt = False,
     history: HistoryOpt = True,
     json: JsonOpt = False,
 ) -> None:
     """Run the task's tests on SUBMISSION, the way the leaderboard's `test` mode does.
 
-    Example: popkit test submissions/vectoradd/pytorch.py
+    Example: popkit test submissions/vectoradd/pytorch.py --secret-runs 1
     """
     common.set_json(json)
-    options = _options(python, precompile, harness, tuple(secret_seed or ()), keep_workdir)
+    seeds = tuple(secret_seed or ()) + runner.random_secret_seeds(secret_runs)
+    options = _options(python, precompile, harness, seeds, keep_workdir)
     _run(submission, task, tasks_root, "test", options, json, history)
 
 
