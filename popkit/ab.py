@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import shutil
 import tempfile
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -176,27 +175,6 @@ def _spec(case: Mapping[str, Any]) -> str:
     return "; ".join(f"{k}: {v}" for k, v in case.items())
 
 
-class _Probe:
-    """The system probe costs a torch import; it runs on a thread while the candidates are timed."""
-
-    def __init__(self, python: str):
-        self.result: dict[str, Any] = {}
-        self._thread = threading.Thread(target=self._run, args=(python,), daemon=True)
-        self._thread.start()
-
-    def _run(self, python: str) -> None:
-        try:
-            from popkit import system
-
-            self.result = dict(system.probe(python))
-        except Exception as exc:  # the comparison stands without a system line
-            self.result = {"error": f"{type(exc).__name__}: {exc}"}
-
-    def get(self) -> dict[str, Any]:
-        self._thread.join(90)
-        return self.result
-
-
 def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: Any = None, rounds: int = DEFAULT_ROUNDS,
            progress: Progress | None = None, system: Mapping[str, Any] | None = None) -> ABReport:
     """Time A and B interleaved per shape in one session and compare them (see the module docstring).
@@ -218,10 +196,10 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: Any = No
     contents = {side: runner.read_submission(p) for side, p in paths.items()}
     started = datetime.now(timezone.utc)
     t0 = time.monotonic()
-    probe = _Probe(options.python) if system is None else None
+    probe = runner.SystemProbe(options.python) if system is None else None
     gpus = None
     if task.multi_gpu:
-        gpus = (probe.get() if probe else dict(system or {})).get("gpu_count")
+        gpus = (probe.result() if probe else dict(system or {})).get("gpu_count")
     root = Path(tempfile.mkdtemp(prefix="popkit-ab-"))
     timings: dict[str, dict[str, list[CaseResult]]] = {"A": {}, "B": {}}
     failed_side, failure = "", None
@@ -258,5 +236,5 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: Any = No
                     a_sha256=hashlib.sha256(contents["A"]).hexdigest(),
                     b_sha256=hashlib.sha256(contents["B"]).hexdigest(), rounds=rounds, harness=options.harness,
                     started_at=started.isoformat(timespec="seconds"), duration_s=time.monotonic() - t0,
-                    comparison=comparison, system=probe.get() if probe else dict(system or {}),
+                    comparison=comparison, system=probe.result() if probe else dict(system or {}),
                     failed_side=failed_side, failure=failure)

@@ -395,7 +395,7 @@ def run_submission(task: Task, submission: Path, mode: str, options: RunOptions 
     started = datetime.now(timezone.utc)
     t0 = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="popkit-run-"))
-    probe = _SystemProbe(options.python) if system is None else None
+    probe = SystemProbe(options.python) if system is None else None
     try:
         main = prepare_workdir(task, data, workdir, options.harness)
         step = None
@@ -428,8 +428,8 @@ def run_submission(task: Task, submission: Path, mode: str, options: RunOptions 
     )
 
 
-class _SystemProbe:
-    """Probes the eval's interpreter on a thread while the run goes on (it costs a torch import)."""
+class SystemProbe:
+    """Probes the eval's interpreter on a thread while the runs go on (the probe costs a torch import)."""
 
     def __init__(self, python: str):
         self._result: dict[str, Any] = {}

@@ -83,7 +83,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 # ------------------------------------------------------------------------------ protocol constants
 

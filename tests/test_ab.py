@@ -145,16 +145,8 @@ def test_run_ab_for_real_with_a_wrong_b(tmp_path):
     assert report.comparison.shapes == ()
 
 
-class _NoProbe:
-    def __init__(self, python):
-        pass
-
-    def get(self):
-        return SYSTEM
-
-
 def test_bench_a_b_command(tmp_path, monkeypatch):
-    monkeypatch.setattr(ab, "_Probe", _NoProbe)
+    monkeypatch.setattr("popkit.system.probe", lambda python=None, timeout=60.0: SYSTEM)
     env = {"POPKIT_WIDTH": "200", "NO_COLOR": "1", "POPKIT_HOME": str(tmp_path / "h")}
     copy = _tmp_sub(tmp_path, "v7.py")
     result = CliRunner().invoke(app, ["bench", str(GOOD), str(copy), "--task", str(TASK_DIR), "--rounds", "2",

@@ -86,7 +86,7 @@ def compile_(
 
     report = compiler.compile_submission(submission, task=task, roots=_roots(tasks_root), clean=clean,
                                          timeout_s=timeout, python=python or sys.executable,
-                                         progress=view.progress_printer(json))
+                                         progress=common.progress_printer(json))
     view.show_compile(report, json)
     raise typer.Exit(report.exit_code)
 

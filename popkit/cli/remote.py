@@ -73,7 +73,7 @@ def submit(
       popkit submit v7.py --gpu H100 --gate test
     """
     common.set_json(json)
-    from popkit.views.running import progress_printer
+    from popkit.views.common import progress_printer
 
     result = popcorn.submit(submission, mode=mode, gpu=gpu, leaderboard=leaderboard, gate=gate, dry_run=dry_run,
                             task=task, roots=task_roots(tasks_root or []), timeout_s=timeout, guard=guard,

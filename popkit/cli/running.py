@@ -53,7 +53,7 @@ def _run(submission: Path, task_spec: Optional[str], roots: Optional[List[Path]]
          options: runner.RunOptions, json: bool, history: bool, baseline: Optional[str] = None) -> None:
     content = runner.read_submission(submission)
     task = resolve_task(runner.task_spec_for(submission, content, task_spec), task_roots(roots or []))
-    progress = view.progress_printer(json)
+    progress = common.progress_printer(json)
     report = runner.run_submission(task, submission, mode, options, progress=progress, content=content)
     base = None
     if baseline:
@@ -142,7 +142,7 @@ def _ab(a: Path, b: Path, task_spec, roots, options, rounds: int, json: bool) ->
     from popkit.views import remote as remote_view
 
     task = resolve_task(runner.task_spec_for(a, runner.read_submission(a), task_spec), task_roots(roots or []))
-    report = ab.run_ab(task, a, b, options, rounds=rounds, progress=view.progress_printer(json))
+    report = ab.run_ab(task, a, b, options, rounds=rounds, progress=common.progress_printer(json))
     remote_view.show_ab(report, json=json)
     raise typer.Exit(int(report.exit_code))
 

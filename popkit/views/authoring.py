@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Callable
 
 from rich.table import Table
 
-from popkit.views.common import console, emit_json, err_console, escape
+from popkit.views.common import console, emit_json, escape
 
 LOG_TAIL_LINES = 20  # lines of a failed build's log shown when no diagnostic explains it
 _STATUS = {"ok": "[green]ok[/]", "info": "[cyan]info[/]", "warn": "[yellow]warn[/]", "problem": "[bold red]problem[/]"}
 _SEVERITY = {"error": "[bold red]error[/]", "warning": "[yellow]warning[/]", "note": "[cyan]note[/]"}
-
-
-def progress_printer(json: bool) -> Callable[[str], None]:
-    if json:
-        return lambda _msg: None
-    con = err_console()
-    return lambda msg: con.print(f"[dim]… {escape(msg)}[/]")
 
 
 def show_written(written, json: bool) -> None:

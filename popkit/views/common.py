@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any
+from typing import Any, Callable
 
 from rich.console import Console
 
@@ -41,6 +41,14 @@ def emit_json(kind: str, payload: dict[str, Any]) -> None:
     """One JSON document on stdout with a schema tag (`popkit/<kind>/1`)."""
     doc = {"schema": f"popkit/{kind}/1", **payload}
     sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def progress_printer(json: bool) -> Callable[[str], None]:
+    """Progress lines on stderr for people; silence in JSON mode (stdout carries one document)."""
+    if json:
+        return lambda _msg: None
+    con = err_console()
+    return lambda msg: con.print(f"[dim]… {escape(msg)}[/]")
 
 
 def print_error(exc: PopkitError) -> None:

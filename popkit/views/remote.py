@@ -70,7 +70,7 @@ def show_check(report: LintReport, *, json: bool = False) -> None:
         con.print(f"[bold red]REFUSED[/]: {_plural(errors, 'error')}, {_plural(warnings, 'warning')}"
                   " — the server would refuse or disqualify this file")
     else:
-        con.print(f"[bold green]OK[/]: no errors" + (f", {_plural(warnings, 'warning')}" if warnings else ""))
+        con.print("[bold green]OK[/]: no errors" + (f", {_plural(warnings, 'warning')}" if warnings else ""))
 
 
 # ------------------------------------------------------------------------------------ submit
@@ -108,7 +108,7 @@ def show_submit(result: SubmitResult, *, json: bool = False) -> None:
     con.print(f"[bold]popkit submit[/] {escape(plan.path)} → leaderboard [bold]{escape(plan.leaderboard)}[/] · "
               f"GPU [bold]{escape(plan.gpu)}[/] · mode {escape(plan.mode)} · sha256 {plan.sha256[:12]}")
     warnings = len(plan.check.warnings)
-    con.print(f"check: [green]no errors[/]" + (f", {_plural(warnings, 'warning')}" if warnings else ""))
+    con.print("check: [green]no errors[/]" + (f", {_plural(warnings, 'warning')}" if warnings else ""))
     for line in _check_lines(plan.check, guard_absent_note=False):
         con.print(line)
     if result.dry_run:

@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Sequence
 
 from rich.table import Table
 
 from popkit.results import CaseResult, ModeRun, RunReport
 from popkit.tasks import Task
-from popkit.views.common import console, emit_json, err_console, escape, format_time
+from popkit.views.common import console, emit_json, escape, format_time
 
 TAIL_LINES = 25  # lines of a log shown on screen; the JSON keeps the whole log
-
-
-def progress_printer(json: bool) -> Callable[[str], None]:
-    if json:
-        return lambda _msg: None
-    con = err_console()
-    return lambda msg: con.print(f"[dim]… {escape(msg)}[/]")
 
 
 def _tail(text: str, lines: int = TAIL_LINES) -> str:
