@@ -377,8 +377,9 @@ def submit(path: Path | str, *, mode: str = "leaderboard", gpu: str | None = Non
         try:
             remote = call_popcorn(plan.argv, Path(plan.output), timeout_s)
         except PopcornError as exc:
+            error = exc.message
             if record:  # a failed submission still spent a rate-limited slot: keep it in the ledger
-                _record(lambda: history.record_submission(plan, None, content, error=exc.message))
+                _record(lambda: history.record_submission(plan, None, content, error=error))
             raise
     finally:
         shutil.rmtree(staged.parent, ignore_errors=True)
