@@ -104,3 +104,11 @@ def test_tasks_list_and_show(cli, tmp_path):
     assert shown.exit_code == 0, shown.output
     assert "Double a number." in shown.output and "size: 40; seed: 5" in shown.output
     assert "timeouts: test 20 s, benchmark 20 s, ranked 20 s" in shown.output
+
+
+@pytest.mark.parametrize("args", [["test", "--bogus"], ["bench"], ["tasks", "show"]])
+def test_usage_errors_exit_2_with_clicks_message(cli, args):
+    result = cli(*args)
+    assert result.exit_code == 2, result.output
+    assert "internal error" not in result.output
+    assert "Usage: popkit" in result.output

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 
-import click
 import typer
 from typer.core import TyperGroup
 
@@ -15,7 +14,7 @@ from popkit.errors import ExitCode, PopkitError
 
 
 class _PopkitGroup(TyperGroup):
-    def invoke(self, ctx: click.Context):
+    def invoke(self, ctx):
         from popkit.views import common
 
         try:
@@ -23,15 +22,19 @@ class _PopkitGroup(TyperGroup):
         except PopkitError as exc:
             common.print_error(exc)
             raise typer.Exit(int(exc.exit_code)) from None
-        except (click.exceptions.Exit, click.ClickException, click.Abort, typer.Exit):
-            raise
         except KeyboardInterrupt:
             raise typer.Exit(130) from None
         except Exception as exc:  # a popkit bug: one line, no traceback unless asked for
-            if os.environ.get("POPKIT_DEBUG"):
+            # Usage errors, --help and exits belong to click (vendored inside typer since 0.26):
+            # typer's own handling prints them and sets exit code 2.
+            if _is_cli_framework(exc) or os.environ.get("POPKIT_DEBUG"):
                 raise
             common.print_internal_error(exc)
             raise typer.Exit(int(ExitCode.INTERNAL)) from None
+
+
+def _is_cli_framework(exc: BaseException) -> bool:
+    return type(exc).__module__.split(".")[0] in ("click", "typer")
 
 
 app = typer.Typer(
