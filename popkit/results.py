@@ -10,9 +10,13 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping
 
+from popkit.diagnostics import Diagnostic
 from popkit.errors import ExitCode
 
 RUN_SCHEMA = "popkit/run/1"
+# Markers of a failed extension build in a child's output (load_inline, ninja, nvcc, ptxas, the linker).
+COMPILE_MARKERS = ("Error building extension", "ninja: build stopped", "nvcc fatal", "ptxas fatal",
+                   "collect2: error")
 SUCCESS_EXIT_CODES = (0, 112)  # §2.5: a run succeeded when its exit code is 0 or 112
 TIMEOUT_EXIT_CODE = 114
 
@@ -134,17 +138,25 @@ class CompileStep:
     log: str = ""  # stdout when it holds load_inline's verbose compile log
     stdout: str = ""
     stderr: str = ""
+    diagnostics: tuple[Diagnostic, ...] = ()  # compiler messages placed at lines of the submission
 
     @property
     def ok(self) -> bool:
         return self.exit_code == 0 and not self.timed_out
 
+    @property
+    def build_failed(self) -> bool:
+        """The pre-step failed because the extension did not build (not for any other reason)."""
+        return not self.ok and any(m in self.stderr or m in self.stdout for m in COMPILE_MARKERS)
+
     def to_json(self) -> dict:
-        return asdict(self)
+        data = asdict(self)
+        data["diagnostics"] = [d.to_json() for d in self.diagnostics]
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "CompileStep":
-        return _build(cls, data)
+        return _build(cls, data, diagnostics=lambda items: tuple(Diagnostic.from_json(d) for d in items))
 
 
 def score_s(means_ns: list[float] | None, ranking_by: str) -> float | None:
@@ -190,6 +202,8 @@ class RunReport:
         for run in self.runs:
             if run.outcome != "passed":
                 return run.outcome
+        if not self.runs and self.precompile is not None and self.precompile.build_failed:
+            return "compile_failed"
         return "passed" if self.runs else "crashed"
 
     @property

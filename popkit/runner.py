@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from popkit.errors import SubmissionError, TaskError, UsageError
 from popkit.resources import data_dir
-from popkit.results import TIMEOUT_EXIT_CODE, CaseResult, CompileStep, ModeRun, RunReport
+from popkit.results import COMPILE_MARKERS, TIMEOUT_EXIT_CODE, CaseResult, CompileStep, ModeRun, RunReport
 from popkit.tasks import MODES, SUBMISSION_SOURCE, Task
 
 PRECOMPILE_TIMEOUT_S = 120.0
@@ -309,8 +309,6 @@ def _cases(raw: Mapping[str, str], kind: str) -> tuple[CaseResult, ...]:
     return tuple(cases)
 
 
-_COMPILE_MARKERS = ("Error building extension", "ninja: build stopped", "nvcc fatal", "error: identifier",
-                    "ptxas fatal", "collect2: error")
 _MISSING_ENTRY = ("cannot import name 'custom_kernel'", "has no attribute 'custom_kernel'")
 
 
@@ -331,7 +329,7 @@ def classify(run: ModeRun) -> tuple[str, str]:
             return "crashed", f"crashed: {where} exited {run.exit_code} without writing a `check` line"
         return "failed", f"check failed: {where}"
     err = run.stderr
-    if any(m in err for m in _COMPILE_MARKERS):
+    if any(m in err for m in COMPILE_MARKERS):
         return "compile_failed", f"compile failed: {where} could not build the extension"
     if any(m in err for m in _MISSING_ENTRY):
         return "bad_submission", "bad submission: no `custom_kernel` could be imported from the submission"
@@ -402,6 +400,11 @@ def run_submission(task: Task, submission: Path, mode: str, options: RunOptions 
         if options.precompile:
             progress("compile pre-step")
             step = precompile(workdir, task.submission_name, options)
+        if step is not None and step.build_failed:
+            # The runner would go on, and every eval would fail rebuilding the same source; the verdict
+            # is the same, so popkit stops here and points the compiler's messages at the submission.
+            step = replace(step, diagnostics=compile_diagnostics(step, submission, data))
+            return _report(task, submission, data, mode, options, started, t0, system, probe, step, [], ())
         gpus = (system or {}).get("gpu_count") if task.multi_gpu else None
         if task.multi_gpu and gpus is None and probe is not None:
             gpus = probe.result().get("gpu_count")
@@ -418,14 +421,29 @@ def run_submission(task: Task, submission: Path, mode: str, options: RunOptions 
             progress(f"working directory kept: {workdir}")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
+    return _report(task, submission, data, mode, options, started, t0, system, probe, step, runs, secret_seeds)
+
+
+def _report(task: Task, submission: Path, data: bytes, mode: str, options: RunOptions, started: datetime,
+            t0: float, system: Mapping[str, Any] | None, probe: "SystemProbe | None", step: CompileStep | None,
+            runs: Sequence[ModeRun], secret_seeds: Sequence[int]) -> RunReport:
     return RunReport(
         task=task.name, task_path=str(task.path), leaderboard=task.leaderboard, ranking_by=task.ranking_by,
         submission=str(submission), sha256=hashlib.sha256(data).hexdigest(), mode=mode,
         harness=options.harness, started_at=started.isoformat(timespec="seconds"),
         duration_s=time.monotonic() - t0, system=system if system is not None else probe.result(),
-        precompile=step, runs=tuple(runs), secret_seeds=tuple(secret_seeds),
-        label=options.label,
+        precompile=step, runs=tuple(runs), secret_seeds=tuple(secret_seeds), label=options.label,
     )
+
+
+def compile_diagnostics(step: CompileStep, submission: Path, data: bytes) -> tuple:
+    """The pre-step's compiler messages, placed at lines of the user's file where they map."""
+    from popkit import diagnostics
+
+    text = data.decode("utf-8", "replace")
+    raw = diagnostics.parse_log(step.stdout + "\n" + step.stderr)
+    found = diagnostics.map_diagnostics(raw, diagnostics.SourceMap(submission, text), None)
+    return tuple(d for d in found if d.severity == "error")
 
 
 class SystemProbe:

@@ -207,3 +207,20 @@ def test_unsupported_lang_is_a_task_error(tmp_path):
         "tests: [{size: 1}]\n")
     with pytest.raises(TaskError, match="`lang: cu` tasks are not supported"):
         runner.run_submission(load_task(tmp_path), SUBS / "good.py", "test", system=NO_PROBE)
+
+
+def test_a_failed_build_in_the_pre_step_stops_the_run_as_compile_failed():
+    report = run("double", "buildfail.py", "leaderboard", secret_seeds=(3,))
+    assert report.runs == () and report.outcome == "compile_failed" and int(report.exit_code) == 5
+    assert report.precompile.build_failed
+    [diag] = report.precompile.diagnostics
+    assert (diag.severity, diag.message, diag.line) == ("error", 'expected a ";"', 3)
+    assert RunReport.from_json(report.to_json()) == report
+
+
+def test_a_pre_step_failure_that_is_not_a_build_is_not_fatal(tmp_path):
+    sub = tmp_path / "exits.py"
+    sub.write_text("import sys\nif __name__ == '__main__':\n    sys.exit(3)\n\ndef custom_kernel(d):\n    return 2 * d\n")
+    report = runner.run_submission(load_task(TASKS / "double"), sub, "test", system=NO_PROBE)
+    assert report.precompile.exit_code == 3 and not report.precompile.build_failed
+    assert report.outcome == "passed"

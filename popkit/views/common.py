@@ -30,11 +30,11 @@ def _width() -> int | None:
 
 def console() -> Console:
     """stdout console; made per call so tests that swap sys.stdout see the output."""
-    return Console(file=sys.stdout, width=_width(), highlight=False, soft_wrap=False)
+    return Console(file=sys.stdout, width=_width(), highlight=False, soft_wrap=False, emoji=False)
 
 
 def err_console() -> Console:
-    return Console(file=sys.stderr, width=_width(), highlight=False, soft_wrap=True)
+    return Console(file=sys.stderr, width=_width(), highlight=False, soft_wrap=True, emoji=False)
 
 
 def emit_json(kind: str, payload: dict[str, Any]) -> None:

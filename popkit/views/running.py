@@ -101,6 +101,21 @@ def _failure_details(report: RunReport, run: ModeRun) -> list[str]:
     return lines
 
 
+def _compile_failure(step) -> list[str]:
+    """The pre-step could not build the extension: its errors at submission lines, else the log's tail."""
+    lines = ["[bold red]compile failed: the compile pre-step could not build the extension[/]"]
+    for d in step.diagnostics:
+        lines.append(f"[red]{escape(d.location)}: {d.severity}: {escape(d.message)}[/]")
+        if d.source_line:
+            lines.append(f"    {escape(d.source_line.strip())}")
+        if d.hint:
+            lines.append(f"    [dim]hint: {escape(d.hint)}[/]")
+    if not step.diagnostics:
+        lines += ["[dim]compiler output:[/]", escape(_tail(step.stderr or step.stdout, 40))]
+    lines.append("[dim]`popkit compile FILE` rebuilds without running anything; --json has the whole log[/]")
+    return lines
+
+
 def _speedups(report: RunReport, baseline: RunReport) -> Table | None:
     mode = "leaderboard" if report.runs_of("leaderboard") else "benchmark"
     mine = next((r for r in report.runs_of(mode, secret=False) if r.passed), None)
@@ -140,6 +155,10 @@ def show_run(report: RunReport, task: Task, *, baseline: RunReport | None = None
         step = report.precompile
         state = "ok" if step.ok else ("timed out" if step.timed_out else f"exit {step.exit_code} (not fatal)")
         con.print(f"[dim]compile pre-step:[/] {state}, {step.duration_s:.1f} s")
+        if step.build_failed and not report.runs:
+            con.print()
+            for line in _compile_failure(step):
+                con.print(line)
     for run in report.runs:
         con.print()
         con.print(_run_title(run))
