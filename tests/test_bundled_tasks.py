@@ -324,7 +324,7 @@ def _build_env() -> dict:
 @pytest.mark.nvcc
 @pytest.mark.slow
 @pytest.mark.parametrize("task", TASKS)
-def test_cuda_example_compiles(task):
+def test_cuda_example_compiles(task, tmp_path):
     path = SUBMISSIONS_DIR / task / "cuda.py"
     code = (
         "import importlib.util, sys\n"
@@ -333,7 +333,9 @@ def test_cuda_example_compiles(task):
         "spec.loader.exec_module(module)\n"
         "assert callable(module.custom_kernel)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], env=_build_env(), capture_output=True, text=True,
+    # A private build folder: a build of the same extension name elsewhere on the machine cannot collide.
+    env = {**_build_env(), "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           timeout=1800)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
 
