@@ -72,7 +72,6 @@ from __future__ import annotations
 
 import ast
 import base64
-import collections
 import json
 import math
 import multiprocessing
@@ -99,7 +98,8 @@ FRESH_SEED_STEP = 7  # the fresh-seed check of every case
 WARMUP_SEED_STEP = 1009  # the warm-up on the first case
 FLUSH_MIN_BYTES = 256 * 1024 * 1024  # L2 flush buffer: max(2 x L2, 256 MiB)
 PROFILE_WARMUP_CALLS, PROFILE_CALLS = 2, 5
-MAX_REPLY_BYTES = 16 * 1024 * 1024  # a longer message on the worker channel is foreign bytes
+MAX_REPLY_BYTES = 16 * 1024 * 1024
+MAX_REMEMBERED_OUTPUTS = 100_000  # fingerprints kept to name a replayed output  # a longer message on the worker channel is foreign bytes
 
 
 @dataclass(frozen=True)
@@ -880,7 +880,8 @@ class Worker:
         self.reference = None
         self.kernel = None
         self.layouts: dict[str, Layout] = {}
-        self.recent_outputs: collections.deque = collections.deque(maxlen=2)  # copies, to spot a replay
+        # Fingerprints of every output that passed its check, to spot a replayed result however old.
+        self.seen_outputs: set = set()
         self.bench: dict[str, Any] = {}
         self.flush_buffer = None
         self.submission_path = os.path.realpath("submission.py")
@@ -1163,14 +1164,24 @@ class Worker:
                 if fraction >= 0.5:
                     return (f"stale memory: {fraction:.0%} of the output still holds the poison the harness "
                             "wrote into freed memory before the call (allocated, never written)")
-        for previous in self.recent_outputs:
-            if len(previous) == len(outs) and all(same_bits(o, p) for o, p in zip(outs, previous)):
-                return "output replay: custom_kernel returned a previous call's result for a new input"
+        if self._fingerprint(outs) in self.seen_outputs:
+            return "output replay: custom_kernel returned a previous call's result for a new input"
         return None
 
+    def _fingerprint(self, tensors: list) -> tuple:
+        """Shape, dtype, float64 sum and 64 sampled values of each tensor: cheap, and two different
+        correct outputs never share one in practice (a wrong output equal to an earlier right one is a replay)."""
+        parts = []
+        for t in tensors:
+            flat = t.detach().reshape(-1)
+            step = max(1, flat.numel() // 64)
+            total = flat.sum(dtype=self.torch.float64).item() if flat.numel() else 0.0
+            parts.append((tuple(t.shape), str(t.dtype), repr(total), repr(flat[::step][:64].tolist())))
+        return tuple(parts)
+
     def _remember(self, out: Any) -> None:
-        if self.trust:
-            self.recent_outputs.append([t.detach().clone() for t in flatten_tensors(out)])
+        if self.trust and len(self.seen_outputs) < MAX_REMEMBERED_OUTPUTS:
+            self.seen_outputs.add(self._fingerprint(flatten_tensors(out)))
 
     def _trusted_call(self, data: Any, layout: Layout, byte: int) -> tuple[Any, Any]:
         kernel_input = self._trusted_input(data, layout, byte)
@@ -1197,16 +1208,22 @@ class Worker:
         try:
             return self._checked(case)
         except CaseFailure as failure:
-            if self.trust and mode != "test" and failure.probe and self._passes_as_test(case, mode):
+            # Name mode branching only when the failure repeats in this mode (a control rerun) and goes
+            # away when sys.argv says test; a failure that goes away on a plain rerun depends on earlier
+            # calls (a cache or leftover state), not on the mode.
+            if not (self.trust and mode != "test" and failure.probe) or self._passes_with_mode(case, mode, mode):
+                raise
+            if self._passes_with_mode(case, mode, "test"):
                 raise CaseFailure(f"mode branching: custom_kernel's output is wrong in {mode} mode but right when "
                                   f"sys.argv says test ({failure.error})", failure.message) from None
             raise
 
-    def _passes_as_test(self, case: dict, mode: str) -> bool:
+    def _passes_with_mode(self, case: dict, mode: str, shown: str) -> bool:
+        """Rerun the checked calls with sys.argv naming `shown` as the mode."""
         argv = sys.argv
         if len(argv) < 2 or argv[1] != mode:
             return False
-        sys.argv = [argv[0], "test", *argv[2:]]
+        sys.argv = [argv[0], shown, *argv[2:]]
         try:
             self._checked(case)
             return True
