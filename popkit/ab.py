@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from popkit import stats
 from popkit.errors import ExitCode, TaskError
-from popkit.results import OUTCOME_EXIT, CaseResult, ModeRun
+from popkit.results import OUTCOME_EXIT, CaseResult, ModeRun, RunReport
 from popkit.stats import Interval, Summary
 from popkit.tasks import Task
 
@@ -238,3 +238,27 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: Any = No
                     started_at=started.isoformat(timespec="seconds"), duration_s=time.monotonic() - t0,
                     comparison=comparison, system=probe.result() if probe else dict(system or {}),
                     failed_side=failed_side, failure=failure)
+
+
+def side_report(report: ABReport, side: str, task: Task) -> RunReport:
+    """One candidate's pooled timings as a benchmark-mode RunReport, for the history.
+
+    Each shape's statistics pool every round of that side; best/worst/median come from the raw
+    samples when the eval reported them.
+    """
+    path, sha = (report.a_path, report.a_sha256) if side == "A" else (report.b_path, report.b_sha256)
+    cases = []
+    for i, shape in enumerate(report.comparison.shapes):
+        summary, samples = (shape.a, shape.a_samples_ns) if side == "A" else (shape.b, shape.b_samples_ns)
+        cases.append(CaseResult(
+            kind="benchmark", index=i, spec=shape.spec, passed=True, runs=summary.n, mean_ns=summary.mean,
+            std_ns=summary.std, err_ns=summary.std / summary.n ** 0.5 if summary.n else None,
+            best_ns=min(samples) if samples else None, worst_ns=max(samples) if samples else None,
+            median_ns=stats.median(samples) if samples else None, samples_ns=tuple(samples)))
+    run = ModeRun(mode="benchmark", secret=False, seed=None, exit_code=0, duration_s=report.duration_s,
+                  timeout_s=task.timeout_for("benchmark"), check="pass", benchmarks=tuple(cases))
+    other = report.b_path if side == "A" else report.a_path
+    return RunReport(task=task.name, task_path=str(task.path), leaderboard=task.leaderboard,
+                     ranking_by=task.ranking_by, submission=path, sha256=sha, mode="benchmark",
+                     harness=report.harness, started_at=report.started_at, duration_s=report.duration_s,
+                     system=dict(report.system), runs=(run,), label=f"A/B side {side}, against {other}")

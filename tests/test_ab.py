@@ -160,3 +160,34 @@ def test_bench_a_b_command(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["schema"] == "popkit/ab/1" and doc["comparison"]["verdict"] == "no_significant_difference"
+
+
+def test_bench_a_b_records_each_side_in_history(tmp_path, monkeypatch):
+    monkeypatch.setattr("popkit.system.probe", lambda python=None, timeout=60.0: SYSTEM)
+    env = {"POPKIT_WIDTH": "200", "NO_COLOR": "1", "POPKIT_HOME": str(tmp_path / "h")}
+    copy = _tmp_sub(tmp_path, "v7.py")
+    result = CliRunner().invoke(app, ["bench", str(GOOD), str(copy), "--task", str(TASK_DIR), "--rounds", "2",
+                                      "--no-precompile", "--json"], env=env)
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    listed = CliRunner().invoke(app, ["history", "--json"], env=env)
+    assert listed.exit_code == 0, listed.output
+    rows = json.loads(listed.stdout)["runs"]
+    assert sorted(r["sha256"] for r in rows) == sorted([doc["a_sha256"], doc["b_sha256"]])
+    assert {r["kind"] for r in rows} == {"bench"} and all(r["outcome"] == "passed" for r in rows)
+    shapes = doc["comparison"]["shapes"]
+    a_means = [s["a"]["mean"] for s in shapes]
+    expected = (a_means[0] * a_means[1] * a_means[2]) ** (1 / 3) / 1e9  # the fixture task ranks by geom
+    a_row = next(r for r in rows if r["sha256"] == doc["a_sha256"])
+    assert a_row["score_s"] == pytest.approx(expected)
+    shown = CliRunner().invoke(app, ["show", str(a_row["id"])], env=env)
+    assert shown.exit_code == 0 and "size: 40; seed: 5" in shown.output
+
+
+def test_no_history_leaves_no_database(tmp_path, monkeypatch):
+    monkeypatch.setattr("popkit.system.probe", lambda python=None, timeout=60.0: SYSTEM)
+    env = {"POPKIT_HOME": str(tmp_path / "h")}
+    result = CliRunner().invoke(app, ["bench", str(GOOD), str(_tmp_sub(tmp_path, "v7.py")), "--task", str(TASK_DIR),
+                                      "--rounds", "1", "--no-precompile", "--no-history"], env=env)
+    assert result.exit_code == 0, result.output
+    assert not (tmp_path / "h").exists()

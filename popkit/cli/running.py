@@ -131,19 +131,26 @@ def bench(
         if leaderboard or profile or baseline:
             raise UsageError("an A/B comparison runs benchmark mode only",
                              "drop --leaderboard/--profile/--baseline for A/B")
-        _ab(submissions[0], submissions[1], task, tasks_root, options, rounds, json)
+        _ab(submissions[0], submissions[1], task, tasks_root, options, rounds, json, history)
         return
     mode = "leaderboard" if leaderboard else "profile" if profile else "benchmark"
     _run(submissions[0], task, tasks_root, mode, options, json, history, baseline)
 
 
-def _ab(a: Path, b: Path, task_spec, roots, options, rounds: int, json: bool) -> None:
+def _ab(a: Path, b: Path, task_spec, roots, options, rounds: int, json: bool, history: bool) -> None:
     from popkit import ab
     from popkit.views import remote as remote_view
 
-    task = resolve_task(runner.task_spec_for(a, runner.read_submission(a), task_spec), task_roots(roots or []))
+    contents = {"A": runner.read_submission(a), "B": runner.read_submission(b)}
+    task = resolve_task(runner.task_spec_for(a, contents["A"], task_spec), task_roots(roots or []))
     report = ab.run_ab(task, a, b, options, rounds=rounds, progress=common.progress_printer(json))
+    warnings = []
+    if report.failure is None:  # each side's pooled timings go to the history as a bench run
+        for side in ("A", "B"):
+            warnings.append(_record(ab.side_report(report, side, task), contents[side], history))
     remote_view.show_ab(report, json=json)
+    for warning in filter(None, warnings):
+        common.err_console().print(f"warning: {warning}")
     raise typer.Exit(int(report.exit_code))
 
 
