@@ -67,6 +67,14 @@ class CaseResult:
     stop: str = ""  # popkit harness extra: why timing stopped
     timer: str = ""  # popkit harness extra: cuda-event or cpu-monotonic
     report: str = ""  # profile mode: the profiler table, decoded
+    bytes: int | None = None  # popkit harness extra: the fewest bytes one call must move
+
+    @property
+    def bandwidth_bytes_per_s(self) -> float | None:
+        """What the mean time implies: bytes that must move over the mean (counting reads and writes)."""
+        if not self.bytes or not self.mean_ns:
+            return None
+        return self.bytes / (self.mean_ns / 1e9)
 
     @property
     def timed(self) -> bool:
@@ -241,8 +249,18 @@ class RunReport:
                 return score_s(run.mean_times_ns(), self.ranking_by)
         return None
 
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """Timings that beat physics (a mean below the bytes that must move over the GPU's peak bandwidth)."""
+        from popkit.physics import beats_physics
+
+        device = (self.system or {}).get("device")
+        found = (beats_physics(case, device) for run in self.runs for case in run.benchmarks)
+        return tuple(dict.fromkeys(w for w in found if w))
+
     def to_json(self) -> dict:
         data = asdict(self)
+        data["warnings"] = list(self.warnings)
         data["runs"] = [r.to_json() for r in self.runs]
         data["precompile"] = self.precompile.to_json() if self.precompile else None
         data["system"] = dict(self.system)

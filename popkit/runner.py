@@ -305,6 +305,7 @@ def _cases(raw: Mapping[str, str], kind: str) -> tuple[CaseResult, ...]:
             std_ns=_number(raw, p + "std"), err_ns=_number(raw, p + "err"), best_ns=_number(raw, p + "best"),
             worst_ns=_number(raw, p + "worst"), median_ns=_number(raw, p + "median"), samples_ns=samples,
             stop=raw.get(p + "stop", ""), timer=raw.get(p + "timer", ""), report=report,
+            bytes=int(raw[p + "bytes"]) if raw.get(p + "bytes", "").isdigit() else None,
         ))
     return tuple(cases)
 

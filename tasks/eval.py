@@ -27,8 +27,9 @@ benchmark.I.error, benchmark.I.report (profile mode: base64 of a torch profiler 
 popkit's extra keys: benchmark.I.median (ns), benchmark.I.samples (every timed call, ns, comma
 separated), benchmark.I.stop (converged, max_time, wall_time, max_repeats), benchmark.I.timer
 (cuda-event, cpu-monotonic), benchmark.I.message (details of a failure, as test.I.message),
-benchmark.I.status: pass (profile mode, which has no statistics), system.device|torch|cuda|hip|arch,
-trust.checks. Newlines in values are written as the two characters `\\n`.
+benchmark.I.status: pass (profile mode, which has no statistics), benchmark.I.bytes (trust checks on:
+the fewest bytes one call must move, inputs read once and outputs written once),
+system.device|torch|cuda|hip|arch, trust.checks. Newlines in values are written as the two characters `\\n`.
 
 Process layout: this process holds the pipe and computes every statistic. The submission runs in
 ONE worker started with the multiprocessing "spawn" method; it lives for the whole invocation,
@@ -515,13 +516,15 @@ class Session:
             self.pipe.write(f"{prefix}.spec", format_spec(case))
             if self.cuda_failed or self._blocked(prefix):
                 continue
-            loop, failure = self.time_case(case, case_budget)
+            loop, info = self.time_case(case, case_budget)
             if loop is None:
-                self._fail(prefix, failure)
+                self._fail(prefix, info)
                 if self.cuda_failed:
                     return
                 continue
             self.write_stats(prefix, loop)
+            if isinstance(info.get("bytes"), int) and info["bytes"] > 0:
+                self.pipe.write(f"{prefix}.bytes", info["bytes"])
 
     def time_case(self, case: dict, budget: Budget) -> tuple[LoopResult | None, dict]:
         """Checked call(s), then the timing loop, then (benchmark mode) the last output's check."""
@@ -534,7 +537,7 @@ class Session:
         end = self._ask("bench_end")
         if not end["ok"]:
             return None, end
-        return loop, {}
+        return loop, begin
 
     def write_stats(self, prefix: str, loop: LoopResult) -> None:
         stats = summarize(loop.samples)
@@ -1257,7 +1260,11 @@ class Worker:
         layout = self._layout(case, data) if self.trust else None
         self.bench = {"case": case, "mode": mode, "pristine": data, "layout": layout, "step": 0, "out": None,
                       "input": clone_data(data) if self.trust else data}
-        return {"ok": True}
+        if layout is None:
+            return {"ok": True}
+        # The fewest bytes a call must move: inputs read once (output buffers are only written), outputs written.
+        read = sum(t.numel() * t.element_size() for i, t in enumerate(flatten_tensors(data)) if i not in layout.poisonable)
+        return {"ok": True, "bytes": read + sum(layout.out_bytes)}
 
     def bench_call(self) -> dict:
         b = self.bench

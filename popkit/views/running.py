@@ -71,6 +71,8 @@ def _case_lines(case: CaseResult) -> list[str]:
     ci = _ci95(case)
     if ci:
         extra.append(ci)
+    if case.bandwidth_bytes_per_s:
+        extra.append(f"{case.bandwidth_bytes_per_s / 1e9:,.0f} GB/s")
     if case.stop:
         extra.append(f"stop: {case.stop}")
     if case.timer:
@@ -182,8 +184,8 @@ def show_run(report: RunReport, task: Task, *, baseline: RunReport | None = None
             con.print(f"[yellow]no speedup: the reference run did not pass ({escape(baseline.outcome)})[/]")
         else:
             con.print(table)
-    if warning:
-        con.print(f"[yellow]warning:[/] {escape(warning)}")
+    for text in report.warnings + ((warning,) if warning else ()):
+        con.print(f"[yellow]warning:[/] {escape(text)}")
     verdict = "[bold green]PASSED[/]" if report.outcome == "passed" else f"[bold red]{report.outcome.upper().replace('_', ' ')}[/]"
     con.print(f"{verdict} in {report.duration_s:.1f} s")
 

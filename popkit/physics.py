@@ -1,0 +1,46 @@
+"""Results that beat physics: a time shorter than the bytes that must move allow on this GPU.
+
+A kernel cannot move its inputs and outputs faster than the memory's peak bandwidth; a mean time that
+implies more is a timing that missed work (left running after the end event, or on another queue) or a
+result that was never computed. The peaks are datasheet numbers, taken at the fastest variant of each
+card so an honest kernel is never flagged.
+"""
+
+from __future__ import annotations
+
+from popkit.results import CaseResult
+
+# bytes per second, datasheet peak memory bandwidth; the first matching name wins (most specific first)
+PEAK_BANDWIDTH = (
+    ("GH200", 4.9e12),
+    ("H200", 4.8e12),
+    ("H100", 3.9e12),  # NVL; SXM is 3.35, PCIe 2.0
+    ("B200", 8.0e12),
+    ("A100", 2.04e12),
+    ("L40", 0.864e12),
+    ("L4", 0.3e12),
+    ("T4", 0.32e12),
+    ("MI355", 8.0e12),
+    ("MI300", 5.3e12),
+)
+SLACK = 1.05  # measurement noise and datasheet rounding
+
+
+def peak_bandwidth(device: str | None) -> float | None:
+    """The datasheet peak of `device` (a GPU name as torch reports it), or None when unknown."""
+    if not device:
+        return None
+    upper = device.upper()
+    for name, peak in PEAK_BANDWIDTH:
+        if name in upper:
+            return peak
+    return None
+
+
+def beats_physics(case: CaseResult, device: str | None) -> str:
+    """A one-line warning when the case's mean time implies more than the device's peak bandwidth."""
+    implied, peak = case.bandwidth_bytes_per_s, peak_bandwidth(device)
+    if implied is None or peak is None or implied <= peak * SLACK:
+        return ""
+    return (f"{case.spec}: {implied / 1e12:.2f} TB/s implied, above the {device}'s {peak / 1e12:.2f} TB/s peak: "
+            "this time cannot be right (work left running after the end event, or a result not computed)")

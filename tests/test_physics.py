@@ -1,0 +1,55 @@
+"""Timings that beat physics are flagged; the harness reports the bytes a call must move."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from popkit import runner
+from popkit.physics import beats_physics, peak_bandwidth
+from popkit.results import CaseResult, ModeRun, RunReport
+from popkit.tasks import load_task
+
+DOUBLER = Path(__file__).parent / "fixtures" / "harness" / "doubler"
+
+
+@pytest.mark.parametrize("device,peak", [
+    ("NVIDIA H100 80GB HBM3", 3.9e12), ("NVIDIA H200", 4.8e12), ("NVIDIA GH200 480GB", 4.9e12),
+    ("NVIDIA L40S", 0.864e12), ("NVIDIA L4", 0.3e12), ("AMD Instinct MI300X", 5.3e12), ("cpu", None), (None, None),
+])
+def test_peak_bandwidth_by_device_name(device, peak):
+    assert peak_bandwidth(device) == peak
+
+
+def case(mean_ns: float, nbytes: int | None = 402_653_184) -> CaseResult:
+    return CaseResult(kind="benchmark", index=0, spec="size: 8192", passed=True, runs=10, mean_ns=mean_ns,
+                      bytes=nbytes)
+
+
+def test_a_time_below_the_bandwidth_floor_is_flagged():
+    assert case(138_000).bandwidth_bytes_per_s == pytest.approx(402_653_184 / 138e-6)
+    assert beats_physics(case(138_000), "NVIDIA H100 80GB HBM3") == ""  # 2.9 TB/s: fine
+    warning = beats_physics(case(50_000), "NVIDIA H100 80GB HBM3")  # 8.1 TB/s: impossible
+    assert warning.startswith("size: 8192: 8.05 TB/s implied, above the NVIDIA H100 80GB HBM3's 3.90 TB/s peak")
+    assert beats_physics(case(50_000), "cpu") == "" and beats_physics(case(50_000, None), "NVIDIA H100") == ""
+
+
+def test_report_carries_the_warnings_in_json():
+    run = ModeRun(mode="benchmark", secret=False, seed=None, exit_code=0, duration_s=1, timeout_s=10, check="pass",
+                  benchmarks=(case(50_000),))
+    report = RunReport(task="t", task_path="p", leaderboard=None, ranking_by="geom", submission="s", sha256="x",
+                       mode="benchmark", harness="task", started_at="now", duration_s=1,
+                       system={"device": "NVIDIA H200"}, runs=(run,))
+    assert len(report.warnings) == 1 and "above the NVIDIA H200's 4.80 TB/s peak" in report.warnings[0]
+    assert report.to_json()["warnings"] == list(report.warnings)
+    assert RunReport.from_json(report.to_json()) == report
+
+
+def test_harness_reports_the_bytes_a_call_must_move(tmp_path):
+    main = runner.prepare_workdir(load_task(DOUBLER), b"def custom_kernel(d):\n    return d['x'] * d['scale']\n",
+                                  tmp_path)
+    run = runner.run_mode(tmp_path, main, "benchmark", [{"size": 1000, "seed": 3}], timeout_s=120,
+                          options=runner.RunOptions(env={"OMP_NUM_THREADS": "1"}))
+    assert run.passed, run.summary
+    assert run.benchmarks[0].bytes == 1000 * 4 + 1000 * 4  # x read once, the output written once
