@@ -47,7 +47,7 @@ class RunOptions:
     python: str = sys.executable  # interpreter for the pre-step and every eval
     precompile: bool = True
     harness: str = "task"  # "task": the task's own eval; "popkit": popkit's harness in its place
-    secret_seeds: tuple[int, ...] = ()  # one secret chain per seed (leaderboard mode)
+    secret_seeds: tuple[int, ...] = ()  # one secret chain per seed, after the public chain passed
     keep_workdir: bool = False
     chain: bool = True  # leaderboard mode runs test and benchmark first; False runs the mode alone
     env: Mapping[str, str] = field(default_factory=dict)  # extra environment for every child
