@@ -2,6 +2,7 @@
 # Short GPU check for a small device budget: build every CUDA example in parallel, then run each through
 # `popkit bench --leaderboard` (test -> benchmark -> leaderboard) and print one line per example.
 # Usage (repo root, CUDA machine): bash scripts/gpu_smoke.sh OUTDIR [SECRET_RUNS]
+# Without network, put the build backend in .whl/ first: python3 -m pip download --no-deps -d .whl hatchling trove-classifiers
 set -u
 out=${1:-gpu-smoke}; secret=${2:-0}
 mkdir -p "$out"

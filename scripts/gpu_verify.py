@@ -18,6 +18,9 @@ Parts (comma-separated, in this order):
               `popkit bench` three times per task for repeatability
   overhead    wall time of `popkit test` (warm) against the bare protocol run
 
+A machine without network needs popkit's build backend as wheels in .whl/ (the `install` part installs
+them first): `python3 -m pip download --no-deps -d .whl hatchling trove-classifiers`.
+
 Results go to OUT/results.json (updated after every step, so a cut-off run keeps what it measured) and a
 markdown summary OUT/summary.md; the summary is printed last.
 """
