@@ -9,6 +9,8 @@ timeout for that mode. Results come only from the pipe, never from stdout.
 from __future__ import annotations
 
 import ast
+import base64
+import binascii
 import hashlib
 import os
 import random
@@ -289,9 +291,6 @@ def _cases(raw: Mapping[str, str], kind: str) -> tuple[CaseResult, ...]:
         samples = tuple(float(s) for s in raw.get(p + "samples", "").split(",") if s.strip())
         report = raw.get(p + "report", "")
         if report:
-            import base64
-            import binascii
-
             try:
                 report = base64.b64decode(report).decode("utf-8", "replace")
             except (binascii.Error, ValueError):

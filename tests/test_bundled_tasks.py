@@ -13,7 +13,6 @@ import importlib.util
 import inspect
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +20,8 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+
+from popkit import system
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS_DIR = ROOT / "tasks"
@@ -312,12 +313,9 @@ def test_hip_examples_are_hip_only(task):
 def _build_env() -> dict:
     env = dict(os.environ)
     env.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")  # one architecture keeps the build short
-    if "CUDA_HOME" not in env and shutil.which("nvcc"):
+    if "CUDA_HOME" not in env and system.toolkit_candidates():
         # torch guesses CUDA_HOME from nvcc's directory, which is wrong for wrapper scripts.
-        for candidate in (Path("/usr/local/cuda"), Path(shutil.which("nvcc")).resolve().parents[1]):
-            if (candidate / "bin" / "nvcc").is_file() and (candidate / "include" / "cuda.h").is_file():
-                env["CUDA_HOME"] = str(candidate)
-                break
+        env["CUDA_HOME"] = system.toolkit_candidates()[0]
     return env
 
 
