@@ -6,17 +6,17 @@ Run from the repository root on a machine with an NVIDIA GPU (no network needed)
     python scripts/gpu_verify.py --out results/            # everything
     python scripts/gpu_verify.py --out results/ --parts tests,examples
 
-Parts (comma-separated, in this order):
+Parts (comma-separated, in this order; the timing parts run before the long test suite):
   install     pip-install popkit from this checkout (no network: --no-build-isolation --no-deps)
   ceilings    measured device-to-device copy bandwidth and fp16 matmul rate
-  pytest      the `gpu`-marked tests
   build       cold/warm `popkit compile` of every CUDA example; warms the build cache of all submissions
   examples    `popkit test` and `popkit bench --leaderboard` on every CUDA example; benchmark mode with
               `--baseline reference` for the roofline table
-  templates   `popkit new` for every task x style, then `popkit test` and `popkit bench --leaderboard`
   fidelity    popkit's timing against CUDA events (same flush) and triton's do_bench, in-process;
               `popkit bench` three times per task for repeatability
   overhead    wall time of `popkit test` (warm) against the bare protocol run
+  templates   `popkit new` for every task x style, then `popkit test` and `popkit bench --leaderboard`
+  pytest      the `gpu`-marked tests
 
 A machine without network needs popkit's build backend as wheels in .whl/ (the `install` part installs
 them first): `python3 -m pip download --no-deps -d .whl hatchling trove-classifiers`.
@@ -42,7 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ("identity", "vectoradd", "grayscale", "vectorsum", "softmax", "matmul")
 FIDELITY_TASKS = ("vectoradd", "softmax", "matmul")
-PARTS = ("install", "ceilings", "pytest", "build", "examples", "templates", "fidelity", "overhead")
+PARTS = ("install", "ceilings", "build", "examples", "fidelity", "overhead", "templates", "pytest")
 RESULTS: dict = {}
 OUT = Path(".")
 
