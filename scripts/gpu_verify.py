@@ -6,17 +6,19 @@ Run from the repository root on a machine with an NVIDIA GPU (no network needed)
     python scripts/gpu_verify.py --out results/            # everything
     python scripts/gpu_verify.py --out results/ --parts tests,examples
 
-Parts (comma-separated, in this order; the timing parts run before the long test suite):
+Parts (comma-separated, in this order):
   install     pip-install popkit from this checkout (no network: --no-build-isolation --no-deps)
   ceilings    measured device-to-device copy bandwidth and fp16 matmul rate
-  build       cold/warm `popkit compile` of every CUDA example; warms the build cache of all submissions
-  examples    `popkit test` and `popkit bench --leaderboard` on every CUDA example; benchmark mode with
-              `--baseline reference` for the roofline table
-  fidelity    popkit's timing against CUDA events (same flush) and triton's do_bench, in-process;
-              `popkit bench` three times per task for repeatability
-  overhead    wall time of `popkit test` (warm) against the bare protocol run
+  build       cold/warm `popkit compile` of every CUDA example, one at a time (a cold time measured beside
+              other builds is a contended one); then warms the build cache of all submissions in parallel
+  examples    `popkit test` and `popkit bench --leaderboard` on every CUDA example
+  roofline    `popkit bench --baseline reference` on every CUDA example at every benchmark shape (a task
+              ranked by its last shape runs from a copy ranked by the mean, so that every shape is timed)
+  overhead    wall time of `popkit test` (warm), `popkit test --no-precompile` and the bare protocol run
   templates   `popkit new` for every task x style, then `popkit test` and `popkit bench --leaderboard`
   pytest      the `gpu`-marked tests
+  fidelity    popkit's timing against CUDA events (same flush) and triton's do_bench, in-process;
+              `popkit bench` REPEATS times per task for repeatability
 
 A machine without network needs popkit's build backend as wheels in .whl/ (the `install` part installs
 them first): `python3 -m pip download --no-deps -d .whl hatchling trove-classifiers`.
@@ -31,6 +33,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -42,7 +45,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ("identity", "vectoradd", "grayscale", "vectorsum", "softmax", "matmul")
 FIDELITY_TASKS = ("vectoradd", "softmax", "matmul")
-PARTS = ("install", "ceilings", "build", "examples", "fidelity", "overhead", "templates", "pytest")
+PARTS = ("install", "ceilings", "build", "examples", "roofline", "overhead", "templates", "pytest", "fidelity")
+REPEATS = 4  # `popkit bench` runs per fidelity task
 RESULTS: dict = {}
 OUT = Path(".")
 
@@ -190,9 +194,10 @@ def part_build(tmp: Path) -> None:
         return {"file": str(f.relative_to(ROOT)), "exit_code": code, "cold_s": doc.get("cold_s"),
                 "warm_s": doc.get("warm_s"), "torch_import_s": doc.get("torch_import_s"), "status": doc.get("status")}
 
-    with ThreadPoolExecutor(max_workers=6) as pool:
-        RESULTS["compile"] = list(pool.map(compile_one, cuda_examples()))
-    save()
+    RESULTS["compile"] = []
+    for f in cuda_examples():
+        RESULTS["compile"].append(compile_one(f))
+        save()
     log("compile: " + ", ".join(f"{Path(c['file']).parent.name} {c['status']} cold {c['cold_s']}" for c in RESULTS["compile"]))
     warm_build_cache(cuda_examples() + [p for _, _, p in rendered(tmp)])
 
@@ -248,20 +253,46 @@ def _case_bytes_and_flops(task: str) -> list[dict]:
 
 def part_examples() -> None:
     RESULTS["examples"] = []
+    for task in TASKS:
+        path = ROOT / "submissions" / task / "cuda.py"
+        RESULTS["examples"].append(test_and_rank(f"submissions/{task}/cuda.py", path, task))
+        save()
+
+
+def _every_shape_task(task_name: str, tmp: Path) -> str:
+    """The task as popkit finds it, or, under `ranking_by: last`, a copy ranked by the mean (all shapes timed)."""
+    text = (ROOT / "tasks" / task_name / "task.yml").read_text()
+    if not re.search(r"^ranking_by:\s*last\s*$", text, re.M):
+        return task_name
+    copy = tmp / "every-shape"
+    if not copy.exists():
+        shutil.copytree(ROOT / "tasks", copy / "tasks")
+        shutil.copytree(ROOT / "submissions", copy / "submissions")
+    yml = copy / "tasks" / task_name / "task.yml"
+    yml.write_text(re.sub(r"^ranking_by:\s*last\s*$", "ranking_by: mean", text, flags=re.M))
+    return str(yml.parent)
+
+
+def _benchmark_cases(doc: dict | None) -> dict[str, dict]:
+    run = next((r for r in (doc or {}).get("runs", []) if r["mode"] == "benchmark" and not r["secret"]), None)
+    return {b["spec"]: b for b in (run or {}).get("benchmarks", [])}
+
+
+def part_roofline(tmp: Path) -> None:
     RESULTS["roofline"] = {}
     for task in TASKS:
         path = ROOT / "submissions" / task / "cuda.py"
-        entry = test_and_rank(f"submissions/{task}/cuda.py", path, task)
-        RESULTS["examples"].append(entry)
-        save()
-        code, doc, secs = popkit_json("bench", str(path), "--task", task, "--baseline", "reference", "--no-history")
+        code, doc, secs = popkit_json("bench", str(path), "--task", _every_shape_task(task, tmp),
+                                      "--baseline", "reference", "--no-history")
+        mine, base = _benchmark_cases(doc), _benchmark_cases(doc.get("baseline"))
         shapes = _case_bytes_and_flops(task)
-        mine = next((r for r in doc.get("runs", []) if r["mode"] == "benchmark"), {"benchmarks": []})
-        base = next((r for r in (doc.get("baseline") or {}).get("runs", []) if r["mode"] == "benchmark"),
-                    {"benchmarks": []})
-        for row, a, b in zip(shapes, mine["benchmarks"], base["benchmarks"] or [{}] * len(shapes)):
-            row.update(example_ns=a.get("mean_ns"), example_err_ns=a.get("err_ns"), reference_ns=b.get("mean_ns"))
-        RESULTS["roofline"][task] = {"outcome": doc.get("outcome"), "speedup": doc.get("speedup"), "shapes": shapes}
+        for row in shapes:
+            a, b = mine.get(row["spec"], {}), base.get(row["spec"], {})
+            row.update(example_ns=a.get("mean_ns"), example_median_ns=a.get("median_ns"), example_err_ns=a.get("err_ns"),
+                       reference_ns=b.get("mean_ns"), reference_err_ns=b.get("err_ns"))
+        RESULTS["roofline"][task] = {"outcome": doc.get("outcome"), "speedup": doc.get("speedup"),
+                                     "warnings": doc.get("warnings"), "shapes": shapes}
+        log(f"roofline {task}: {doc.get('outcome')}, " + ", ".join(_us(r["example_ns"]) for r in shapes))
         save()
 
 
@@ -307,6 +338,7 @@ print(json.dumps(rows))
 
 
 def part_fidelity() -> None:
+    """popkit bench and the independent measurement alternate, so that both see the same GPU state (clocks, heat)."""
     sys.path.insert(0, str(ROOT))
     from popkit import runner
     from popkit.tasks import resolve_task
@@ -315,25 +347,26 @@ def part_fidelity() -> None:
     for task_name in FIDELITY_TASKS:
         task = resolve_task(task_name)
         path = ROOT / "submissions" / task_name / "cuda.py"
-        repeats = []
-        for _ in range(3):
+        info = RESULTS["fidelity"][task_name] = {
+            "repeats": [], "independent": [],
+            "specs": [runner.render_cases([c]).strip() for c in task.cases_for("benchmark")]}
+        for _ in range(REPEATS):
             code, doc, _ = popkit_json("bench", str(path), "--task", task_name, "--no-history")
-            bench = next((r for r in doc.get("runs", []) if r["mode"] == "benchmark"), {"benchmarks": []})
-            repeats.append({"score_s": doc.get("score_public_s"),
-                            "means_ns": [b.get("mean_ns") for b in bench["benchmarks"]],
-                            "errs_ns": [b.get("err_ns") for b in bench["benchmarks"]]})
-        with tempfile.TemporaryDirectory() as tmp:
-            runner.prepare_workdir(task, path.read_bytes(), Path(tmp))
-            code, out, err, _ = sh([sys.executable, "-c", _INDEPENDENT, json.dumps(task.cases_for("benchmark"))],
-                                   cwd=Path(tmp), timeout=900)
-        try:
-            independent = json.loads(out.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            independent = {"error": err[-2000:]}
-        RESULTS["fidelity"][task_name] = {"repeats": repeats, "independent": independent,
-                                          "specs": [runner.render_cases([c]).strip() for c in task.cases_for("benchmark")]}
-        save()
-        scores = [r["score_s"] for r in repeats if r["score_s"]]
+            bench = list(_benchmark_cases(doc).values())
+            info["repeats"].append({"score_s": doc.get("score_public_s"), "warnings": doc.get("warnings"),
+                                    "means_ns": [b.get("mean_ns") for b in bench],
+                                    "medians_ns": [b.get("median_ns") for b in bench],
+                                    "errs_ns": [b.get("err_ns") for b in bench]})
+            with tempfile.TemporaryDirectory() as tmp:
+                runner.prepare_workdir(task, path.read_bytes(), Path(tmp))
+                code, out, err, _ = sh([sys.executable, "-c", _INDEPENDENT, json.dumps(task.cases_for("benchmark"))],
+                                       cwd=Path(tmp), timeout=900)
+            try:
+                info["independent"].append(json.loads(out.strip().splitlines()[-1]))
+            except (ValueError, IndexError):
+                info.setdefault("independent_errors", []).append(err[-2000:])
+            save()
+        scores = [r["score_s"] for r in info["repeats"] if r["score_s"]]
         if scores:
             log(f"fidelity {task_name}: scores {['%.3g' % s for s in scores]} spread "
                 f"{(max(scores) - min(scores)) / min(scores) * 100:.2f}%")
@@ -345,13 +378,14 @@ def part_overhead() -> None:
     from popkit.tasks import resolve_task
 
     rows = []
-    for task_name in ("vectoradd", "softmax"):
+    for task_name in ("vectoradd",):
         task = resolve_task(task_name)
         path = ROOT / "submissions" / task_name / "cuda.py"
-        popkit_s, bare_s = [], []
+        cli = [sys.executable, "-m", "popkit", "test", str(path), "--task", task_name, "--no-history"]
+        popkit_s, no_pre_s, bare_s = [], [], []
         for _ in range(3):
-            _, _, _, secs = sh([sys.executable, "-m", "popkit", "test", str(path), "--task", task_name, "--no-history"])
-            popkit_s.append(secs)
+            popkit_s.append(sh(cli)[3])
+            no_pre_s.append(sh(cli + ["--no-precompile"])[3])
             with tempfile.TemporaryDirectory() as tmp:
                 main = runner.prepare_workdir(task, path.read_bytes(), Path(tmp))
                 start = time.monotonic()
@@ -359,10 +393,14 @@ def part_overhead() -> None:
                                       options=runner.RunOptions())
                 bare_s.append(time.monotonic() - start)
                 assert run.passed, run.summary
-        rows.append({"task": task_name, "popkit_test_s": popkit_s, "bare_protocol_s": bare_s,
-                     "ratio": statistics.median(popkit_s) / statistics.median(bare_s)})
-        log(f"overhead {task_name}: popkit {statistics.median(popkit_s):.2f} s, bare {statistics.median(bare_s):.2f} s")
+        rows.append({"task": task_name, "popkit_test_s": popkit_s, "no_precompile_s": no_pre_s, "bare_protocol_s": bare_s,
+                     "ratio": statistics.median(popkit_s) / statistics.median(bare_s),
+                     "ratio_no_precompile": statistics.median(no_pre_s) / statistics.median(bare_s)})
+        log(f"overhead {task_name}: popkit {statistics.median(popkit_s):.2f} s, --no-precompile "
+            f"{statistics.median(no_pre_s):.2f} s, bare {statistics.median(bare_s):.2f} s")
+    startup = [sh([sys.executable, "-m", "popkit", "tasks", "--json"])[3] for _ in range(3)]
     RESULTS["overhead"] = rows
+    RESULTS["cli_startup_s"] = startup
 
 
 # ----------------------------------------------------------------------------------------- summary
@@ -404,19 +442,27 @@ def summary() -> str:
                 lines.append(f"| {task} | {s['spec']} | {_us(floor_s * 1e9) if floor_s else '-'} | {_us(ex)} | {pct} | "
                              f"{_us(ref)} | {ref / ex if ex and ref else 0:.2f}× |")
     if RESULTS.get("fidelity"):
-        lines += ["", "| task | shape | popkit mean µs (3 runs) | CUDA events µs | do_bench µs |", "|---|---|---|---|---|"]
+        lines += ["", "| task | shape | popkit mean µs, each run | CUDA events mean µs, each run | do_bench µs, each run |",
+                  "|---|---|---|---|---|"]
         for task, info in RESULTS["fidelity"].items():
             ind = info["independent"] if isinstance(info["independent"], list) else []
+            ind = [ind] if ind and isinstance(ind[0], dict) else ind  # an older results.json: one measurement
             for i, spec in enumerate(info["specs"]):
                 ours = " / ".join(_us(r["means_ns"][i]) for r in info["repeats"] if i < len(r["means_ns"]))
-                row = ind[i] if i < len(ind) else {}
-                lines.append(f"| {task} | {spec} | {ours} | {_us(row.get('events_mean_ns'))} | {_us(row.get('do_bench_mean_ns'))} |")
+                events = " / ".join(_us(m[i].get("events_mean_ns")) for m in ind if i < len(m))
+                bench = " / ".join(_us(m[i].get("do_bench_mean_ns")) for m in ind if i < len(m))
+                lines.append(f"| {task} | {spec} | {ours} | {events} | {bench} |")
             scores = [r["score_s"] for r in info["repeats"] if r["score_s"]]
             if len(scores) > 1:
-                lines.append(f"| {task} | score spread over 3 runs | {(max(scores) - min(scores)) / min(scores) * 100:.2f}% | | |")
+                noisy = sum(1 for r in info["repeats"] if any("above the median" in w for w in r.get("warnings") or []))
+                lines.append(f"| {task} | score spread over {len(scores)} runs (max-min)/min | "
+                             f"{(max(scores) - min(scores)) / min(scores) * 100:.2f}% | runs flagged noisy: {noisy} | |")
     for row in RESULTS.get("overhead", []):
-        lines.append(f"overhead {row['task']}: popkit test {statistics.median(row['popkit_test_s']):.2f} s vs bare "
+        lines.append(f"overhead {row['task']}: popkit test {statistics.median(row['popkit_test_s']):.2f} s, "
+                     f"--no-precompile {statistics.median(row.get('no_precompile_s') or [0]):.2f} s, bare "
                      f"{statistics.median(row['bare_protocol_s']):.2f} s (×{row['ratio']:.2f})")
+    if RESULTS.get("cli_startup_s"):
+        lines.append(f"`popkit tasks --json` (CLI start-up): {statistics.median(RESULTS['cli_startup_s']):.2f} s")
     for c in RESULTS.get("compile", []):
         lines.append(f"compile {c['file']}: {c['status']}, cold {c['cold_s']} s, warm {c['warm_s']} s")
     return "\n".join(lines)
@@ -441,7 +487,7 @@ def main() -> None:
         log(f"== {part}")
         fn = globals()[f"part_{part}"]
         try:
-            fn(tmp) if part in ("build", "templates") else fn()
+            fn(tmp) if part in ("build", "roofline", "templates") else fn()
         except Exception as exc:  # keep going: a later part may still work, and the summary says what broke
             RESULTS.setdefault("errors", []).append(f"{part}: {type(exc).__name__}: {exc}")
             log(f"{part} failed: {type(exc).__name__}: {exc}")

@@ -65,6 +65,12 @@ def _reference(task: str):
 
 
 @functools.cache
+def _utils():
+    """tasks/utils.py, loaded by path: a test must not depend on an earlier one having put tasks/ on sys.path."""
+    return _load_module(TASKS_DIR / "utils.py", "popkit_bundled_utils")
+
+
+@functools.cache
 def _example(task: str, kind: str):
     return _load_module(SUBMISSIONS_DIR / task / f"{kind}.py", f"popkit_bundled_example_{task}_{kind}")
 
@@ -182,8 +188,7 @@ def test_generated_inputs_are_never_all_zero(task, case):
 
 @pytest.mark.parametrize("task, case", _cases("tests"))
 def test_torch_example_passes_every_test_case(task, case):
-    import utils
-
+    utils = _utils()
     ref = _reference(task)
     data = ref.generate_input(**case)
     out = _example(task, "pytorch").custom_kernel(utils.clone_data(data))
@@ -206,8 +211,7 @@ def _perturbed(task: str, data, expected: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize("task", TASKS)
 def test_wrong_output_fails_with_a_useful_message(task):
-    import utils
-
+    utils = _utils()
     ref = _reference(task)
     case = _task_yml(task)["tests"][3]
     data = ref.generate_input(**case)
@@ -344,8 +348,7 @@ def test_cuda_example_compiles(task, tmp_path):
 @pytest.mark.gpu
 @pytest.mark.parametrize("task, case", _cases("tests"))
 def test_cuda_example_passes_every_test_case(task, case):
-    import utils
-
+    utils = _utils()
     ref = _reference(task)
     data = ref.generate_input(**case)
     assert _tensors(data)[0].is_cuda
@@ -359,8 +362,7 @@ def test_cuda_example_passes_every_test_case(task, case):
 @pytest.mark.slow
 @pytest.mark.parametrize("task, case", _cases("benchmarks"))
 def test_cuda_example_passes_every_benchmark_case(task, case):
-    import utils
-
+    utils = _utils()
     ref = _reference(task)
     data = ref.generate_input(**case)
     out = _example(task, "cuda").custom_kernel(utils.clone_data(data))

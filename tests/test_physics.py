@@ -53,3 +53,24 @@ def test_harness_reports_the_bytes_a_call_must_move(tmp_path):
                           options=runner.RunOptions(env={"OMP_NUM_THREADS": "1"}))
     assert run.passed, run.summary
     assert run.benchmarks[0].bytes == 1000 * 4 + 1000 * 4  # x read once, the output written once
+
+
+def test_a_mean_pulled_above_the_median_is_flagged_as_noisy():
+    from popkit.results import noisy_timing
+
+    def timed(mean_ns, median_ns, runs=100):
+        return CaseResult(kind="benchmark", index=0, spec="size: 8192", passed=True, runs=runs, mean_ns=mean_ns,
+                          median_ns=median_ns)
+
+    assert noisy_timing(timed(138_000, 137_500)) == ""
+    assert noisy_timing(timed(144_000, 138_000)) == ""  # 4.3%: within the limit
+    warning = noisy_timing(timed(198_000, 138_000))
+    assert warning.startswith("size: 8192: mean 198.0 µs is 43% above the median 138.0 µs")
+    assert noisy_timing(timed(198_000, 138_000, runs=5)) == ""  # too few calls to tell a tail
+    assert noisy_timing(timed(198_000, None)) == ""  # another harness: no median reported
+    run = ModeRun(mode="benchmark", secret=False, seed=None, exit_code=0, duration_s=1, timeout_s=10, check="pass",
+                  benchmarks=(timed(198_000, 138_000),))
+    report = RunReport(task="t", task_path="p", leaderboard=None, ranking_by="geom", submission="s", sha256="x",
+                       mode="benchmark", harness="task", started_at="now", duration_s=1,
+                       system={"device": "NVIDIA H100"}, runs=(run,))
+    assert report.warnings == (warning,)
