@@ -141,7 +141,8 @@ def part_pytest() -> None:
                                "tests"], timeout=1200)
     tail = out.strip().splitlines()[-1] if out.strip() else err[-500:]
     RESULTS["pytest_gpu"] = {"exit_code": code, "summary": tail, "seconds": secs,
-                             "failures": [l for l in out.splitlines() if l.startswith(("FAILED", "ERROR"))]}
+                             "failures": [l for l in out.splitlines() if l.startswith(("FAILED", "ERROR"))],
+                             "output_tail": "" if code == 0 else out[-8000:]}
     log(f"pytest -m gpu: {tail}")
 
 
