@@ -354,9 +354,12 @@ def chain_modes(mode: str, chain: bool = True) -> tuple[str, ...]:
 
 
 def _run_chain(task: Task, workdir: Path, main: str, mode: str, options: RunOptions, seed: int | None,
-               gpus: int | None, progress: Progress) -> list[ModeRun]:
+               gpus: int | None, progress: Progress, probe: "SystemProbe | None" = None) -> list[ModeRun]:
     runs: list[ModeRun] = []
     for step in chain_modes(mode, options.chain):
+        if step != "test" and probe is not None:
+            # The probe opens a CUDA context on the GPU; nothing but the submission may touch it while it is timed.
+            probe.result()
         if step == "profile":
             # Profile runs once per benchmark line.
             for i, case in enumerate(task.cases_for(step)):
@@ -408,11 +411,11 @@ def run_submission(task: Task, submission: Path, mode: str, options: RunOptions 
         gpus = (system or {}).get("gpu_count") if task.multi_gpu else None
         if task.multi_gpu and gpus is None and probe is not None:
             gpus = probe.result().get("gpu_count")
-        runs = _run_chain(task, workdir, main, mode, options, None, gpus, progress)
+        runs = _run_chain(task, workdir, main, mode, options, None, gpus, progress, probe)
         secret_seeds = options.secret_seeds
         if all(r.passed for r in runs):
             for seed in secret_seeds:
-                secret_runs = _run_chain(task, workdir, main, mode, options, seed, gpus, progress)
+                secret_runs = _run_chain(task, workdir, main, mode, options, seed, gpus, progress, probe)
                 runs.extend(secret_runs)
                 if not all(r.passed for r in secret_runs):
                     break

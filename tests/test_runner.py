@@ -224,3 +224,23 @@ def test_a_pre_step_failure_that_is_not_a_build_is_not_fatal(tmp_path):
     report = runner.run_submission(load_task(TASKS / "double"), sub, "test", system=NO_PROBE)
     assert report.precompile.exit_code == 3 and not report.precompile.build_failed
     assert report.outcome == "passed"
+
+
+def test_the_system_probe_ends_before_a_timed_mode_starts(tmp_path):
+    """The probe opens a CUDA context; it may overlap the test run, never a timed one."""
+    log = tmp_path / "log"
+    wrapper = tmp_path / "python"
+    wrapper.write_text(textwrap.dedent(f"""\
+        #!/bin/sh
+        case "$*" in
+          *"import json, platform"*)
+            sleep 2; {sys.executable} "$@"; status=$?; echo probe-done >> {log}; exit $status;;
+          *" benchmark "*) echo benchmark-start >> {log};;
+        esac
+        exec {sys.executable} "$@"
+        """))
+    wrapper.chmod(0o755)
+    report = runner.run_submission(load_task(TASKS / "double"), SUBS / "good.py", "benchmark",
+                                   runner.RunOptions(python=str(wrapper), precompile=False))
+    assert report.outcome == "passed", report.runs[-1].summary
+    assert log.read_text().split() == ["probe-done", "benchmark-start"]
