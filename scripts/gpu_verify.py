@@ -46,7 +46,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TASKS = ("identity", "vectoradd", "grayscale", "vectorsum", "softmax", "matmul")
 FIDELITY_TASKS = ("vectoradd", "softmax", "matmul")
 PARTS = ("install", "ceilings", "build", "examples", "roofline", "overhead", "templates", "pytest", "fidelity")
-REPEATS = 4  # `popkit bench` runs per fidelity task
+REPEATS = 4  # `popkit bench` runs per fidelity task (--repeats)
+INDEPENDENT = True  # time each fidelity task with CUDA events and do_bench too (--no-independent)
 RESULTS: dict = {}
 OUT = Path(".")
 
@@ -358,6 +359,9 @@ def part_fidelity() -> None:
                                     "means_ns": [b.get("mean_ns") for b in bench],
                                     "medians_ns": [b.get("median_ns") for b in bench],
                                     "errs_ns": [b.get("err_ns") for b in bench]})
+            if not INDEPENDENT:
+                save()
+                continue
             with tempfile.TemporaryDirectory() as tmp:
                 runner.prepare_workdir(task, path.read_bytes(), Path(tmp))
                 code, out, err, _ = sh([sys.executable, "-c", _INDEPENDENT, json.dumps(task.cases_for("benchmark"))],
@@ -470,11 +474,17 @@ def summary() -> str:
 
 
 def main() -> None:
-    global OUT
+    global OUT, TASKS, FIDELITY_TASKS, REPEATS, INDEPENDENT
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path("gpu-verify"))
     parser.add_argument("--parts", default=",".join(PARTS))
+    parser.add_argument("--tasks", default=",".join(TASKS), help="the bundled tasks to cover (default: all)")
+    parser.add_argument("--repeats", type=int, default=REPEATS, help="popkit bench runs per fidelity task")
+    parser.add_argument("--no-independent", action="store_true", help="fidelity: popkit's repeats only")
     args = parser.parse_args()
+    TASKS = tuple(t for t in TASKS if t in args.tasks.split(","))
+    FIDELITY_TASKS = tuple(t for t in FIDELITY_TASKS if t in TASKS)
+    REPEATS, INDEPENDENT = args.repeats, not args.no_independent
     OUT = args.out
     OUT.mkdir(parents=True, exist_ok=True)
     existing = OUT / "results.json"
