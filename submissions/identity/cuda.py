@@ -12,7 +12,7 @@
 #     system always has enough outstanding requests to hide DRAM latency; but only for copies big
 #     enough to fill the GPU with blocks anyway. Below one full wave (1M floats: 256 blocks of
 #     four loads per thread, on 132 SMs that each hold 8 blocks) one load per thread and four
-#     times the blocks is faster: on an H100 the unrolled version took 8.7 us there, memcpy 7.2.
+#     times the blocks is faster: on an H100, 8.7 us unrolled and 7.0 us not (torch's copy: 6.9).
 #   * A scalar head and tail: float4 accesses need 16-byte aligned addresses, and `size` is
 #     often not a multiple of 4. Torch allocations are 256-byte aligned, but a view into a bigger
 #     tensor may start anywhere, so the kernel peels up to 3 head elements to reach alignment

@@ -10,7 +10,8 @@
 #     __hadd2, which rounds exactly like torch's float16 add.
 #   * UNROLL independent 16-byte loads of each input per thread before the adds, so each thread
 #     keeps several requests in flight; four when the grid still fills the GPU, else one (at
-#     1024x1024 four per thread made only 128 blocks for 132 SMs: 9.2 us against torch's 6.9).
+#     1024x1024 four per thread made only 128 blocks for 132 SMs: 9.2 us; one per thread: 6.7 us,
+#     torch 6.6).
 #   * The matrices are contiguous, so the (size, size) shape is just a flat vector of size*size
 #     elements. A scalar head/tail handles counts that are not a multiple of 8 (size = 4095 gives
 #     16,769,025 elements) and buffers that do not start on a 16-byte boundary.
