@@ -9,10 +9,7 @@
 #   * 16-byte accesses (float4): a quarter of the load/store instructions of a scalar copy, and
 #     each warp instruction touches 512 contiguous bytes.
 #   * Several independent loads in flight per thread (UNROLL) before any store, so the memory
-#     system always has enough outstanding requests to hide DRAM latency; but only for copies big
-#     enough to fill the GPU with blocks anyway. Below one full wave (1M floats: 256 blocks of
-#     four loads per thread, on 132 SMs that each hold 8 blocks) one load per thread and four
-#     times the blocks is faster: on an H100, 8.7 us unrolled and 7.0 us not (torch's copy: 6.9).
+#     system always has enough outstanding requests to hide DRAM latency.
 #   * A scalar head and tail: float4 accesses need 16-byte aligned addresses, and `size` is
 #     often not a multiple of 4. Torch allocations are 256-byte aligned, but a view into a bigger
 #     tensor may start anywhere, so the kernel peels up to 3 head elements to reach alignment
@@ -31,12 +28,11 @@ CUDA_SRC = r"""
 #include <cstdint>
 
 constexpr int THREADS = 256;
+constexpr int UNROLL = 4;  // float4 loads issued per thread before its stores
 
 // Copies n_vec float4 starting at element `head`, plus the scalar head [0, head) and the scalar
 // tail [head + 4 * n_vec, n). Block b owns THREADS * UNROLL consecutive float4; within one unroll
 // step consecutive threads touch consecutive float4, so every warp access is fully coalesced.
-// UNROLL is the number of float4 loads a thread issues before its stores.
-template <int UNROLL>
 __global__ void copy_kernel(const float* __restrict__ in, float* __restrict__ out,
                             int64_t n, int64_t head, int64_t n_vec) {
     const float4* __restrict__ in4 = reinterpret_cast<const float4*>(in + head);
@@ -72,14 +68,6 @@ __global__ void copy_scalar_kernel(const float* __restrict__ in, float* __restri
     }
 }
 
-// Blocks of THREADS threads the whole GPU holds at once (one "wave").
-int64_t resident_blocks(int device) {
-    int sms = 0, threads_per_sm = 0;
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&threads_per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, device));
-    return static_cast<int64_t>(sms) * (threads_per_sm / THREADS);
-}
-
 torch::Tensor identity(torch::Tensor input, torch::Tensor output) {
     TORCH_CHECK(input.is_cuda() && output.is_cuda(), "identity: tensors must be on the GPU");
     TORCH_CHECK(input.scalar_type() == torch::kFloat32 && output.scalar_type() == torch::kFloat32,
@@ -98,18 +86,10 @@ torch::Tensor identity(torch::Tensor input, torch::Tensor output) {
         // Elements to skip until both pointers sit on a 16-byte boundary (0 for fresh tensors).
         const int64_t head = std::min<int64_t>(n, ((16 - in_addr % 16) % 16) / sizeof(float));
         const int64_t n_vec = (n - head) / 4;
-        // Four loads per thread only when that still gives at least one full wave of blocks;
-        // a smaller copy needs the parallelism more than the extra loads in flight.
-        const int64_t per_block4 = static_cast<int64_t>(THREADS) * 4;
-        const bool unroll4 = (n_vec + per_block4 - 1) / per_block4 >= resident_blocks(input.get_device());
-        const int64_t per_block = unroll4 ? per_block4 : THREADS;
+        const int64_t per_block = static_cast<int64_t>(THREADS) * UNROLL;
         // At least one block so that block 0 exists to copy the head and tail.
-        const auto blocks = static_cast<unsigned int>(std::max<int64_t>(1, (n_vec + per_block - 1) / per_block));
-        if (unroll4) {
-            copy_kernel<4><<<blocks, THREADS>>>(in, out, n, head, n_vec);
-        } else {
-            copy_kernel<1><<<blocks, THREADS>>>(in, out, n, head, n_vec);
-        }
+        const int64_t blocks = std::max<int64_t>(1, (n_vec + per_block - 1) / per_block);
+        copy_kernel<<<static_cast<unsigned int>(blocks), THREADS>>>(in, out, n, head, n_vec);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
     } else {
         const int64_t blocks = std::min<int64_t>((n + THREADS - 1) / THREADS, 65536);

@@ -9,9 +9,7 @@
 #   * 16-byte accesses: eight halves per load (struct Half8, four __half2), added pairwise with
 #     __hadd2, which rounds exactly like torch's float16 add.
 #   * UNROLL independent 16-byte loads of each input per thread before the adds, so each thread
-#     keeps several requests in flight; four when the grid still fills the GPU, else one (at
-#     1024x1024 four per thread made only 128 blocks for 132 SMs: 9.2 us; one per thread: 6.7 us,
-#     torch 6.6).
+#     keeps several requests in flight.
 #   * The matrices are contiguous, so the (size, size) shape is just a flat vector of size*size
 #     elements. A scalar head/tail handles counts that are not a multiple of 8 (size = 4095 gives
 #     16,769,025 elements) and buffers that do not start on a 16-byte boundary.
@@ -30,6 +28,7 @@ CUDA_SRC = r"""
 #include <cstdint>
 
 constexpr int THREADS = 256;
+constexpr int UNROLL = 4;
 
 // Eight halves in one 16-byte, 16-byte-aligned register group: one LDG.128 / STG.128 each.
 struct alignas(16) Half8 {
@@ -37,9 +36,7 @@ struct alignas(16) Half8 {
 };
 
 // Adds n_vec groups of eight starting at element `head`, then the scalar head [0, head) and the
-// scalar tail [head + 8 * n_vec, n), which the first threads of block 0 take care of. Each thread
-// issues UNROLL loads of each input before its adds and stores.
-template <int UNROLL>
+// scalar tail [head + 8 * n_vec, n), which the first threads of block 0 take care of.
 __global__ void add_kernel(const __half* __restrict__ a, const __half* __restrict__ b,
                            __half* __restrict__ out, int64_t n, int64_t head, int64_t n_vec) {
     const Half8* __restrict__ a8 = reinterpret_cast<const Half8*>(a + head);
@@ -84,14 +81,6 @@ __global__ void add_scalar_kernel(const __half* __restrict__ a, const __half* __
     }
 }
 
-// Blocks of THREADS threads the whole GPU holds at once (one "wave").
-int64_t resident_blocks(int device) {
-    int sms = 0, threads_per_sm = 0;
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&threads_per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, device));
-    return static_cast<int64_t>(sms) * (threads_per_sm / THREADS);
-}
-
 torch::Tensor vectoradd(torch::Tensor a, torch::Tensor b) {
     TORCH_CHECK(a.is_cuda() && b.is_cuda(), "vectoradd: tensors must be on the GPU");
     TORCH_CHECK(a.scalar_type() == torch::kHalf && b.scalar_type() == torch::kHalf,
@@ -112,16 +101,9 @@ torch::Tensor vectoradd(torch::Tensor a, torch::Tensor b) {
     if (addr_a % 16 == addr_b % 16 && addr_a % 16 == addr_o % 16) {
         const int64_t head = std::min<int64_t>(n, ((16 - addr_a % 16) % 16) / sizeof(__half));
         const int64_t n_vec = (n - head) / 8;
-        // Four groups per thread only when that still fills the GPU with at least one wave of blocks.
-        const int64_t per_block4 = static_cast<int64_t>(THREADS) * 4;
-        const bool unroll4 = (n_vec + per_block4 - 1) / per_block4 >= resident_blocks(a.get_device());
-        const int64_t per_block = unroll4 ? per_block4 : THREADS;
-        const auto blocks = static_cast<unsigned int>(std::max<int64_t>(1, (n_vec + per_block - 1) / per_block));
-        if (unroll4) {
-            add_kernel<4><<<blocks, THREADS>>>(pa, pb, po, n, head, n_vec);
-        } else {
-            add_kernel<1><<<blocks, THREADS>>>(pa, pb, po, n, head, n_vec);
-        }
+        const int64_t per_block = static_cast<int64_t>(THREADS) * UNROLL;
+        const int64_t blocks = std::max<int64_t>(1, (n_vec + per_block - 1) / per_block);
+        add_kernel<<<static_cast<unsigned int>(blocks), THREADS>>>(pa, pb, po, n, head, n_vec);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
     } else {
         const int64_t blocks = std::min<int64_t>((n + THREADS - 1) / THREADS, 65536);
