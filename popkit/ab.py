@@ -210,6 +210,8 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: Any = No
             if options.precompile:
                 progress(f"compile pre-step {side}")
                 runner.precompile(root / side, task.submission_name, options)
+        if probe is not None:
+            probe.result()  # its CUDA context must not be opened while a candidate is timed
         for i, case in enumerate(cases):
             for r in range(rounds):
                 for side in ("A", "B") if r % 2 == 0 else ("B", "A"):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from popkit import runner
+from popkit import ab, runner
 from popkit.errors import SubmissionError, TaskError
 from popkit.results import RunReport, score_s
 from popkit.tasks import load_task
@@ -226,8 +226,9 @@ def test_a_pre_step_failure_that_is_not_a_build_is_not_fatal(tmp_path):
     assert report.outcome == "passed"
 
 
-def test_the_system_probe_ends_before_a_timed_mode_starts(tmp_path):
-    """The probe opens a CUDA context; it may overlap the test run, never a timed one."""
+@pytest.mark.parametrize("entry", ["chain", "ab"])
+def test_the_system_probe_ends_before_a_timed_mode_starts(tmp_path, entry):
+    """The probe opens a CUDA context; it may overlap the test run, never a timed one (chain or A/B)."""
     log = tmp_path / "log"
     wrapper = tmp_path / "python"
     wrapper.write_text(textwrap.dedent(f"""\
@@ -240,7 +241,13 @@ def test_the_system_probe_ends_before_a_timed_mode_starts(tmp_path):
         exec {sys.executable} "$@"
         """))
     wrapper.chmod(0o755)
-    report = runner.run_submission(load_task(TASKS / "double"), SUBS / "good.py", "benchmark",
-                                   runner.RunOptions(python=str(wrapper), precompile=False))
-    assert report.outcome == "passed", report.runs[-1].summary
-    assert log.read_text().split() == ["probe-done", "benchmark-start"]
+    options, task = runner.RunOptions(python=str(wrapper), precompile=False), load_task(TASKS / "double")
+    if entry == "chain":
+        report = runner.run_submission(task, SUBS / "good.py", "benchmark", options)
+        assert report.outcome == "passed", report.runs[-1].summary
+        timed_runs = 1
+    else:
+        report = ab.run_ab(task, SUBS / "good.py", SUBS / "good.py", options, rounds=1)
+        assert report.failure is None, report.failure.summary
+        timed_runs = 2 * len(task.benchmarks)  # one per side and shape
+    assert log.read_text().split() == ["probe-done"] + ["benchmark-start"] * timed_runs
