@@ -75,6 +75,18 @@ def _example(task: str, kind: str):
     return _load_module(SUBMISSIONS_DIR / task / f"{kind}.py", f"popkit_bundled_example_{task}_{kind}")
 
 
+def _check_example(task: str, kind: str, case: dict) -> tuple[bool, str]:
+    """Run submissions/<task>/<kind>.py on one case (on a copy of the input) and check it with the reference."""
+    ref = _reference(task)
+    data = ref.generate_input(**case)
+    if kind == "cuda":
+        assert _tensors(data)[0].is_cuda
+    out = _example(task, kind).custom_kernel(_utils().clone_data(data))
+    if kind == "cuda":
+        torch.cuda.synchronize()
+    return ref.check_implementation(data, out)
+
+
 def _tensors(data) -> list[torch.Tensor]:
     if isinstance(data, torch.Tensor):
         return [data]
@@ -188,11 +200,7 @@ def test_generated_inputs_are_never_all_zero(task, case):
 
 @pytest.mark.parametrize("task, case", _cases("tests"))
 def test_torch_example_passes_every_test_case(task, case):
-    utils = _utils()
-    ref = _reference(task)
-    data = ref.generate_input(**case)
-    out = _example(task, "pytorch").custom_kernel(utils.clone_data(data))
-    ok, message = ref.check_implementation(data, out)
+    ok, message = _check_example(task, "pytorch", case)
     assert ok, message
 
 
@@ -348,13 +356,7 @@ def test_cuda_example_compiles(task, tmp_path):
 @pytest.mark.gpu
 @pytest.mark.parametrize("task, case", _cases("tests"))
 def test_cuda_example_passes_every_test_case(task, case):
-    utils = _utils()
-    ref = _reference(task)
-    data = ref.generate_input(**case)
-    assert _tensors(data)[0].is_cuda
-    out = _example(task, "cuda").custom_kernel(utils.clone_data(data))
-    torch.cuda.synchronize()
-    ok, message = ref.check_implementation(data, out)
+    ok, message = _check_example(task, "cuda", case)
     assert ok, message
 
 
@@ -362,10 +364,5 @@ def test_cuda_example_passes_every_test_case(task, case):
 @pytest.mark.slow
 @pytest.mark.parametrize("task, case", _cases("benchmarks"))
 def test_cuda_example_passes_every_benchmark_case(task, case):
-    utils = _utils()
-    ref = _reference(task)
-    data = ref.generate_input(**case)
-    out = _example(task, "cuda").custom_kernel(utils.clone_data(data))
-    torch.cuda.synchronize()
-    ok, message = ref.check_implementation(data, out)
+    ok, message = _check_example(task, "cuda", case)
     assert ok, message
