@@ -189,7 +189,6 @@ def default_extensions_root(tools: Toolchain) -> Path:
     return cache / "torch_extensions" / f"{tools.python_tag}_{accel}"
 
 
-
 # ---------------------------------------------------------------------------------------- doctor
 
 
