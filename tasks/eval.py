@@ -99,8 +99,8 @@ FRESH_SEED_STEP = 7  # the fresh-seed check of every case
 WARMUP_SEED_STEP = 1009  # the warm-up on the first case
 FLUSH_MIN_BYTES = 256 * 1024 * 1024  # L2 flush buffer: max(2 x L2, 256 MiB)
 PROFILE_WARMUP_CALLS, PROFILE_CALLS = 2, 5
-MAX_REPLY_BYTES = 16 * 1024 * 1024
-MAX_REMEMBERED_OUTPUTS = 100_000  # fingerprints kept to name a replayed output  # a longer message on the worker channel is foreign bytes
+MAX_REPLY_BYTES = 16 * 1024 * 1024  # a longer message on the worker channel is foreign bytes
+MAX_REMEMBERED_OUTPUTS = 100_000  # fingerprints kept to name a replayed output
 
 
 @dataclass(frozen=True)
