@@ -112,3 +112,13 @@ def test_usage_errors_exit_2_with_clicks_message(cli, args):
     assert result.exit_code == 2, result.output
     assert "internal error" not in result.output
     assert "Usage: popkit" in result.output
+
+
+def test_profile_shows_each_profiler_table_and_no_false_failure(cli):
+    # The standard evals write only `benchmark.I.report` in profile mode (base64 with the "+*" alphabet).
+    result = cli("bench", sub("good.py"), "--task", DOUBLE, "--profile", "--no-history")
+    assert result.exit_code == 0, result.output
+    assert "no timing reported" not in result.output
+    for size in (10, 20, 40):
+        assert f"double_kernel  {size} us ???" in result.output
+    assert "PASSED" in result.output

@@ -60,6 +60,9 @@ def _case_lines(case: CaseResult) -> list[str]:
             lines += [f"     [red]{escape(line)}[/]" for line in _tail(detail, 8).splitlines()]
         return lines
     lines = [f"  {escape(case.spec)}"]
+    profiled = [f"   {escape(line)}" for line in case.report.rstrip().splitlines()]
+    if case.passed and case.mean_ns is None and profiled:  # profile mode: a table, no statistics
+        return lines + profiled
     if not case.passed or case.mean_ns is None:
         detail = case.error or case.message or "no timing reported"
         return lines + [f"   ❌ [red]{escape(line)}[/]" for line in _tail(detail, 8).splitlines()]
@@ -78,9 +81,7 @@ def _case_lines(case: CaseResult) -> list[str]:
     if case.timer:
         extra.append(f"timer: {case.timer}")
     lines.append("   [dim]" + " · ".join(extra) + "[/]")
-    if case.report:
-        lines += [f"   {escape(line)}" for line in case.report.rstrip().splitlines()]
-    return lines
+    return lines + profiled
 
 
 def _run_title(run: ModeRun) -> str:
