@@ -122,3 +122,36 @@ def test_profile_shows_each_profiler_table_and_no_false_failure(cli):
     for size in (10, 20, 40):
         assert f"double_kernel  {size} us ???" in result.output
     assert "PASSED" in result.output
+
+
+def _command_paths(group=None, prefix=()):
+    """Every command and sub-command of `popkit`, as argument lists."""
+    import typer.main
+
+    group = group or typer.main.get_command(app)
+    yield list(prefix)
+    for name, command in getattr(group, "commands", {}).items():
+        yield from _command_paths(command, (*prefix, name))
+
+
+@pytest.mark.parametrize("path", list(_command_paths()), ids=lambda p: " ".join(p) or "popkit")
+def test_usage_errors_are_json_for_every_command(cli, path):
+    result = cli(*path, "--zzz", "--json")
+    assert result.exit_code == 2, result.output
+    assert json.loads(result.stdout) == {
+        "schema": "popkit/error/1", "error": "UsageError", "message": "No such option: --zzz",
+        "hint": f"`{' '.join(['popkit', *path])} --help` lists the arguments and options", "exit_code": 2}
+
+
+@pytest.mark.parametrize("args,message", [
+    (["bench", "--json"], "Missing argument 'submissions'."),
+    (["history", "-n", "x", "--json"], "Invalid value for '-n' / '--limit': Input should be a valid integer"),
+    (["tasks", "show", "--json"], "Missing argument 'name'."),
+    (["nosuch", "--json"], "No such command 'nosuch'."),
+    (["--json", "test", "x.py"], "No such option: --json"),  # --json before the command: still JSON
+])
+def test_missing_arguments_and_bad_numbers_are_json_errors(cli, args, message):
+    result = cli(*args)
+    assert result.exit_code == 2, result.output
+    doc = json.loads(result.stdout)
+    assert doc["schema"] == "popkit/error/1" and doc["exit_code"] == 2 and doc["message"].startswith(message)
