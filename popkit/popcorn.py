@@ -29,6 +29,7 @@ EXECUTABLES = ("popcorn-cli", "popcorn")
 DEFAULT_TIMEOUT_S = 3600.0  # a leaderboard submission waits in the queue, then runs two ranked chains
 GATES = ("none", "test", "leaderboard")
 TAIL_LINES = 20
+TAIL_LINE_CHARS = 200  # a line of popcorn-cli's output quoted in a hint is cut to this many characters
 REGISTER_HINT = "run `popcorn-cli register discord` (or `popcorn-cli register github`) once"
 INSTALL_HINT = ("install popcorn-cli and put it on PATH, or set POPKIT_POPCORN (it is a release binary"
                 " of gpu-mode/popcorn-cli on GitHub; it may be installed as `popcorn-cli` or `popcorn`)")
@@ -58,11 +59,14 @@ class RemoteRun:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "RemoteRun":
-        score = data.get("score")
+        """Raises ValueError when `data` is not a run object as popcorn-cli writes it."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"a run is {type(data).__name__}, not an object")
+        score = _typed(data, "score", (int, float))
         return cls(mode=str(data.get("mode", "")), secret=bool(data.get("secret", False)),
                    runner=str(data.get("runner") or ""), score=float(score) if score is not None else None,
-                   passed=bool(data.get("passed", False)), start_time=data.get("start_time"),
-                   end_time=data.get("end_time"))
+                   passed=bool(data.get("passed", False)), start_time=_typed(data, "start_time", str),
+                   end_time=_typed(data, "end_time", str))
 
 
 @dataclass(frozen=True)
@@ -90,11 +94,21 @@ class RemoteResult:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "RemoteResult":
-        return cls(submission_id=data.get("submission_id"), leaderboard=data.get("leaderboard"),
-                   file_name=data.get("file_name"), done=bool(data.get("done", False)),
-                   runs=tuple(RemoteRun.from_json(r) for r in data.get("runs") or ()),
+        """Raises ValueError when `data` does not have the shape of popcorn-cli's result."""
+        runs = _typed(data, "runs", list) or ()
+        return cls(submission_id=_typed(data, "submission_id", int), leaderboard=_typed(data, "leaderboard", str),
+                   file_name=_typed(data, "file_name", str), done=bool(data.get("done", False)),
+                   runs=tuple(RemoteRun.from_json(r) for r in runs),
                    score_public_s=data.get("score_public_s"), score_secret_s=data.get("score_secret_s"),
                    score_gpu=data.get("score_gpu"))
+
+
+def _typed(data: Mapping[str, Any], key: str, types: type | tuple[type, ...]) -> Any:
+    """data[key] when it is None or of `types` (a bool is no number); ValueError otherwise."""
+    value = data.get(key)
+    if value is not None and (not isinstance(value, types) or isinstance(value, bool)):
+        raise ValueError(f"`{key}` is {type(value).__name__}")
+    return value
 
 
 def parse_output(text: str) -> RemoteResult | None:
@@ -119,7 +133,10 @@ def parse_output(text: str) -> RemoteResult | None:
             break
     if doc is None:
         return None
-    result = RemoteResult.from_json(doc)
+    try:
+        result = RemoteResult.from_json(doc)
+    except ValueError:  # not the shape popcorn-cli writes: no result, not a crash
+        return None
     return replace(result, score_public_s=scores.get("public"), score_secret_s=scores.get("secret"),
                    score_gpu=gpu)
 
@@ -184,14 +201,21 @@ def stage_copy(content: bytes, name: str, sha256: str, folder: Path | None = Non
 
 
 def _tail(text: str, lines: int = TAIL_LINES) -> str:
-    return "\n".join(text.rstrip().splitlines()[-lines:])
+    """The last lines of `text`, each cut to TAIL_LINE_CHARS: a hint stays a few lines whatever was printed."""
+    return "\n".join(_cut(line) for line in text.rstrip().splitlines()[-lines:])
+
+
+def _cut(line: str) -> str:
+    extra = len(line) - TAIL_LINE_CHARS
+    return line if extra <= 0 else f"{line[:TAIL_LINE_CHARS]} … ({extra} characters cut)"
 
 
 def call_popcorn(argv: Sequence[str], output: Path, timeout_s: float,
                  run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> RemoteResult:
     """Run popcorn-cli once and read its result (the -o file, else stdout); errors say what happened."""
     try:
-        proc = run(list(argv), capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+        proc = run(list(argv), capture_output=True, text=True, encoding="utf-8", errors="replace",
+                   timeout=timeout_s, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         raise PopcornError(f"popcorn-cli did not finish in {timeout_s:g} s",
                            "the remote run may still finish: check the leaderboard, or raise --timeout") from None
@@ -376,8 +400,8 @@ def submit(path: Path | str, *, mode: str = "leaderboard", gpu: str | None = Non
         progress(f"popcorn-cli: {plan.mode} on {plan.gpu} ({plan.leaderboard})")
         try:
             remote = call_popcorn(plan.argv, Path(plan.output), timeout_s)
-        except PopcornError as exc:
-            error = exc.message
+        except BaseException as exc:  # noqa: B036  (Ctrl-C too: popcorn-cli may have sent it already)
+            error = exc.message if isinstance(exc, PopcornError) else f"interrupted ({type(exc).__name__})"
             if record:  # a failed submission still spent a rate-limited slot: keep it in the ledger
                 _record(lambda: history.record_submission(plan, None, content, error=error))
             raise

@@ -148,7 +148,8 @@ def test_call_popcorn_exact_call_and_output_file(tmp_path):
                               mode="leaderboard", output=tmp_path / "out.txt")
     run = FakeRun(stdout="progress only\n", writes=REAL_OUTPUT)
     result = popcorn.call_popcorn(argv, tmp_path / "out.txt", 120.0, run=run)
-    assert run.calls == [(argv, {"capture_output": True, "text": True, "timeout": 120.0,
+    assert run.calls == [(argv, {"capture_output": True, "text": True, "encoding": "utf-8", "errors": "replace",
+                                 "timeout": 120.0,
                                  "stdin": subprocess.DEVNULL})]
     assert result.submission_id == 4242
 
@@ -306,6 +307,43 @@ def test_submit_error_paths(env, sub, behaviour, message):
         assert "mismatch found" in result.output  # popcorn-cli's last lines are shown
     record = History(Path(env["POPKIT_HOME"]) / "history.sqlite3").get_run(1)
     assert record.outcome == "error" and message in record.error
+
+
+def test_submit_output_not_utf8_is_decoded_and_recorded(env, sub):
+    result = _submit({**env, "FAKE_POPCORN": "binary"}, str(sub))
+    assert result.exit_code == 0, result.output
+    assert "PASSED · recorded as run 1" in result.output
+    record = History(Path(env["POPKIT_HOME"]) / "history.sqlite3").get_run(1)
+    assert (record.kind, record.remote_id, record.outcome) == ("submit", 4242, "passed")
+
+
+@pytest.mark.parametrize("behaviour", ["badshape", "badscore"])
+def test_submit_result_of_the_wrong_shape_is_no_result_and_recorded(env, sub, behaviour):
+    result = _submit({**env, "FAKE_POPCORN": behaviour}, str(sub))
+    assert result.exit_code == 9, result.output
+    assert "error: popcorn-cli finished but printed no result JSON" in result.output
+    assert "Traceback" not in result.output
+    record = History(Path(env["POPKIT_HOME"]) / "history.sqlite3").get_run(1)
+    assert record.outcome == "error" and "printed no result JSON" in record.error
+
+
+def test_submit_interrupted_while_popcorn_runs_is_still_recorded(env, sub, monkeypatch):
+    def interrupted(*_args, **_kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(popcorn, "call_popcorn", interrupted)
+    result = _submit(env, str(sub))
+    assert result.exit_code == 130, result.output
+    record = History(Path(env["POPKIT_HOME"]) / "history.sqlite3").get_run(1)
+    assert (record.kind, record.outcome, record.error) == ("submit", "error", "interrupted (KeyboardInterrupt)")
+
+
+def test_submit_failure_hint_is_bounded_for_one_huge_line(env, sub):
+    result = _submit({**env, "FAKE_POPCORN": "longline", "FAKE_POPCORN_BYTES": "2000000"}, str(sub), "--json")
+    assert result.exit_code == 9, result.output
+    doc = json.loads(result.stdout)
+    assert doc["message"] == "remote submission failed (popcorn-cli exit 1)"
+    assert len(doc["hint"]) < 5000 and "characters cut" in doc["hint"]
 
 
 def test_submit_timeout(env, sub):
