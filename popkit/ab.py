@@ -207,9 +207,7 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: Any = No
         mains = {}
         for side, content in contents.items():
             mains[side] = runner.prepare_workdir(task, content, root / side, options.harness)
-            if options.precompile:
-                progress(f"compile pre-step {side}")
-                runner.precompile(root / side, task.submission_name, options)
+            runner.pre_step(root / side, task.submission_name, content, options, progress, side)
         if probe is not None:
             probe.result()  # its CUDA context must not be opened while a candidate is timed
         for i, case in enumerate(cases):

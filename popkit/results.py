@@ -226,6 +226,7 @@ class RunReport:
     duration_s: float
     system: Mapping[str, Any] = field(default_factory=dict)
     precompile: CompileStep | None = None
+    precompile_skipped: str = ""  # why the pre-step did not run (e.g. "build cache holds this source")
     runs: tuple[ModeRun, ...] = ()
     secret_seeds: tuple[int, ...] = ()
     label: str = ""  # e.g. "reference" for a --baseline run

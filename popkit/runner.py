@@ -26,6 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from popkit import prestep
 from popkit.errors import SubmissionError, TaskError, UsageError
 from popkit.resources import data_dir
 from popkit.results import COMPILE_MARKERS, TIMEOUT_EXIT_CODE, CaseResult, CompileStep, ModeRun, RunReport
@@ -47,7 +48,7 @@ Progress = Callable[[str], None]
 @dataclass(frozen=True)
 class RunOptions:
     python: str = sys.executable  # interpreter for the pre-step and every eval
-    precompile: bool = True
+    precompile: bool | None = None  # None: run the pre-step only when it can warm the build cache (prestep.py)
     harness: str = "task"  # "task": the task's own eval; "popkit": popkit's harness in its place
     secret_seeds: tuple[int, ...] = ()  # one secret chain per seed, after the public chain passed
     keep_workdir: bool = False
@@ -241,6 +242,23 @@ def precompile(workdir: Path, submission_name: str, options: RunOptions,
     return CompileStep(exit_code=code, duration_s=secs, timed_out=timed_out, log=log, stdout=out, stderr=err)
 
 
+def pre_step(workdir: Path, submission_name: str, content: bytes, options: RunOptions, progress: Progress,
+             side: str = "") -> tuple[CompileStep | None, prestep.Decision]:
+    """The compile pre-step where it can matter (prestep.decide); a success is recorded in the build-cache index."""
+    what = "compile pre-step" + (f" {side}" if side else "")
+    env = child_env(options)
+    plan = prestep.decide(content, options.precompile, options.python, env)
+    if plan.reason:
+        progress(f"{what}: skipped ({plan.reason})")
+    if not plan.run:
+        return None, plan
+    progress(what)
+    step = precompile(workdir, submission_name, options)
+    if step.ok:
+        prestep.record(plan.key, env)
+    return step, plan
+
+
 def run_mode(workdir: Path, main: str, mode: str, cases: Sequence[Mapping[str, Any]], *, timeout_s: float,
              options: RunOptions, seed: int | None = None, gpus: int | None = None,
              cases_name: str | None = None) -> ModeRun:
@@ -402,10 +420,7 @@ def run_submission(task: Task, submission: Path, mode: str, options: RunOptions 
     probe = SystemProbe(options.python) if system is None else None
     try:
         main = prepare_workdir(task, data, workdir, options.harness)
-        step = None
-        if options.precompile:
-            progress("compile pre-step")
-            step = precompile(workdir, task.submission_name, options)
+        step, plan = pre_step(workdir, task.submission_name, data, options, progress)
         if step is not None and step.build_failed:
             # The runner would go on, and every eval would fail rebuilding the same source; the verdict
             # is the same, so popkit stops here and points the compiler's messages at the submission.
@@ -427,18 +442,20 @@ def run_submission(task: Task, submission: Path, mode: str, options: RunOptions 
             progress(f"working directory kept: {workdir}")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
-    return _report(task, submission, data, mode, options, started, t0, system, probe, step, runs, secret_seeds)
+    return _report(task, submission, data, mode, options, started, t0, system, probe, step, runs, secret_seeds,
+                   plan.reason)
 
 
 def _report(task: Task, submission: Path, data: bytes, mode: str, options: RunOptions, started: datetime,
             t0: float, system: Mapping[str, Any] | None, probe: "SystemProbe | None", step: CompileStep | None,
-            runs: Sequence[ModeRun], secret_seeds: Sequence[int]) -> RunReport:
+            runs: Sequence[ModeRun], secret_seeds: Sequence[int], skipped: str = "") -> RunReport:
     return RunReport(
         task=task.name, task_path=str(task.path), leaderboard=task.leaderboard, ranking_by=task.ranking_by,
         submission=str(submission), sha256=hashlib.sha256(data).hexdigest(), mode=mode,
         harness=options.harness, started_at=started.isoformat(timespec="seconds"),
         duration_s=time.monotonic() - t0, system=system if system is not None else probe.result(),
-        precompile=step, runs=tuple(runs), secret_seeds=tuple(secret_seeds), label=options.label,
+        precompile=step, precompile_skipped=skipped, runs=tuple(runs), secret_seeds=tuple(secret_seeds),
+        label=options.label,
     )
 
 

@@ -32,3 +32,9 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_gpu)
         if "nvcc" in item.keywords and not has_nvcc:
             item.add_marker(skip_nvcc)
+
+
+@pytest.fixture(autouse=True)
+def _private_popkit_cache(tmp_path_factory, monkeypatch):
+    """popkit's build-cache index (prestep.py) per test: a pre-step recorded by one test never skips another's."""
+    monkeypatch.setenv("POPKIT_CACHE_DIR", str(tmp_path_factory.mktemp("popkit-cache")))

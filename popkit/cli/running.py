@@ -18,7 +18,7 @@ SubmissionArg = Annotated[Path, typer.Argument(help="Your submission file (any n
 TaskOpt = Annotated[Optional[str], typer.Option("--task", "-t", help="Bundled task name, task directory, or leaderboard name. Default: the file's `#!POPCORN leaderboard` directive.")]
 RootsOpt = Annotated[Optional[List[Path]], typer.Option("--tasks-root", help="Folder or problem-set yaml to look up leaderboard names in (repeatable; also POPKIT_TASKS_PATH).")]
 PythonOpt = Annotated[Optional[str], typer.Option("--python", help="Interpreter for the eval (default: the one running popkit).")]
-PrecompileOpt = Annotated[bool, typer.Option("--precompile/--no-precompile", help="Run the compile pre-step (`python submission.py`) first, as the runner does.")]
+PrecompileOpt = Annotated[Optional[bool], typer.Option("--precompile/--no-precompile", help="Force or skip the compile pre-step (`python submission.py`). Default: run it unless there is nothing to build or the build cache already holds this source.")]
 HarnessOpt = Annotated[str, typer.Option("--harness", help="`task`: the task's own eval (fidelity). `popkit`: popkit's harness with trust checks.")]
 SeedOpt = Annotated[Optional[List[int]], typer.Option("--secret-seed", help="Secret seed for a secret run (repeatable).")]
 KeepOpt = Annotated[bool, typer.Option("--keep-workdir", help="Keep the working directory and print where it is.")]
@@ -26,7 +26,7 @@ HistoryOpt = Annotated[bool, typer.Option("--history/--no-history", help="Record
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document (schema popkit/run/1) instead of the report.")]
 
 
-def _options(python: Optional[str], precompile: bool, harness: str, seeds: tuple[int, ...], keep: bool,
+def _options(python: Optional[str], precompile: Optional[bool], harness: str, seeds: tuple[int, ...], keep: bool,
              label: str = "") -> runner.RunOptions:
     if harness not in ("task", "popkit"):
         raise UsageError(f"unknown harness `{harness}`", "use --harness task or --harness popkit")
@@ -75,7 +75,7 @@ def test(
     task: TaskOpt = None,
     tasks_root: RootsOpt = None,
     python: PythonOpt = None,
-    precompile: PrecompileOpt = True,
+    precompile: PrecompileOpt = None,
     harness: HarnessOpt = "task",
     secret_seed: SeedOpt = None,
     secret_runs: Annotated[int, typer.Option("--secret-runs", min=0, help="Also run the tests under K random secret seeds (each printed), after the public run.")] = 0,
@@ -105,7 +105,7 @@ def bench(
     baseline: Annotated[Optional[str], typer.Option("--baseline", help="`reference`: also time the task's ref_kernel and show the speedup.")] = None,
     rounds: Annotated[int, typer.Option("--rounds", min=1, help="A/B only: alternations of A and B per shape.")] = 3,
     python: PythonOpt = None,
-    precompile: PrecompileOpt = True,
+    precompile: PrecompileOpt = None,
     harness: HarnessOpt = "task",
     keep_workdir: KeepOpt = False,
     history: HistoryOpt = True,

@@ -162,6 +162,8 @@ def show_run(report: RunReport, task: Task, *, baseline: RunReport | None = None
             con.print()
             for line in _compile_failure(step):
                 con.print(line)
+    elif report.precompile_skipped:
+        con.print(f"[dim]compile pre-step:[/] skipped ({escape(report.precompile_skipped)})")
     for run in report.runs:
         con.print()
         con.print(_run_title(run))
