@@ -1,0 +1,290 @@
+#!/usr/bin/env python3
+"""Time to verdict: wall time of `popkit test` against the bare protocol run, warm build cache.
+
+Run from the repository root on a machine with an NVIDIA GPU (no network needed):
+
+    python3 scripts/gpu_inner_loop.py --out results/
+
+The bare protocol run is the task's eval invoked directly in `test` mode with a result pipe, in a
+prepared working directory, no pre-step (popkit's runner.run_mode, as scripts/gpu_verify.py's
+`overhead` part). `popkit test FILE --task T --no-history --json` is the whole command as a user runs it
+(start-up, working directory, pre-step decision, system probe, report). Per case: the bare run and
+`popkit test` alternate REPEATS times after one warm-up `popkit test` (which builds a load_inline
+extension once and warms the disk cache); the ratio is median over median. The verdicts of both must
+agree.
+
+Cases: the bundled tasks with their PyTorch examples (nothing to build), bundled vectoradd with its
+load_inline CUDA example (the build-cache path), and public tasks from a problem-set checkout
+(`--problems`, default .refk/problems) with small PyTorch submissions written here (right and wrong
+ones). A case whose task directory is missing is skipped and said so.
+
+Writes OUT/inner.json (after every case, so a cut-off run keeps what it measured) and OUT/inner.md (the
+table for docs/benchmarks.md, naming the card), and prints the markdown last. `--budget-s` stops starting
+new cases after that many seconds. `--dry-run` writes the submissions and the plan without running
+anything (works without a GPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BUNDLED = ("identity", "vectoradd", "grayscale", "vectorsum", "softmax", "matmul")
+
+# Small PyTorch submissions for public tasks, written for this script (not copied from the sets).
+SUBMISSIONS = {
+    "grayscale": """
+import torch
+
+def custom_kernel(data):
+    rgb, out = data
+    out.copy_(rgb[..., 0] * 0.2989 + rgb[..., 1] * 0.5870 + rgb[..., 2] * 0.1140)
+    return out
+""",
+    "vectoradd": """
+import torch
+
+def custom_kernel(data):
+    a, b, out = data
+    torch.add(a, b, out=out)
+    return out
+""",
+    "matmul_wrong": """
+import torch
+
+def custom_kernel(data):
+    a, b, _c = data
+    return a @ b + 1  # wrong on purpose: every element off by one
+""",
+    "histogram_wrong": """
+import torch
+
+def custom_kernel(data):
+    values, out = data
+    out.zero_()  # wrong on purpose: no counts
+    return out
+""",
+    "histogram": """
+import torch
+
+def custom_kernel(data):
+    values, out = data
+    out.copy_(torch.bincount(values.long(), minlength=out.numel())[: out.numel()])
+    return out
+""",
+    "cholesky": """
+import torch
+
+def custom_kernel(data):
+    return torch.linalg.cholesky(data)
+""",
+    "cholesky_wrong": """
+import torch
+
+def custom_kernel(data):
+    return torch.tril(data)  # wrong on purpose: not a factor
+""",
+    "fp8_quant": """
+import torch
+
+def custom_kernel(data):
+    x, x_q, x_s = data
+    tokens, hidden = x.shape
+    groups = x_s.shape[1]
+    grouped = x.float().reshape(tokens, groups, hidden // groups)
+    scale = grouped.abs().amax(dim=-1).clamp(min=1e-10) / 448.0
+    x_q.copy_((grouped / scale.unsqueeze(-1)).clamp(-448.0, 448.0).reshape(tokens, hidden))
+    x_s.copy_(scale)
+    return x_q, x_s
+""",
+}
+
+# (label, task directory relative to --problems, submission key, expected verdict)
+PUBLIC = (
+    ("grayscale_v2", "pmpp_v2/grayscale_py", "grayscale", "passed"),
+    ("vectoradd_v2", "pmpp_v2/vectoradd_py", "vectoradd", "passed"),
+    ("matmul_v2 (wrong kernel)", "pmpp_v2/matmul_py", "matmul_wrong", "failed"),
+    ("histogram_v2", "pmpp_v2/histogram_py", "histogram", "passed"),
+    ("histogram_v2 (wrong kernel)", "pmpp_v2/histogram_py", "histogram_wrong", "failed"),
+    ("cholesky (linalg)", "linalg/cholesky_py", "cholesky", "passed"),
+    ("cholesky (linalg, wrong kernel)", "linalg/cholesky_py", "cholesky_wrong", "failed"),
+    ("fp8_quant (helion)", "helion/fp8_quant_py", "fp8_quant", "passed"),
+)
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def plan(problems: Path, subs_dir: Path) -> list[dict]:
+    """Every case to time: label, task (name or directory), submission file, expected verdict."""
+    cases = [{"label": "vectoradd (bundled, load_inline CUDA)", "task": "vectoradd",
+              "submission": str(ROOT / "submissions" / "vectoradd" / "cuda.py"), "expect": "passed"}]
+    cases += [{"label": f"{t} (bundled)", "task": t, "submission": str(ROOT / "submissions" / t / "pytorch.py"),
+               "expect": "passed"} for t in BUNDLED]
+    subs_dir.mkdir(parents=True, exist_ok=True)
+    for label, rel, key, expect in PUBLIC:
+        path = subs_dir / f"{key}.py"
+        path.write_text(SUBMISSIONS[key].lstrip())
+        cases.append({"label": label, "task": str(problems / rel), "submission": str(path), "expect": expect,
+                      "missing": not (problems / rel / "task.yml").is_file()})
+    return cases
+
+
+def popkit_test(case: dict) -> tuple[float, str, str]:
+    """`popkit test` as a user runs it: (seconds, outcome, why the pre-step was skipped)."""
+    argv = [sys.executable, "-m", "popkit", "test", case["submission"], "--task", case["task"], "--no-history",
+            "--json"]
+    start = time.monotonic()
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, stdin=subprocess.DEVNULL, timeout=900)
+    secs = time.monotonic() - start
+    try:
+        doc = json.loads(done.stdout)
+    except ValueError:
+        return secs, f"no report (exit {done.returncode}): {done.stderr.strip()[-300:]}", ""
+    return secs, doc.get("outcome", doc.get("message", "?")), doc.get("precompile_skipped") or (
+        "ran" if doc.get("precompile") else "")
+
+
+def bare_run(case: dict) -> tuple[float, str]:
+    """The task's eval in test mode with a result pipe, in a prepared directory, no pre-step."""
+    from popkit import runner
+    from popkit.tasks import resolve_task
+
+    task = resolve_task(case["task"])
+    with tempfile.TemporaryDirectory() as tmp:
+        main = runner.prepare_workdir(task, Path(case["submission"]).read_bytes(), Path(tmp))
+        start = time.monotonic()
+        run = runner.run_mode(Path(tmp), main, "test", task.cases_for("test"), timeout_s=task.timeout_for("test"),
+                              options=runner.RunOptions())
+        return time.monotonic() - start, run.outcome
+
+
+def measure(case: dict, repeats: int) -> dict:
+    warm_s, warm_outcome, _ = popkit_test(case)  # builds a load_inline extension once; warms the disk cache
+    row = {**case, "warmup_s": warm_s, "warmup_outcome": warm_outcome, "bare_s": [], "popkit_s": [],
+           "bare_outcomes": [], "popkit_outcomes": [], "prestep": []}
+    for _ in range(repeats):
+        secs, outcome = bare_run(case)
+        row["bare_s"].append(secs)
+        row["bare_outcomes"].append(outcome)
+        secs, outcome, prestep = popkit_test(case)
+        row["popkit_s"].append(secs)
+        row["popkit_outcomes"].append(outcome)
+        row["prestep"].append(prestep)
+    row["ratio"] = statistics.median(row["popkit_s"]) / statistics.median(row["bare_s"])
+    row["verdicts_agree"] = set(row["bare_outcomes"]) == set(row["popkit_outcomes"])
+    row["as_expected"] = set(row["popkit_outcomes"]) == {case["expect"]}
+    return row
+
+
+def card_name() -> str:
+    code = "import torch; print(torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA GPU')"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    return done.stdout.strip() or "unknown"
+
+
+def cli_startup() -> dict:
+    """`python -X importtime -m popkit --help`: popkit's own imports, and whether torch is among them."""
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "popkit", "--help"], capture_output=True,
+                          text=True, cwd=ROOT, timeout=60)
+    total = 0
+    for line in done.stderr.splitlines():
+        m = re.match(r"import time:\s+\d+\s+\|\s+(\d+)\s+\|\s?(\S.*)$", line)
+        if m and m.group(2).strip() == "popkit.cli":
+            total = int(m.group(1))
+    imports_torch = any(re.search(r"\|\s+torch$", line) for line in done.stderr.splitlines())
+    return {"popkit_cli_import_us": total, "imports_torch": imports_torch}
+
+
+def markdown(results: dict) -> str:
+    lines = [f"Time to verdict on {results.get('card', '?')}, warm build cache, median of "
+             f"{results.get('repeats', '?')} (`scripts/gpu_inner_loop.py`):", "",
+             "| task | verdict (popkit / bare) | compile pre-step | bare test mode | popkit test | ratio |",
+             "|---|---|---|---|---|---|"]
+    for row in results.get("rows", []):
+        if row.get("skipped"):
+            lines.append(f"| {row['label']} | {row['skipped']} | | | | |")
+            continue
+        verdict = f"{row['popkit_outcomes'][0]} / {row['bare_outcomes'][0]}"
+        if not row["verdicts_agree"]:
+            verdict += " **(differ)**"
+        if not row["as_expected"]:
+            verdict += f" (expected {row['expect']})"
+        prestep = "skipped: " + row["prestep"][-1] if row["prestep"][-1] not in ("", "ran") else (
+            "ran" if row["prestep"][-1] == "ran" else "off")
+        lines.append(f"| {row['label']} | {verdict} | {prestep} | {statistics.median(row['bare_s']):.2f} s | "
+                     f"{statistics.median(row['popkit_s']):.2f} s | {row['ratio']:.2f} |")
+    startup = results.get("cli_startup")
+    if startup:
+        lines += ["", f"CLI start-up: `python -X importtime -m popkit --help` imports popkit.cli in "
+                      f"{startup['popkit_cli_import_us'] / 1000:.0f} ms; torch imported: "
+                      f"{'yes' if startup['imports_torch'] else 'no'}."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="folder for inner.json and inner.md")
+    parser.add_argument("--problems", type=Path, default=ROOT / ".refk" / "problems",
+                        help="checkout of the public problem sets (default .refk/problems)")
+    parser.add_argument("--repeats", type=int, default=2, help="bare/popkit pairs per case (default 2)")
+    parser.add_argument("--only", default="", help="comma-separated substrings of case labels to run")
+    parser.add_argument("--budget-s", type=float, default=280.0, help="start no new case after this many seconds")
+    parser.add_argument("--dry-run", action="store_true", help="write the submissions and the plan; run nothing")
+    args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
+    sys.path.insert(0, str(ROOT))
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    cases = plan(args.problems, out / "submissions")
+    if args.only:
+        wanted = [w.strip() for w in args.only.split(",") if w.strip()]
+        cases = [c for c in cases if any(w in c["label"] for w in wanted)]
+    results: dict = {"repeats": args.repeats, "rows": [], "plan": cases}
+
+    def save() -> None:
+        (out / "inner.json").write_text(json.dumps(results, indent=1, default=str))
+        (out / "inner.md").write_text(markdown(results))
+
+    if args.dry_run:
+        results["card"] = "dry run"
+        save()
+        for case in cases:
+            log(f"would time {case['label']}: {case['submission']} on {case['task']}"
+                + (" (task missing: skipped)" if case.get("missing") else ""))
+        print(markdown(results))
+        return 0
+    results["card"] = card_name()
+    results["cli_startup"] = cli_startup()
+    save()
+    started = time.monotonic()
+    for case in cases:
+        if case.get("missing"):
+            results["rows"].append({**case, "skipped": f"task not found under {args.problems}"})
+        elif time.monotonic() - started > args.budget_s:
+            results["rows"].append({**case, "skipped": f"not run: past the {args.budget_s:g} s budget"})
+        else:
+            log(f"timing {case['label']}")
+            row = measure(case, args.repeats)
+            results["rows"].append(row)
+            log(f"{case['label']}: bare {statistics.median(row['bare_s']):.2f} s, popkit "
+                f"{statistics.median(row['popkit_s']):.2f} s, ratio {row['ratio']:.2f}, verdicts "
+                f"{row['popkit_outcomes'][0]} / {row['bare_outcomes'][0]}")
+        save()
+    print(markdown(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""scripts/gpu_inner_loop.py on the CPU: its plan, its table, and the CLI start-up it measures."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("gpu_inner_loop", ROOT / "scripts" / "gpu_inner_loop.py")
+inner = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(inner)
+
+
+def test_dry_run_writes_the_plan_and_marks_missing_tasks(tmp_path, capsys):
+    problems = tmp_path / "problems"
+    (problems / "pmpp_v2" / "grayscale_py").mkdir(parents=True)
+    (problems / "pmpp_v2" / "grayscale_py" / "task.yml").write_text("lang: py\n")
+    assert inner.main(["--out", str(tmp_path / "out"), "--problems", str(problems), "--dry-run"]) == 0
+    doc = json.loads((tmp_path / "out" / "inner.json").read_text())
+    labels = {c["label"]: c for c in doc["plan"]}
+    assert len([c for c in doc["plan"] if "(bundled" in c["label"]]) == 7
+    assert labels["grayscale_v2"]["missing"] is False and labels["cholesky (linalg)"]["missing"] is True
+    sub = Path(labels["fp8_quant (helion)"]["submission"])
+    compile(sub.read_text(), str(sub), "exec")  # the written submissions are valid Python
+    assert "| task | verdict (popkit / bare) |" in capsys.readouterr().out
+
+
+def test_table_rows_ratio_and_disagreement():
+    row = {"label": "matmul_v2 (wrong kernel)", "popkit_outcomes": ["failed"], "bare_outcomes": ["passed"],
+           "verdicts_agree": False, "as_expected": True, "expect": "failed", "prestep": ["nothing to build"],
+           "bare_s": [4.0, 6.0], "popkit_s": [5.0, 5.5], "ratio": 5.25 / 5.0}
+    text = inner.markdown({"card": "NVIDIA H100 80GB HBM3", "repeats": 2, "rows": [row]})
+    assert "on NVIDIA H100 80GB HBM3" in text
+    assert ("| matmul_v2 (wrong kernel) | failed / passed **(differ)** | skipped: nothing to build | 5.00 s | "
+            "5.25 s | 1.05 |") in text
+
+
+def test_cli_help_does_not_import_torch():
+    startup = inner.cli_startup()
+    assert startup["imports_torch"] is False
+    assert startup["popkit_cli_import_us"] > 0
