@@ -193,7 +193,8 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: Any = No
     if not cases:
         raise TaskError(f"{task.yml}: no `benchmarks` to compare on", "add benchmark cases to task.yml")
     paths = {"A": Path(a_path), "B": Path(b_path)}
-    contents = {side: runner.read_submission(p) for side, p in paths.items()}
+    names = runner.entry_points(task, options.harness)
+    contents = {side: runner.read_submission(p, names) for side, p in paths.items()}
     started = datetime.now(timezone.utc)
     t0 = time.monotonic()
     probe = runner.SystemProbe(options.python) if system is None else None

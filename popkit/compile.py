@@ -210,11 +210,13 @@ def compile_submission(path: Path | str, *, task: str | None = None, roots: Sequ
     if path.suffix != ".py":
         raise UsageError(f"{path}: popkit compile builds Python submissions (load_inline in a .py file)",
                          "a .cu/.cpp file is compiled by the task's own eval, not by popkit")
-    source = runner.read_submission(path)  # missing file, not UTF-8, syntax error: SubmissionError (exit 4)
+    source = runner.read_submission(path, None)  # missing file, not UTF-8, syntax error: SubmissionError (exit 4)
     text = source.decode("utf-8")
     smap = SourceMap(path, text)
     target = detect_target(text)
     found_task, notes = _find_task(path, source, task, roots)
+    names = runner.entry_points(found_task) if found_task else ("custom_kernel",)
+    runner.validate_submission(path, source, names)  # the names the task's eval takes (exit 4)
     test_timeout = found_task.test_timeout if found_task else DEFAULT_TEST_TIMEOUT_S
     static = hip_checks(text, str(path)) if target == "hip" else []
     base = dict(submission=str(path), target=target, extensions=tuple(smap.extension_names()),
@@ -250,7 +252,7 @@ def compile_submission(path: Path | str, *, task: str | None = None, roots: Sequ
         else:
             say(f"building {path.name} ({target}) in {build_dir} ...")
             cold, log = _import(workdir, name, env, tools, target, timeout_s, build_dir)
-        diagnostics = static + _diagnostics(cold, log, smap, build_dir, tools)
+        diagnostics = static + _diagnostics(cold, log, smap, build_dir, tools, names)
         if not cold["ok"]:
             status, code = _failure(cold)
             return CompileReport(status=status, exit_code=int(code), cold_s=cold.get("seconds"),
@@ -260,7 +262,7 @@ def compile_submission(path: Path | str, *, task: str | None = None, roots: Sequ
         warm, warm_log = _import(workdir, name, env, tools, target, timeout_s, build_dir)
     if not warm["ok"]:  # built, yet the second import fails: report it like a failed build
         status, code = _failure(warm)
-        diagnostics += _diagnostics(warm, warm_log, smap, build_dir, tools)
+        diagnostics += _diagnostics(warm, warm_log, smap, build_dir, tools, names)
         return CompileReport(status=status, exit_code=int(code), cold_s=cold["seconds"], cached=cached,
                              diagnostics=tuple(diagnostics), notes=tuple(notes), log=log + warm_log, **base)
     if not cached:
@@ -346,12 +348,12 @@ def _import(workdir: Path, name: str, env: Mapping[str, str], tools: Toolchain, 
 
 
 def _diagnostics(result: Mapping[str, Any], log: str, smap: SourceMap, build_dir: Path,
-                 tools: Toolchain) -> list[Diagnostic]:
+                 tools: Toolchain, entry_points: Sequence[str] = ("custom_kernel",)) -> list[Diagnostic]:
     compiler = "clang" if "clang" in tools.cxx else "gcc"
     error = result.get("error") or ""
     text = log if error in log else log + "\n" + error  # non-verbose builds put the output in the exception
     found = map_diagnostics(parse_log(text, compiler), smap, build_dir)
-    if result.get("ok") and result.get("has_custom_kernel") is False:
+    if result.get("ok") and result.get("has_custom_kernel") is False and "custom_kernel" in entry_points:
         found.append(Diagnostic("error", "python", "no callable custom_kernel after import", smap.path))
     if result.get("ok"):
         return found

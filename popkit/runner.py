@@ -14,6 +14,7 @@ import binascii
 import hashlib
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from popkit import prestep
+from popkit.contract import entry_points
 from popkit.errors import SubmissionError, TaskError, UsageError
 from popkit.resources import data_dir
 from popkit.results import COMPILE_MARKERS, TIMEOUT_EXIT_CODE, CaseResult, CompileStep, ModeRun, RunReport
@@ -90,27 +92,38 @@ def random_secret_seeds(count: int) -> tuple[int, ...]:
     return tuple(rng.randrange(1, 2**31) for _ in range(count))
 
 
-def read_submission(path: Path) -> bytes:
-    """The submission's bytes, after the checks that need no task: exists, UTF-8, parses, has custom_kernel."""
+def read_submission(path: Path, entry_points: Sequence[str] | None = ("custom_kernel",)) -> bytes:
+    """The submission's bytes, after the checks a file can fail on its own (see validate_submission).
+
+    `entry_points`: the names the task's eval takes from the submission (popkit.contract); None
+    before the task is known.
+    """
     path = Path(path)
     if not path.is_file():
         raise SubmissionError(f"{path}: no such file", "check the path of your submission")
-    data = path.read_bytes()
+    return validate_submission(path, path.read_bytes(), entry_points)
+
+
+def validate_submission(path: Path, data: bytes, entry_points: Sequence[str] | None) -> bytes:
+    """Not empty, UTF-8, parses (a .py file), and defines every name in `entry_points` at module level."""
     if not data.strip():
-        raise SubmissionError(f"{path}: the file is empty", "write a custom_kernel(data) function in it")
+        raise SubmissionError(f"{path}: the file is empty", "write the functions the task asks for in it")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SubmissionError(f"{path}: not UTF-8 (byte {exc.start})", "save the file as UTF-8") from None
-    if path.suffix == ".py":
+    if Path(path).suffix == ".py":
         try:
             tree = ast.parse(text, filename=str(path))
         except SyntaxError as exc:
             raise SubmissionError(f"{path}:{exc.lineno}:{exc.offset or 0}: syntax error: {exc.msg}",
                                   "fix the syntax; `python -m py_compile FILE` shows the same") from None
-        if not _defines(tree, "custom_kernel"):
-            raise SubmissionError(f"{path}: no `custom_kernel` defined at module level",
-                                  "define `def custom_kernel(data):` returning the output")
+        missing = [name for name in entry_points or () if not _defines(tree, name)]
+        if missing:
+            hint = f"the task's eval takes {', '.join(entry_points)} from the submission"
+            if tuple(entry_points) == ("custom_kernel",):
+                hint = "define `def custom_kernel(data):` returning the output"
+            raise SubmissionError(f"{path}: no `{missing[0]}` defined at module level", hint)
     return data
 
 
@@ -330,7 +343,9 @@ def _cases(raw: Mapping[str, str], kind: str) -> tuple[CaseResult, ...]:
     return tuple(cases)
 
 
-_MISSING_ENTRY = ("cannot import name 'custom_kernel'", "has no attribute 'custom_kernel'")
+# Python's words when the eval cannot take a name from the submission module.
+_MISSING_ENTRY = re.compile(r"cannot import name '(\w+)' from 'submission'"
+                            r"|module 'submission' has no attribute '(\w+)'")
 
 
 def classify(run: ModeRun) -> tuple[str, str]:
@@ -352,8 +367,10 @@ def classify(run: ModeRun) -> tuple[str, str]:
     err = run.stderr
     if any(m in err for m in COMPILE_MARKERS):
         return "compile_failed", f"compile failed: {where} could not build the extension"
-    if any(m in err for m in _MISSING_ENTRY):
-        return "bad_submission", "bad submission: no `custom_kernel` could be imported from the submission"
+    missing = _MISSING_ENTRY.search(err)
+    if missing:
+        name = missing.group(1) or missing.group(2)
+        return "bad_submission", f"bad submission: no `{name}` could be imported from the submission"
     if "SyntaxError" in err and "submission.py" in err:
         return "bad_submission", "bad submission: syntax error in the submission"
     if run.exit_code < 0:
@@ -408,7 +425,8 @@ def run_submission(task: Task, submission: Path, mode: str, options: RunOptions 
     replaces the file's bytes (the `--baseline reference` run has no file of its own).
     """
     progress = progress or (lambda _msg: None)
-    data = read_submission(submission) if content is None else content
+    names = entry_points(task, options.harness)
+    data = read_submission(submission, names) if content is None else validate_submission(submission, content, names)
     chain_modes(mode)
     if mode != "test" and not task.benchmarks:
         raise TaskError(f"{task.yml}: no `benchmarks` to run in {mode} mode", "add benchmark cases to task.yml")

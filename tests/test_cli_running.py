@@ -155,3 +155,12 @@ def test_missing_arguments_and_bad_numbers_are_json_errors(cli, args, message):
     assert result.exit_code == 2, result.output
     doc = json.loads(result.stdout)
     assert doc["schema"] == "popkit/error/1" and doc["exit_code"] == 2 and doc["message"].startswith(message)
+
+
+def test_a_task_with_its_own_entry_points_runs_from_the_cli(cli):
+    pair = str(FIX / "tasks" / "pair")
+    result = cli("test", str(FIX / "tasks" / "pair" / "template.py"), "--task", pair, "--no-history")
+    assert result.exit_code == 0, result.output
+    result = cli("test", sub("good.py"), "--task", pair, "--no-history")  # defines only custom_kernel
+    assert result.exit_code == 4, result.output
+    assert "no `forward` defined" in result.output

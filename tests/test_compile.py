@@ -20,7 +20,7 @@ from popkit import compile as compiler
 from popkit import render, system
 from popkit.cli import app
 from popkit.diagnostics import SourceMap, map_diagnostics, parse_log, string_literals
-from popkit.errors import EnvironmentProblem, ExitCode
+from popkit.errors import EnvironmentProblem, ExitCode, SubmissionError
 from popkit.resources import data_dir
 
 NVCC_LOG = """\
@@ -383,3 +383,15 @@ def test_planted_errors_point_at_the_submission_lines(tmp_path, monkeypatch):
     assert nvcc[0]["column"] == sub.read_text().splitlines()[nvcc_line - 1].index("c[i]") + 1
     if host:  # ninja builds main.cpp beside cuda.cu; it reports the binding error unless it stopped first
         assert host[0]["line"] == functions_line
+
+
+def test_compile_checks_the_tasks_own_entry_points(tmp_path, monkeypatch, fake_cuda):
+    pair = Path(__file__).parent / "fixtures" / "tasks" / "pair"
+    fake, _ = fake_import([{"ok": True, "seconds": 0.01, "has_custom_kernel": False}] * 2)
+    monkeypatch.setattr(compiler, "_import", fake)
+    report = compiler.compile_submission(pair / "template.py", task=str(pair))  # forward/backward, no custom_kernel
+    assert report.ok and not report.diagnostics
+    half = tmp_path / "half.py"
+    half.write_text("def forward(x):\n    return 2 * x\n")
+    with pytest.raises(SubmissionError, match="no `backward` defined"):
+        compiler.compile_submission(half, task=str(pair))

@@ -8,6 +8,7 @@ from typing import Annotated, List, Optional
 import typer
 
 from popkit import runner
+from popkit.contract import entry_points
 from popkit.cli import app
 from popkit.errors import UsageError
 from popkit.tasks import list_tasks, resolve_task, task_roots
@@ -51,7 +52,7 @@ def _record(report, content: bytes, enabled: bool) -> str:
 
 def _run(submission: Path, task_spec: Optional[str], roots: Optional[List[Path]], mode: str,
          options: runner.RunOptions, json: bool, history: bool, baseline: Optional[str] = None) -> None:
-    content = runner.read_submission(submission)
+    content = runner.read_submission(submission, entry_points=None)  # the task's names are checked in the run
     task = resolve_task(runner.task_spec_for(submission, content, task_spec), task_roots(roots or []))
     progress = common.progress_printer(json)
     report = runner.run_submission(task, submission, mode, options, progress=progress, content=content)
@@ -59,6 +60,10 @@ def _run(submission: Path, task_spec: Optional[str], roots: Optional[List[Path]]
     if baseline:
         if baseline != "reference":
             raise UsageError(f"unknown baseline `{baseline}`", "the only baseline is `reference`")
+        if "custom_kernel" not in (entry_points(task, options.harness) or ("custom_kernel",)):
+            raise UsageError(f"--baseline reference needs a task whose submissions define custom_kernel "
+                             f"({task.name} asks for {', '.join(entry_points(task, options.harness))})",
+                             "time the reference as a submission of its own instead")
         # The reference is timed in the same mode, without the chain before it: it is the yardstick.
         base_opts = runner.RunOptions(python=options.python, precompile=False, harness=options.harness,
                                       chain=False, label="reference")
@@ -141,7 +146,7 @@ def _ab(a: Path, b: Path, task_spec, roots, options, rounds: int, json: bool, hi
     from popkit import ab
     from popkit.views import remote as remote_view
 
-    contents = {"A": runner.read_submission(a), "B": runner.read_submission(b)}
+    contents = {"A": runner.read_submission(a, None), "B": runner.read_submission(b, None)}
     task = resolve_task(runner.task_spec_for(a, contents["A"], task_spec), task_roots(roots or []))
     report = ab.run_ab(task, a, b, options, rounds=rounds, progress=common.progress_printer(json))
     warnings = []
