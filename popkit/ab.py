@@ -195,6 +195,8 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: Any = No
     paths = {"A": Path(a_path), "B": Path(b_path)}
     names = runner.entry_points(task, options.harness)
     contents = {side: runner.read_submission(p, names) for side, p in paths.items()}
+    for side, content in contents.items():
+        runner.check_runnable(task, paths[side], content, "benchmark")
     started = datetime.now(timezone.utc)
     t0 = time.monotonic()
     probe = runner.SystemProbe(options.python) if system is None else None

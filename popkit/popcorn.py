@@ -380,7 +380,13 @@ def submit(path: Path | str, *, mode: str = "leaderboard", gpu: str | None = Non
             warnings.append(f"{missing.message}: {INSTALL_HINT}")
         if unregistered:
             warnings.append(f"popcorn-cli is not registered ({unregistered}): {REGISTER_HINT}")
-        return SubmitResult(plan=plan, dry_run=True, local=local, warnings=tuple(warnings))
+        gate_report = None
+        if gate != "none":  # the gate is local: a dry run runs it too, so its verdict is the real one
+            progress(f"local gate: {gate}")
+            gate_report = _gate(plan, path, content, task, roots, run_options, progress)
+            if record:
+                warnings += _record(lambda: history.record_run(gate_report, content))
+        return SubmitResult(plan=plan, dry_run=True, gate_report=gate_report, local=local, warnings=tuple(warnings))
     if missing is not None or unregistered:
         shutil.rmtree(Path(plan.staged).parent, ignore_errors=True)
         if missing is not None:

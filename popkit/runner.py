@@ -127,6 +127,43 @@ def validate_submission(path: Path, data: bytes, entry_points: Sequence[str] | N
     return data
 
 
+_NATIVE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".c", ".h", ".hip")
+# What marks a submission that builds a CUDA (or HIP) extension: it cannot run without a GPU.
+_CUDA_MARKERS = ("cuda_sources", "CUDAExtension", "--offload-arch")
+_CUDA_SOURCE_FILE = re.compile(r"""\.cu['"]""")
+
+
+def needs_gpu(data: bytes) -> bool:
+    """Whether the submission builds a CUDA/HIP extension (load_inline with cuda_sources, a .cu source)."""
+    text = data.decode("utf-8", "replace")
+    return any(m in text for m in _CUDA_MARKERS) or bool(_CUDA_SOURCE_FILE.search(text))
+
+
+def check_language(task: Task, submission: Path) -> None:
+    """A C++/CUDA/HIP source file cannot be a Python task's submission.py (exit 4, before anything runs)."""
+    suffix = Path(submission).suffix.lower()
+    if task.lang == "py" and suffix in _NATIVE_SUFFIXES:
+        raise SubmissionError(
+            f"{submission}: a {suffix} source file, but task `{task.name}` runs Python (`lang: py`): the runner "
+            "would run it as submission.py and fail with syntax errors",
+            f"put the kernel in a .py file that builds it with load_inline(cuda_sources=...); "
+            f"`popkit new --target cuda --task {task.name}` writes one")
+
+
+def check_runnable(task: Task, submission: Path, data: bytes, mode: str) -> None:
+    """What must hold before anything runs: a Python file for a Python task, a GPU for a CUDA build."""
+    from popkit import system
+    from popkit.errors import EnvironmentProblem
+
+    check_language(task, submission)
+    if needs_gpu(data) and not system.has_gpu():
+        command = "test" if mode == "test" else "bench"
+        raise EnvironmentProblem(
+            f"this machine has no CUDA GPU: `popkit compile` builds it, `popkit {command}` needs a GPU",
+            f"`popkit compile {submission}` checks the build here; run `popkit {command}` on a machine with a GPU "
+            "(a pure-PyTorch submission runs on the CPU)")
+
+
 def task_spec_for(path: Path, content: bytes, explicit: str | None) -> str:
     """The task to run: --task if given, else the file's `#!POPCORN leaderboard` directive."""
     if explicit:
@@ -428,6 +465,7 @@ def run_submission(task: Task, submission: Path, mode: str, options: RunOptions 
     names = entry_points(task, options.harness)
     data = read_submission(submission, names) if content is None else validate_submission(submission, content, names)
     chain_modes(mode)
+    check_runnable(task, submission, data, mode)
     if mode != "test" and not task.benchmarks:
         raise TaskError(f"{task.yml}: no `benchmarks` to run in {mode} mode", "add benchmark cases to task.yml")
     if mode == "test" and not task.tests:

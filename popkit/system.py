@@ -7,6 +7,7 @@ interpreter or tool: a failure becomes a field ("error") or a check with its fix
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
@@ -127,6 +128,16 @@ def toolchain(python: str = sys.executable, timeout_s: float = 30.0) -> Toolchai
     return Toolchain(python=python, python_tag=info["python_tag"], torch=info["torch"], cuda=info["cuda"],
                      hip=info["hip"], lock_style=info["lock_style"], nvcc=find_nvcc(),
                      ninja=shutil.which("ninja") or _module_ninja(python), cxx=os.environ.get("CXX", "c++"))
+
+
+def has_gpu() -> bool:
+    """Whether this machine has a GPU device node at all (NVIDIA or AMD), checked without importing torch.
+
+    False means no kernel can run here; True does not promise that torch can use it (doctor says that).
+    """
+    if os.environ.get("POPKIT_ASSUME_GPU"):  # containers that hide /dev but pass the GPU some other way
+        return True
+    return bool(glob.glob("/dev/nvidia[0-9]*")) or Path("/dev/kfd").exists() or Path("/dev/dxg").exists()
 
 
 def cuda_home() -> str | None:

@@ -345,10 +345,19 @@ def _from_problem(pset: ProblemSet, problem: Problem, bundled: bool = False) -> 
 
 
 def resolve_task(spec: str, roots: Sequence[Path] = ()) -> Task:
-    """Find a task by directory path, leaderboard name (user roots first, then bundled) or directory name."""
+    """Find a task by directory path, leaderboard name (bundled first, then user roots) or directory name.
+
+    A bundled name wins over a problem set under `roots` that names the same leaderboard, so the
+    quick start's files keep running their own task; `shadowed_tasks` says when that happens, and the
+    set's task is still reachable by its directory.
+    """
     as_path = Path(spec).expanduser()
     if as_path.is_dir() or as_path.name in ("task.yml", "task.yaml"):
         return load_task(as_path)
+    bundled = bundled_problem_set()
+    for problem in bundled.problems:
+        if problem.name == spec:
+            return _from_problem(bundled, problem, bundled=True)
     user = [(ps, p) for ps in problem_sets(roots) for p in ps.problems]
     hits = [(ps, p) for ps, p in user if p.name == spec]
     if len(hits) > 1:
@@ -357,10 +366,6 @@ def resolve_task(spec: str, roots: Sequence[Path] = ()) -> Task:
                         "pass the task directory with --task instead")
     if hits:
         return _from_problem(*hits[0])
-    bundled = bundled_problem_set()
-    for problem in bundled.problems:
-        if problem.name == spec:
-            return _from_problem(bundled, problem, bundled=True)
     for root in roots:  # a task directory directly under a root, by its directory name
         if (root / spec / "task.yml").is_file():
             return load_task(root / spec)
@@ -368,6 +373,13 @@ def resolve_task(spec: str, roots: Sequence[Path] = ()) -> Task:
     close = difflib.get_close_matches(spec, names, n=3)
     hint = f"did you mean {', '.join(close)}?" if close else "`popkit tasks` lists the tasks popkit knows"
     raise TaskError(f"no task named `{spec}` (not a directory, nor a leaderboard name)", hint)
+
+
+def shadowed_tasks(spec: str, roots: Sequence[Path] = ()) -> list[Path]:
+    """Task directories under `roots` whose leaderboard name `spec` a bundled task of that name hides."""
+    if Path(spec).expanduser().is_dir() or not any(p.name == spec for p in bundled_problem_set().problems):
+        return []
+    return [ps.task_dir(p) for ps in problem_sets(roots) for p in ps.problems if p.name == spec]
 
 
 def list_tasks(roots: Sequence[Path] = ()) -> list[Task]:

@@ -410,3 +410,21 @@ def test_submit_unknown_mode_is_usage(env, sub):
 def test_remote_run_from_json_defaults():
     run = RemoteRun.from_json({"mode": "test", "passed": True})
     assert (run.secret, run.score, run.runner) == (False, None, "")
+
+
+def test_dry_run_with_a_gate_runs_the_gate_and_fails_with_it(env, sub, monkeypatch):
+    from dataclasses import replace
+
+    from popkit import runner
+    from tests.test_history import make_report
+
+    failing = make_report(mode="test")
+    failing = replace(failing, runs=(replace(failing.runs[0], check="fail", exit_code=112, outcome="failed",
+                                             summary="check failed: test, size: 3: mismatch"),))
+    monkeypatch.setattr(runner, "run_submission", lambda task, path, mode, options, **_: failing)
+    monkeypatch.setattr("popkit.tasks.resolve_task", lambda spec, roots=(): type("T", (), {"name": spec})())
+    result = _submit(env, str(sub), "--gate", "test", "--dry-run")
+    assert result.exit_code == 1, result.output
+    assert "local gate (test): failed" in result.output
+    assert "would not be submitted: the local gate failed (`popkit test FILE` shows the details)" in result.output
+    assert "dry run: nothing was sent" in result.output and _calls(env) == []

@@ -43,10 +43,26 @@ def check(
     Example: popkit check submissions/vectoradd/cuda.py --gpu H100
     """
     common.set_json(json)
-    report = lint.check_file(submission, leaderboard=leaderboard, gpu=gpu, mode=mode,
-                             roots=task_roots(tasks_root or []), guard=guard)
+    roots = task_roots(tasks_root or [])
+    report = lint.check_file(submission, leaderboard=leaderboard, gpu=gpu, mode=mode, roots=roots, guard=guard)
+    _check_language(submission, report.leaderboard, roots)
     view.show_check(report, json=json)
     raise typer.Exit(int(ExitCode.OK if report.ok else ExitCode.REFUSED))
+
+
+def _check_language(submission: Path, leaderboard: Optional[str], roots) -> None:
+    """A .cu file for a Python task is refused with exit 4 (the runner would run it as submission.py)."""
+    from popkit import runner
+    from popkit.errors import TaskError
+    from popkit.tasks import resolve_task
+
+    if not leaderboard or submission.suffix.lower() == ".py":
+        return
+    try:
+        task = resolve_task(leaderboard, roots)
+    except TaskError:  # a leaderboard popkit does not know: the server's rules above are all it can check
+        return
+    runner.check_language(task, submission)
 
 
 @app.command()

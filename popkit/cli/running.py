@@ -11,8 +11,9 @@ from popkit import runner
 from popkit.contract import entry_points
 from popkit.cli import app
 from popkit.errors import UsageError
-from popkit.tasks import list_tasks, resolve_task, task_roots
+from popkit.tasks import list_tasks, resolve_task, shadowed_tasks, task_roots
 from popkit.views import common
+from popkit.views.common import escape
 from popkit.views import running as view
 
 SubmissionArg = Annotated[Path, typer.Argument(help="Your submission file (any name; it runs as the task's submission.py).")]
@@ -50,20 +51,47 @@ def _record(report, content: bytes, enabled: bool) -> str:
     return ""
 
 
+def _resolve(submission: Path, content: bytes, task_spec: Optional[str], roots: Optional[List[Path]]):
+    """The task to run; a problem-set task that a bundled one of the same name hides is said on stderr."""
+    spec = runner.task_spec_for(submission, content, task_spec)
+    search = task_roots(roots or [])
+    task = resolve_task(spec, search)
+    for hidden in shadowed_tasks(spec, search):
+        common.err_console().print(
+            f"note: `{escape(spec)}` is popkit's bundled task; {escape(str(hidden))} (under --tasks-root) has the "
+            f"same leaderboard name: pass --task {escape(str(hidden))} to run that one")
+    return task
+
+
+def _check_gpu_sized(task, mode: str, allow_cpu: bool) -> None:
+    """Benchmarks of a task made for GPUs, on a machine without one: said before anything runs."""
+    from popkit import system
+    from popkit.errors import EnvironmentProblem
+
+    if mode == "test" or allow_cpu or not task.gpus or system.has_gpu():
+        return
+    largest = "; ".join(f"{k}: {v}" for k, v in (task.cases_for(mode) or [{}])[-1].items())
+    raise EnvironmentProblem(
+        f"this machine has no GPU, and the benchmarks of `{task.name}` are sized for "
+        f"{'/'.join(task.gpus[:2])} GPUs (e.g. {largest}): on the CPU they can run for many minutes, past the "
+        f"{task.timeout_for(mode):g} s timeout",
+        "`popkit test` runs the tests on the CPU; pass --allow-cpu to run the benchmarks here anyway")
+
+
 def _run(submission: Path, task_spec: Optional[str], roots: Optional[List[Path]], mode: str,
-         options: runner.RunOptions, json: bool, history: bool, baseline: Optional[str] = None) -> None:
+         options: runner.RunOptions, json: bool, history: bool, baseline: Optional[str] = None,
+         allow_cpu: bool = False) -> None:
     content = runner.read_submission(submission, entry_points=None)  # the task's names are checked in the run
-    task = resolve_task(runner.task_spec_for(submission, content, task_spec), task_roots(roots or []))
+    task = _resolve(submission, content, task_spec, roots)
+    _check_gpu_sized(task, mode, allow_cpu)
+    if baseline and "custom_kernel" not in (entry_points(task, options.harness) or ("custom_kernel",)):
+        raise UsageError(f"--baseline reference needs a task whose submissions define custom_kernel "
+                         f"({task.name} asks for {', '.join(entry_points(task, options.harness))})",
+                         "time the reference as a submission of its own instead")
     progress = common.progress_printer(json)
     report = runner.run_submission(task, submission, mode, options, progress=progress, content=content)
     base = None
     if baseline:
-        if baseline != "reference":
-            raise UsageError(f"unknown baseline `{baseline}`", "the only baseline is `reference`")
-        if "custom_kernel" not in (entry_points(task, options.harness) or ("custom_kernel",)):
-            raise UsageError(f"--baseline reference needs a task whose submissions define custom_kernel "
-                             f"({task.name} asks for {', '.join(entry_points(task, options.harness))})",
-                             "time the reference as a submission of its own instead")
         # The reference is timed in the same mode, without the chain before it: it is the yardstick.
         base_opts = runner.RunOptions(python=options.python, precompile=False, harness=options.harness,
                                       chain=False, label="reference")
@@ -109,6 +137,7 @@ def bench(
     secret_runs: Annotated[int, typer.Option("--secret-runs", min=0, help="With --leaderboard: number of secret runs with random seeds (each printed).")] = 1,
     baseline: Annotated[Optional[str], typer.Option("--baseline", help="`reference`: also time the task's ref_kernel and show the speedup.")] = None,
     rounds: Annotated[int, typer.Option("--rounds", min=1, help="A/B only: alternations of A and B per shape.")] = 3,
+    allow_cpu: Annotated[bool, typer.Option("--allow-cpu", help="Run a GPU task's benchmarks on a machine without a GPU (slow: minutes, may time out).")] = False,
     python: PythonOpt = None,
     precompile: PrecompileOpt = None,
     harness: HarnessOpt = "task",
@@ -128,6 +157,8 @@ def bench(
         raise UsageError("bench takes one submission, or two for an A/B comparison", "popkit bench A.py B.py")
     if leaderboard and profile:
         raise UsageError("--leaderboard and --profile are different modes", "pick one")
+    if baseline is not None and baseline != "reference":
+        raise UsageError(f"unknown baseline `{baseline}`", "the only baseline is `reference`: --baseline reference")
     seeds = tuple(secret_seed or ())
     if leaderboard and not seeds:
         seeds = runner.random_secret_seeds(secret_runs)
@@ -136,18 +167,20 @@ def bench(
         if leaderboard or profile or baseline:
             raise UsageError("an A/B comparison runs benchmark mode only",
                              "drop --leaderboard/--profile/--baseline for A/B")
-        _ab(submissions[0], submissions[1], task, tasks_root, options, rounds, json, history)
+        _ab(submissions[0], submissions[1], task, tasks_root, options, rounds, json, history, allow_cpu)
         return
     mode = "leaderboard" if leaderboard else "profile" if profile else "benchmark"
-    _run(submissions[0], task, tasks_root, mode, options, json, history, baseline)
+    _run(submissions[0], task, tasks_root, mode, options, json, history, baseline, allow_cpu)
 
 
-def _ab(a: Path, b: Path, task_spec, roots, options, rounds: int, json: bool, history: bool) -> None:
+def _ab(a: Path, b: Path, task_spec, roots, options, rounds: int, json: bool, history: bool,
+        allow_cpu: bool) -> None:
     from popkit import ab
     from popkit.views import remote as remote_view
 
     contents = {"A": runner.read_submission(a, None), "B": runner.read_submission(b, None)}
-    task = resolve_task(runner.task_spec_for(a, contents["A"], task_spec), task_roots(roots or []))
+    task = _resolve(a, contents["A"], task_spec, roots)
+    _check_gpu_sized(task, "benchmark", allow_cpu)
     report = ab.run_ab(task, a, b, options, rounds=rounds, progress=common.progress_printer(json))
     warnings = []
     if report.failure is None:  # each side's pooled timings go to the history as a bench run

@@ -111,29 +111,30 @@ def show_submit(result: SubmitResult, *, json: bool = False) -> None:
     con.print("check: [green]no errors[/]" + (f", {_plural(warnings, 'warning')}" if warnings else ""))
     for line in _check_lines(plan.check, guard_absent_note=False):
         con.print(line)
+    gate = result.gate_report
+    if gate is not None:
+        state = "[green]passed[/]" if gate.outcome == "passed" else f"[red]{escape(gate.outcome)}[/]"
+        con.print(f"local gate ({escape(plan.gate)}): {state}")
+        if gate.failure is not None:
+            con.print(f"  [red]{escape(gate.failure.summary or gate.failure.outcome)}[/]")
+            con.print("[bold red]NOT SUBMITTED[/]: the local gate failed (`popkit test FILE` shows the details)"
+                      if not result.dry_run else
+                      "[bold red]would not be submitted[/]: the local gate failed (`popkit test FILE` shows the details)")
     if result.dry_run:
         con.print("[bold]dry run[/]: nothing was sent. The command:")
         con.print(escape(shlex.join(plan.argv)), soft_wrap=True)
         con.print(f"[dim]staged copy (byte-identical, sha256 {plan.sha256[:12]}): {escape(plan.staged)}[/]")
         con.print(_local_line(result.local))
-    else:
-        gate = result.gate_report
-        if gate is not None:
-            state = "[green]passed[/]" if gate.outcome == "passed" else f"[red]{escape(gate.outcome)}[/]"
-            con.print(f"local gate ({escape(plan.gate)}): {state}")
-            if gate.failure is not None:
-                con.print(f"  [red]{escape(gate.failure.summary or gate.failure.outcome)}[/]")
-                con.print("[bold red]NOT SUBMITTED[/]: the local gate failed (`popkit test FILE` shows the details)")
-        if result.remote is not None:
-            for line in _remote_lines(result.remote):
-                con.print(line)
-            con.print(_local_line(result.local))
-            local_score = result.local.score_s if result.local is not None else None
-            if local_score and result.remote.score_public_s:
-                con.print(f"remote / local: {result.remote.score_public_s / local_score:.2f}×")
-            verdict = "[bold green]PASSED[/]" if result.remote.passed else "[bold red]FAILED[/]"
-            recorded = f" · recorded as run {result.history_id}" if result.history_id else ""
-            con.print(f"{verdict}{recorded}")
+    elif result.remote is not None:
+        for line in _remote_lines(result.remote):
+            con.print(line)
+        con.print(_local_line(result.local))
+        local_score = result.local.score_s if result.local is not None else None
+        if local_score and result.remote.score_public_s:
+            con.print(f"remote / local: {result.remote.score_public_s / local_score:.2f}×")
+        verdict = "[bold green]PASSED[/]" if result.remote.passed else "[bold red]FAILED[/]"
+        recorded = f" · recorded as run {result.history_id}" if result.history_id else ""
+        con.print(f"{verdict}{recorded}")
     for warning in result.warnings:
         con.print(f"[yellow]warning:[/] {escape(warning)}")
 
