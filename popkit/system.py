@@ -28,6 +28,12 @@ import json, platform, sys
 out = {"python": platform.python_version(), "platform": platform.platform(), "torch": None, "cuda": None,
        "hip": None, "device": "cpu", "arch": None, "gpu_count": 0}
 extended = len(sys.argv) > 1 and sys.argv[1] == "extended"
+if extended:
+    try:
+        import numpy
+        out["numpy"] = numpy.__version__
+    except Exception as exc:
+        out["numpy_error"] = "%s: %s" % (type(exc).__name__, exc)
 try:
     import torch
     out.update(torch=torch.__version__, cuda=torch.version.cuda, hip=getattr(torch.version, "hip", None))
@@ -262,6 +268,7 @@ def doctor(python: str | None = None) -> DoctorReport:
     checks = [Check("python", "ok" if info.get("python") else "problem", info.get("python") or "unknown",
                     "" if info.get("python") else info.get("error", ""))]
     checks += _torch_checks(info)
+    checks += _numpy_checks(info, python)
     checks += _cuda_checks(info, find_nvcc())
     checks += _tool_checks(info)
     checks += _popcorn_checks()
@@ -290,6 +297,16 @@ def _torch_checks(info: Mapping[str, Any]) -> list[Check]:
                          "kernels cannot run here; `popkit compile` still builds them, and `popkit test` runs "
                          "the bundled tasks' references on the CPU"))
     return out
+
+
+def _numpy_checks(info: Mapping[str, Any], python: str) -> list[Check]:
+    """numpy: every public problem set's utils.py imports it (popkit depends on it for that reason)."""
+    if info.get("numpy"):
+        return [Check("numpy", "ok", str(info["numpy"]))]
+    if "numpy_error" not in info:  # the probe did not get that far (no python); that check says why
+        return []
+    return [Check("numpy", "problem", f"not importable in {python} ({info['numpy_error']})",
+                  f"{python} -m pip install numpy (the public problem sets' utils.py imports it)")]
 
 
 def _cuda_checks(info: Mapping[str, Any], nvcc: str | None) -> list[Check]:

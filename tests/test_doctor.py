@@ -154,3 +154,18 @@ def test_doctor_command_exit_codes_and_json(tmp_path, monkeypatch):
     result = CliRunner().invoke(app, ["doctor"])
     assert result.exit_code == 0, result.output
     assert result.output.rstrip().endswith("no problems")
+
+
+def test_numpy_missing_is_a_problem_with_its_fix(monkeypatch):
+    fake_probe(monkeypatch, numpy_error="ModuleNotFoundError: No module named 'numpy'")
+    check = by_name(system.doctor("/usr/bin/python3"))["numpy"]
+    assert check.status == "problem"
+    assert check.value == "not importable in /usr/bin/python3 (ModuleNotFoundError: No module named 'numpy')"
+    assert check.fix == "/usr/bin/python3 -m pip install numpy (the public problem sets' utils.py imports it)"
+
+
+def test_numpy_present_is_ok_and_a_dependency(monkeypatch):
+    fake_probe(monkeypatch, numpy="2.4.6")
+    assert by_name(system.doctor())["numpy"].value == "2.4.6"
+    pyproject = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+    assert '"numpy>=' in pyproject.split("[project.optional-dependencies]")[0]
