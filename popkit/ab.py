@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from popkit import stats
+from popkit import runner, stats
 from popkit.errors import ExitCode, TaskError
 from popkit.results import OUTCOME_EXIT, CaseResult, ModeRun, RunReport
 from popkit.stats import Interval, Summary
@@ -183,8 +183,6 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: Any = No
     first run that does not pass; the report then names the side and carries that run. `system`
     replaces the environment probe (as in runner.run_submission).
     """
-    from popkit import runner
-
     options = options or runner.RunOptions()
     progress = progress or (lambda _msg: None)
     if rounds < 1:

@@ -21,9 +21,13 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from popkit import runner, tasks
+from popkit.buildlocks import check_locks, find_locks
 from popkit.diagnostics import Diagnostic, SourceMap, loader_diagnostic, map_diagnostics, parse_log
-from popkit.errors import EnvironmentProblem, ExitCode, UsageError
+from popkit.directives import server_directives
+from popkit.errors import EnvironmentProblem, ExitCode, PopkitError, UsageError
 from popkit.hipcheck import detect_target, hip_checks
+from popkit.resources import popkit_home
 from popkit.system import (  # noqa: F401  (cuda_home_problem and toolchain are patched in tests)
     Toolchain, cuda_home_problem, default_extensions_root, toolchain,
 )
@@ -118,11 +122,6 @@ with open(result_path, "w") as fh:
 """
 
 
-def popkit_home() -> Path:
-    """POPKIT_HOME, else `.popkit` in the working directory (builds and history live there)."""
-    return Path(os.environ.get("POPKIT_HOME") or Path.cwd() / ".popkit")
-
-
 def build_key(source: bytes, tools: Toolchain, arch_list: str | None) -> str:
     """Builds are keyed by the source and everything that changes the compiled result."""
     h = hashlib.sha256(source)
@@ -132,70 +131,6 @@ def build_key(source: bytes, tools: Toolchain, arch_list: str | None) -> str:
     return h.hexdigest()[:16]
 
 
-# ------------------------------------------------------------------------------------ build locks
-
-
-def lock_state(lock: Path, style: str) -> str:
-    """`held` (a build is running), `stale` (left by a killed build; load_inline would wait forever)
-    or `leftover` (harmless with this torch, whose lock the kernel drops when its holder dies)."""
-    if style == "baton":
-        return "stale"
-    try:
-        import fcntl
-    except ImportError:  # no flock on this platform: assume the worst only for a baton
-        return "leftover"
-    try:
-        fd = os.open(lock, os.O_RDWR)
-    except OSError:
-        return "leftover"
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return "leftover"
-    except OSError:
-        return "held"
-    finally:
-        os.close(fd)
-
-
-def find_locks(directory: Path, names: Sequence[str] | None = None) -> list[Path]:
-    """`lock` files in the extension folders under `directory` (only those of `names` when given)."""
-    if not directory.is_dir():
-        return []
-    found = []
-    for lock in sorted(directory.glob("*/lock")):
-        ext = lock.parent.name
-        if names is None or any(ext == n or ext.startswith(n + "_v") for n in names):
-            found.append(lock)
-    return found
-
-
-def check_locks(build_dir: Path, default_root: Path, names: Sequence[str], style: str,
-                clean: bool) -> list[str]:
-    """Raise on a lock that would hang this build; return notes about locks that would hang `popkit test`."""
-    notes = []
-    for lock in find_locks(build_dir):
-        state = lock_state(lock, style)
-        if state == "held":
-            raise EnvironmentProblem(f"{lock}: another build of this submission is running and holds the lock",
-                                     "wait for it to finish, or stop that process")
-        if state == "stale" and not clean:
-            raise EnvironmentProblem(
-                f"{lock}: stale build lock, left by a build that was killed; torch would wait for it forever",
-                f"delete it (rm {lock}) or rerun with --clean")
-    for lock in find_locks(default_root, names):
-        state = lock_state(lock, style)
-        if state == "stale" and clean:
-            lock.unlink(missing_ok=True)
-            notes.append(f"removed the stale build lock {lock}")
-        elif state == "stale":
-            notes.append(f"{lock} is a stale build lock: `popkit test` and the compile step would wait on it "
-                         f"forever; delete it (rm {lock}) or rerun with --clean")
-        elif state == "held":
-            notes.append(f"{lock} is held: a build of this extension is running in the default folder now")
-    return notes
-
-
 # -------------------------------------------------------------------------------------- compiling
 
 
@@ -203,8 +138,6 @@ def compile_submission(path: Path | str, *, task: str | None = None, roots: Sequ
                        clean: bool = False, timeout_s: float = DEFAULT_TIMEOUT_S, python: str = sys.executable,
                        progress: Progress | None = None) -> CompileReport:
     """Build the submission's extension cold and warm and report diagnostics (see the module doc)."""
-    from popkit import runner
-
     say = progress or (lambda _msg: None)
     path = Path(path)
     if path.suffix != ".py":
@@ -277,10 +210,8 @@ def compile_submission(path: Path | str, *, task: str | None = None, roots: Sequ
                          diagnostics=tuple(diagnostics), notes=tuple(notes), log=log, **base)
 
 
-def _find_task(path: Path, source: bytes, explicit: str | None, roots: Sequence[Path]):
-    from popkit import runner, tasks
-    from popkit.errors import PopkitError
-
+def _find_task(path: Path, source: bytes, explicit: str | None,
+               roots: Sequence[Path]) -> tuple[tasks.Task | None, list[str]]:
     if explicit:
         return tasks.resolve_task(explicit, list(roots)), []
     try:
@@ -307,15 +238,11 @@ def _require_toolchain(tools: Toolchain, python: str) -> None:
 def _arch_for_directive(text: str, tools: Toolchain) -> str | None:
     if tools.hip:
         return None
-    from popkit.directives import server_directives
-
     return CUDA_ARCH_FOR_GPU.get(server_directives(text).gpu or "")
 
 
-def _prepare(workdir: Path, task, source: bytes) -> str:
+def _prepare(workdir: Path, task: tasks.Task | None, source: bytes) -> str:
     """A fresh working directory as the runner makes it: the task's files flat, the submission beside them."""
-    from popkit import runner
-
     if task is not None:
         runner.prepare_workdir(task, source, workdir)
         return task.submission_name
@@ -325,8 +252,6 @@ def _prepare(workdir: Path, task, source: bytes) -> str:
 
 def _import(workdir: Path, name: str, env: Mapping[str, str], tools: Toolchain, target: str,
             timeout_s: float, build_dir: Path) -> tuple[dict[str, Any], str]:
-    from popkit import runner
-
     result_path = workdir / ".popkit-compile-result.json"
     result_path.unlink(missing_ok=True)
     full_env = runner.child_env(runner.RunOptions(python=tools.python), **env)

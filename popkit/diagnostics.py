@@ -15,7 +15,7 @@ import re
 import shutil
 import subprocess
 import tokenize
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -29,6 +29,7 @@ _PTXAS = re.compile(r"^ptxas\s+(?P<sev>fatal|error|warning)\s*: (?P<msg>.*)$")
 _LD = re.compile(r"^(?:\S*/)?(?:ld(?:\.\w+)?|collect2)(?:: (?P<sev>error|warning))?: (?P<msg>.*)$")
 _UNDEF_REF = re.compile(r"undefined reference to [`'](?P<sym>[^'`]+)'")
 _UNDEF_SYM = re.compile(r"undefined symbol: (?P<sym>\S+)")
+ERROR, WARNING = "error", "warning"  # finding severities: errors block a submission
 _MANGLED = re.compile(r"'(?P<sym>_Z\w+)'")
 
 
@@ -57,6 +58,26 @@ class Diagnostic:
     def location(self) -> str:
         parts = [self.file] + [str(x) for x in (self.line, self.column) if x is not None]
         return ":".join(parts)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem in a submission; line and column are 1-based (None when the rule has no place)."""
+
+    rule: str
+    severity: str  # "error" blocks a submission, "warning" informs
+    line: int | None
+    column: int | None
+    message: str
+    hint: str = ""
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Finding":
+        return cls(**{k: data.get(k) for k in ("rule", "severity", "line", "column", "message")},
+                   hint=data.get("hint", ""))
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ runs already in it stay where they are.
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -18,10 +17,11 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from popkit import __version__
+from popkit.ab import Comparison, compare_shapes
 from popkit.errors import HistoryError, UsageError
-from popkit.results import RunReport
+from popkit.resources import popkit_home
+from popkit.results import CaseResult, RemoteResult, RunReport
 
-HOME_ENV = "POPKIT_HOME"
 DB_NAME = "history.sqlite3"
 BUSY_TIMEOUT_S = 5.0  # how long a write waits for another popkit holding the database
 USER_VERSION = 1  # the schema below; a newer popkit may add columns, never drop them
@@ -57,14 +57,8 @@ _SUMMARY_COLUMNS = ("id, kind, created_at, submission, sha256, task, leaderboard
                     " score_s, seeds, remote_id, remote_score_s, error, popkit_version")
 
 
-def history_dir(env: Mapping[str, str] | None = None) -> Path:
-    env = os.environ if env is None else env
-    home = env.get(HOME_ENV)
-    return Path(home).expanduser() if home else Path.cwd() / ".popkit"
-
-
 def db_path(env: Mapping[str, str] | None = None) -> Path:
-    return history_dir(env) / DB_NAME
+    return popkit_home(env) / DB_NAME
 
 
 @dataclass(frozen=True)
@@ -89,7 +83,7 @@ class RunRecord:
     error: str = ""
     popkit_version: str | None = None
     report: RunReport | None = None
-    remote: Any = None  # popcorn.RemoteResult
+    remote: RemoteResult | None = None
 
     def to_json(self, summary: bool = False) -> dict:
         data = {k: getattr(self, k) for k in (
@@ -103,8 +97,6 @@ class RunRecord:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "RunRecord":
-        from popkit.popcorn import RemoteResult
-
         plain = {k: data.get(k) for k in ("task", "leaderboard", "gpu", "device", "outcome", "score_s",
                                           "remote_id", "remote_score_s", "popkit_version")}
         return cls(id=data["id"], kind=data["kind"], created_at=data["created_at"], submission=data["submission"],
@@ -264,9 +256,7 @@ def _record(row: sqlite3.Row, full: bool = False) -> RunRecord:
             if row["report_json"]:
                 report = RunReport.from_json(json.loads(row["report_json"]))
             if "remote_json" in keys and row["remote_json"]:
-                from popkit.popcorn import RemoteResult
-
-                remote = RemoteResult.from_json(json.loads(row["remote_json"]))
+                        remote = RemoteResult.from_json(json.loads(row["remote_json"]))
         except (ValueError, KeyError, TypeError) as exc:
             raise HistoryError(f"run {row['id']}: stored report unreadable ({type(exc).__name__}: {exc})",
                                "the row's indexed columns are still listed by `popkit history`") from None
@@ -279,7 +269,7 @@ def _record(row: sqlite3.Row, full: bool = False) -> RunRecord:
         report=report, remote=remote)
 
 
-def _timed_cases(record: RunRecord) -> Iterator[Any]:
+def _timed_cases(record: RunRecord) -> Iterator[CaseResult]:
     """The public timed run of a record: leaderboard mode if it ran, else benchmark mode."""
     report = record.report
     if report is None:
@@ -291,10 +281,9 @@ def _timed_cases(record: RunRecord) -> Iterator[Any]:
     return iter(())
 
 
-def compare_runs(a_id: int, b_id: int, history: History | None = None):
+def compare_runs(a_id: int, b_id: int,
+                 history: History | None = None) -> tuple[RunRecord, RunRecord, Comparison]:
     """`popkit compare`: per-shape and score ratios (time B / time A) of two recorded runs."""
-    from popkit.ab import compare_shapes
-
     history = history or History()
     a, b = history.get_run(a_id), history.get_run(b_id)
     cases = {}

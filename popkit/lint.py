@@ -18,38 +18,19 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from popkit.diagnostics import ERROR, WARNING, Finding
 from popkit.directives import cli_directives, server_directives
 from popkit.errors import SubmissionError
-from popkit.tasks import MODES
+from popkit.lint_hacks import hack_findings
+from popkit.tasks import MODES, bundled_problem_set, load_task, problem_sets
 
 CHECK_SCHEMA = "popkit/check/1"
 MAX_BYTES = 1_000_000
 EXTENSIONS = (".py", ".cu", ".cuh", ".cpp")
-ERROR, WARNING = "error", "warning"
 GUARD_TIMEOUT_S = 60.0
 
 _STREAM = re.compile("stream", re.IGNORECASE)
 _POPCORN_FD = re.compile("POPCORN_FD")
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One problem in a submission; line and column are 1-based (None when the rule has no place)."""
-
-    rule: str
-    severity: str  # "error" blocks a submission, "warning" informs
-    line: int | None
-    column: int | None
-    message: str
-    hint: str = ""
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Finding":
-        return cls(**{k: data.get(k) for k in ("rule", "severity", "line", "column", "message")},
-                   hint=data.get("hint", ""))
 
 
 @dataclass(frozen=True)
@@ -226,7 +207,6 @@ def offered_gpus_for(leaderboard: str | None, roots: Sequence[Path] = ()) -> tup
     """GPUs the leaderboard offers when a known problem set (or its task.yml) names them; else None."""
     if not leaderboard:
         return None
-    from popkit.tasks import bundled_problem_set, load_task, problem_sets
 
     sets = []
     for load in (lambda: problem_sets(roots), lambda: [bundled_problem_set()]):
@@ -348,8 +328,6 @@ def check_bytes(content: bytes, name: str, *, leaderboard: str | None = None, gp
         if Path(name).suffix.lower() != ".py":
             findings += _fd_findings(text)  # Python files: the syntax tree finds it in code, not in prose
         else:
-            from popkit.lint_hacks import hack_findings  # imports Finding from here, so imported late
-
             findings += hack_findings(text, name)
             if guard:
                 verdict = run_kernelguard(text)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 import re
 
-from popkit.lint import ERROR, WARNING, Finding
+from popkit.diagnostics import ERROR, WARNING, Finding
 
 ENTRY = "custom_kernel"
 

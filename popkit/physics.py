@@ -1,4 +1,4 @@
-"""Results that beat physics: a time shorter than the bytes that must move allow on this GPU.
+"""What the memory of each GPU can move: the bound results.beats_physics holds timings to.
 
 A kernel cannot move its inputs and outputs faster than the memory's peak bandwidth; a mean time that
 implies more is a timing that missed work (left running after the end event, or on another queue) or a
@@ -7,8 +7,6 @@ card so an honest kernel is never flagged.
 """
 
 from __future__ import annotations
-
-from popkit.results import CaseResult
 
 # bytes per second, datasheet peak memory bandwidth; the first matching name wins (most specific first)
 PEAK_BANDWIDTH = (
@@ -35,12 +33,3 @@ def peak_bandwidth(device: str | None) -> float | None:
         if name in upper:
             return peak
     return None
-
-
-def beats_physics(case: CaseResult, device: str | None) -> str:
-    """A one-line warning when the case's mean time implies more than the device's peak bandwidth."""
-    implied, peak = case.bandwidth_bytes_per_s, peak_bandwidth(device)
-    if implied is None or peak is None or implied <= peak * SLACK:
-        return ""
-    return (f"{case.spec}: {implied / 1e12:.2f} TB/s implied, above the {device}'s {peak / 1e12:.2f} TB/s peak: "
-            "this time cannot be right (work left running after the end event, or a result not computed)")

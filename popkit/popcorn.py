@@ -18,9 +18,10 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from popkit.errors import ExitCode, PopcornError, RefusedError, SubmissionError, UsageError
+from popkit import history, runner, tasks
+from popkit.errors import ExitCode, HistoryError, PopcornError, RefusedError, SubmissionError, UsageError
 from popkit.lint import LintReport, check_bytes, read_bytes
-from popkit.results import RunReport
+from popkit.results import RemoteResult, RunReport
 from popkit.tasks import MODES
 
 SUBMIT_SCHEMA = "popkit/submit/1"
@@ -42,73 +43,7 @@ _HACKED = re.compile(r"\bhack(ed)?\b", re.IGNORECASE)
 Progress = Callable[[str], None]
 
 
-# ----------------------------------------------------------------------------------- the result
-
-
-@dataclass(frozen=True)
-class RemoteRun:
-    """One run the server reported: score in seconds, times as the server wrote them."""
-
-    mode: str
-    secret: bool
-    runner: str
-    score: float | None
-    passed: bool
-    start_time: str | None = None
-    end_time: str | None = None
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "RemoteRun":
-        """Raises ValueError when `data` is not a run object as popcorn-cli writes it."""
-        if not isinstance(data, Mapping):
-            raise ValueError(f"a run is {type(data).__name__}, not an object")
-        score = _typed(data, "score", (int, float))
-        return cls(mode=str(data.get("mode", "")), secret=bool(data.get("secret", False)),
-                   runner=str(data.get("runner") or ""), score=float(score) if score is not None else None,
-                   passed=bool(data.get("passed", False)), start_time=_typed(data, "start_time", str),
-                   end_time=_typed(data, "end_time", str))
-
-
-@dataclass(frozen=True)
-class RemoteResult:
-    """What popcorn-cli printed: the score lines and its JSON document."""
-
-    submission_id: int | None
-    leaderboard: str | None
-    file_name: str | None
-    done: bool
-    runs: tuple[RemoteRun, ...] = ()
-    score_public_s: float | None = None  # from `Geomean score (public) on GPU: X s`
-    score_secret_s: float | None = None
-    score_gpu: str | None = None  # the GPU named on the score lines
-
-    @property
-    def passed(self) -> bool:
-        return self.done and bool(self.runs) and all(r.passed for r in self.runs)
-
-    def to_json(self) -> dict:
-        data = asdict(self)
-        data["runs"] = [asdict(r) for r in self.runs]
-        data["passed"] = self.passed
-        return data
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "RemoteResult":
-        """Raises ValueError when `data` does not have the shape of popcorn-cli's result."""
-        runs = _typed(data, "runs", list) or ()
-        return cls(submission_id=_typed(data, "submission_id", int), leaderboard=_typed(data, "leaderboard", str),
-                   file_name=_typed(data, "file_name", str), done=bool(data.get("done", False)),
-                   runs=tuple(RemoteRun.from_json(r) for r in runs),
-                   score_public_s=data.get("score_public_s"), score_secret_s=data.get("score_secret_s"),
-                   score_gpu=data.get("score_gpu"))
-
-
-def _typed(data: Mapping[str, Any], key: str, types: type | tuple[type, ...]) -> Any:
-    """data[key] when it is None or of `types` (a bool is no number); ValueError otherwise."""
-    value = data.get(key)
-    if value is not None and (not isinstance(value, types) or isinstance(value, bool)):
-        raise ValueError(f"`{key}` is {type(value).__name__}")
-    return value
+# ------------------------------------------------------------------------------ reading output
 
 
 def parse_output(text: str) -> RemoteResult | None:
@@ -334,10 +269,7 @@ def plan_submission(path: Path, content: bytes, *, mode: str, gpu: str | None, l
 
 def _gate(plan: SubmitPlan, path: Path, content: bytes, task_spec: str | None, roots: Sequence[Path],
           options: Any, progress: Progress) -> RunReport:
-    from popkit import runner
-    from popkit.tasks import resolve_task
-
-    task = resolve_task(task_spec or plan.leaderboard, roots)
+    task = tasks.resolve_task(task_spec or plan.leaderboard, roots)
     mode = "test" if plan.gate == "test" else "leaderboard"
     if options is None:
         options = runner.RunOptions()
@@ -355,9 +287,6 @@ def submit(path: Path | str, *, mode: str = "leaderboard", gpu: str | None = Non
 
     A dry run checks and stages the copy and returns the exact command without running anything.
     """
-    from popkit import history
-    from popkit.errors import HistoryError
-
     progress = progress or (lambda _msg: None)
     path = Path(path)
     content = read_bytes(path)
@@ -424,8 +353,6 @@ def submit(path: Path | str, *, mode: str = "leaderboard", gpu: str | None = Non
 
 def _record(write: Callable[[], Any]) -> list[str]:
     """A history failure is a warning: the remote result is already in hand and is shown anyway."""
-    from popkit.errors import HistoryError
-
     try:
         write()
     except HistoryError as exc:

@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 import jinja2
 
+from popkit import tasks
 from popkit.errors import ExitCode, PopkitError, TaskError, UsageError
 from popkit.kernelspec import (  # noqa: F401  (re-exported: render is where callers find the spec API)
     DTYPES, GEOMETRIES, SCALAR_TYPES, SPEC_FILE, TARGETS, KernelSpec, find_spec, infer_skeleton, load_spec,
@@ -382,8 +383,6 @@ def new_submission(task: str, output: Path, *, target: str = "cuda", style: str 
                    gpu: str | None = None, arch: str | None = None, force: bool = False,
                    roots: Sequence[Path] = ()) -> Written:
     """`popkit new`: resolve the task, render its submission and write it (refusing to overwrite)."""
-    from popkit import tasks
-
     _check_output_path(Path(output), force)
     found = tasks.resolve_task(task, list(roots))
     rendered = render(found.path, leaderboard=found.leaderboard or found.name, target=target, style=style,
@@ -393,8 +392,6 @@ def new_submission(task: str, output: Path, *, target: str = "cuda", style: str 
 
 def catalog(roots: Sequence[Path] = ()) -> Catalog:
     """`popkit templates`: targets and styles, and which known tasks have a kernel.yml."""
-    from popkit import tasks
-
     infos = []
     for task in tasks.list_tasks(list(roots)):
         path, geometry, error = find_spec(task.path), None, None

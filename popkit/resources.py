@@ -1,8 +1,13 @@
-"""Where popkit's bundled material lives: inside the wheel, or at the top of a source checkout."""
+"""Where popkit's files are: its bundled material (inside the wheel, or at the top of a source
+checkout) and the folder where it keeps its own data (history, builds)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Mapping
+
+HOME_ENV = "POPKIT_HOME"
 
 _PACKAGE = Path(__file__).resolve().parent
 
@@ -17,3 +22,10 @@ def data_dir(name: str) -> Path:
         if candidate.is_dir():
             return candidate
     return _PACKAGE.parent / name
+
+
+def popkit_home(env: Mapping[str, str] | None = None) -> Path:
+    """POPKIT_HOME (`~` expanded), else `.popkit` in the working directory: history and builds live there."""
+    env = os.environ if env is None else env
+    home = env.get(HOME_ENV)
+    return Path(home).expanduser() if home else Path.cwd() / ".popkit"

@@ -12,6 +12,7 @@ from typing import Any, Mapping
 
 from popkit.diagnostics import Diagnostic
 from popkit.errors import ExitCode
+from popkit.physics import SLACK, peak_bandwidth
 
 RUN_SCHEMA = "popkit/run/1"
 # Markers of a failed extension build in a child's output (load_inline, ninja, nvcc, ptxas, the linker).
@@ -86,6 +87,15 @@ class CaseResult:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "CaseResult":
         return _build(cls, data)
+
+
+def beats_physics(case: CaseResult, device: str | None) -> str:
+    """A one-line warning when the case's mean time implies more than the device's peak bandwidth."""
+    implied, peak = case.bandwidth_bytes_per_s, peak_bandwidth(device)
+    if implied is None or peak is None or implied <= peak * SLACK:
+        return ""
+    return (f"{case.spec}: {implied / 1e12:.2f} TB/s implied, above the {device}'s {peak / 1e12:.2f} TB/s peak: "
+            "this time cannot be right (work left running after the end event, or a result not computed)")
 
 
 # A mean more than 3% above the median at any shape: the run's tail moved the score. Calibrated on
@@ -281,8 +291,6 @@ class RunReport:
     def warnings(self) -> tuple[str, ...]:
         """Timings that beat physics (a mean below the bytes that must move over the GPU's peak bandwidth),
         then timings whose mean a few slow calls pulled well above the median."""
-        from popkit.physics import beats_physics
-
         device = (self.system or {}).get("device")
         cases = [case for run in self.runs for case in run.benchmarks]
         found = [beats_physics(case, device) for case in cases] + [noisy_timing(case) for case in cases]
@@ -308,3 +316,72 @@ class RunReport:
             precompile=lambda p: CompileStep.from_json(p) if p else None,
             system=dict,
         )
+
+
+# ------------------------------------------------------------------------ a remote submission
+
+
+@dataclass(frozen=True)
+class RemoteRun:
+    """One run the server reported: score in seconds, times as the server wrote them."""
+
+    mode: str
+    secret: bool
+    runner: str
+    score: float | None
+    passed: bool
+    start_time: str | None = None
+    end_time: str | None = None
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "RemoteRun":
+        """Raises ValueError when `data` is not a run object as popcorn-cli writes it."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"a run is {type(data).__name__}, not an object")
+        score = _typed(data, "score", (int, float))
+        return cls(mode=str(data.get("mode", "")), secret=bool(data.get("secret", False)),
+                   runner=str(data.get("runner") or ""), score=float(score) if score is not None else None,
+                   passed=bool(data.get("passed", False)), start_time=_typed(data, "start_time", str),
+                   end_time=_typed(data, "end_time", str))
+
+
+@dataclass(frozen=True)
+class RemoteResult:
+    """What popcorn-cli printed: the score lines and its JSON document."""
+
+    submission_id: int | None
+    leaderboard: str | None
+    file_name: str | None
+    done: bool
+    runs: tuple[RemoteRun, ...] = ()
+    score_public_s: float | None = None  # from `Geomean score (public) on GPU: X s`
+    score_secret_s: float | None = None
+    score_gpu: str | None = None  # the GPU named on the score lines
+
+    @property
+    def passed(self) -> bool:
+        return self.done and bool(self.runs) and all(r.passed for r in self.runs)
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["runs"] = [asdict(r) for r in self.runs]
+        data["passed"] = self.passed
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "RemoteResult":
+        """Raises ValueError when `data` does not have the shape of popcorn-cli's result."""
+        runs = _typed(data, "runs", list) or ()
+        return cls(submission_id=_typed(data, "submission_id", int), leaderboard=_typed(data, "leaderboard", str),
+                   file_name=_typed(data, "file_name", str), done=bool(data.get("done", False)),
+                   runs=tuple(RemoteRun.from_json(r) for r in runs),
+                   score_public_s=data.get("score_public_s"), score_secret_s=data.get("score_secret_s"),
+                   score_gpu=data.get("score_gpu"))
+
+
+def _typed(data: Mapping[str, Any], key: str, types: type | tuple[type, ...]) -> Any:
+    """data[key] when it is None or of `types` (a bool is no number); ValueError otherwise."""
+    value = data.get(key)
+    if value is not None and (not isinstance(value, types) or isinstance(value, bool)):
+        raise ValueError(f"`{key}` is {type(value).__name__}")
+    return value

@@ -27,9 +27,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from popkit import prestep
+from popkit import diagnostics, prestep, system
 from popkit.contract import entry_points
-from popkit.errors import SubmissionError, TaskError, UsageError
+from popkit.directives import cli_directives, server_directives
+from popkit.errors import EnvironmentProblem, SubmissionError, TaskError, UsageError
 from popkit.resources import data_dir
 from popkit.results import COMPILE_MARKERS, TIMEOUT_EXIT_CODE, CaseResult, CompileStep, ModeRun, RunReport
 from popkit.tasks import MODES, SUBMISSION_SOURCE, Task
@@ -152,9 +153,6 @@ def check_language(task: Task, submission: Path) -> None:
 
 def check_runnable(task: Task, submission: Path, data: bytes, mode: str) -> None:
     """What must hold before anything runs: a Python file for a Python task, a GPU for a CUDA build."""
-    from popkit import system
-    from popkit.errors import EnvironmentProblem
-
     check_language(task, submission)
     if needs_gpu(data) and not system.has_gpu():
         command = "test" if mode == "test" else "bench"
@@ -168,8 +166,6 @@ def task_spec_for(path: Path, content: bytes, explicit: str | None) -> str:
     """The task to run: --task if given, else the file's `#!POPCORN leaderboard` directive."""
     if explicit:
         return explicit
-    from popkit.directives import cli_directives, server_directives
-
     text = content.decode("utf-8")
     name = server_directives(text).leaderboard or cli_directives(text).leaderboard
     if not name:
@@ -515,10 +511,8 @@ def _report(task: Task, submission: Path, data: bytes, mode: str, options: RunOp
     )
 
 
-def compile_diagnostics(step: CompileStep, submission: Path, data: bytes) -> tuple:
+def compile_diagnostics(step: CompileStep, submission: Path, data: bytes) -> tuple[diagnostics.Diagnostic, ...]:
     """The pre-step's compiler messages, placed at lines of the user's file where they map."""
-    from popkit import diagnostics
-
     text = data.decode("utf-8", "replace")
     raw = diagnostics.parse_log(step.stdout + "\n" + step.stderr)
     found = diagnostics.map_diagnostics(raw, diagnostics.SourceMap(submission, text), None)
@@ -535,8 +529,6 @@ class SystemProbe:
 
     def _run(self, python: str) -> None:
         try:
-            from popkit import system
-
             self._result = dict(system.probe(python))
         except Exception as exc:  # the report still stands without a system line
             self._result = {"error": f"{type(exc).__name__}: {exc}"}

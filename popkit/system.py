@@ -18,7 +18,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
-from popkit.errors import EnvironmentProblem
+from popkit.buildlocks import find_locks, lock_state
+from popkit.errors import EnvironmentProblem, PopkitError
 
 PROBE_KEYS = ("python", "platform", "torch", "cuda", "hip", "device", "arch", "gpu_count")
 TOOL_TIMEOUT_S = 15.0
@@ -388,9 +389,6 @@ def _cache_checks(info: Mapping[str, Any], python: str) -> list[Check]:
     """Old builds in torch's default extension folder: loaded by a newer torch they fail with `undefined symbol`."""
     if not (info.get("cuda") or info.get("hip")) or not info.get("torch_dir"):
         return []
-    from popkit.compile import find_locks, lock_state
-    from popkit.errors import PopkitError
-
     try:
         tools = toolchain(python)
     except PopkitError:  # the checks above already report a broken interpreter

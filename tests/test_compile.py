@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from popkit import compile as compiler
 from popkit import render, system
+from popkit.buildlocks import lock_state
 from popkit.cli import app
 from popkit.diagnostics import SourceMap, map_diagnostics, parse_log, string_literals
 from popkit.errors import EnvironmentProblem, ExitCode, SubmissionError
@@ -261,12 +262,12 @@ def test_lock_states(tmp_path):
 
     lock = tmp_path / "lock"
     lock.touch()
-    assert compiler.lock_state(lock, "baton") == "stale"
-    assert compiler.lock_state(lock, "flock") == "leftover"
+    assert lock_state(lock, "baton") == "stale"
+    assert lock_state(lock, "flock") == "leftover"
     fd = os.open(lock, os.O_RDWR)
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
-        assert compiler.lock_state(lock, "flock") == "held"
+        assert lock_state(lock, "flock") == "held"
     finally:
         os.close(fd)
 

@@ -9,7 +9,8 @@ import pytest
 from popkit import history
 from popkit.errors import HistoryError, UsageError
 from popkit.history import History, RunRecord
-from popkit.popcorn import RemoteResult, RemoteRun, SubmitPlan
+from popkit.popcorn import SubmitPlan
+from popkit.results import RemoteResult, RemoteRun
 from popkit.lint import LintReport
 from popkit.results import CaseResult, CompileStep, ModeRun, RunReport
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from popkit import lint
-from popkit.lint import Finding, LintReport, check_bytes
+from popkit.diagnostics import Finding
+from popkit.lint import LintReport, check_bytes
 
 OK_BODY = "import torch\n\n\ndef custom_kernel(data):\n    a, b = data\n    return a + b\n"
 

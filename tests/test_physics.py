@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from popkit import runner
-from popkit.physics import beats_physics, peak_bandwidth
-from popkit.results import CaseResult, ModeRun, RunReport
+from popkit.physics import peak_bandwidth
+from popkit.results import CaseResult, ModeRun, RunReport, beats_physics
 from popkit.tasks import load_task
 
 DOUBLER = Path(__file__).parent / "fixtures" / "harness" / "doubler"

@@ -14,7 +14,7 @@ from popkit import popcorn
 from popkit.cli import app
 from popkit.errors import PopcornError, RefusedError, UsageError
 from popkit.history import History
-from popkit.popcorn import RemoteResult, RemoteRun
+from popkit.results import RemoteResult, RemoteRun
 
 FAKE = Path(__file__).resolve().parent / "fake_popcorn" / "popcorn-cli"
 BODY = "import torch\n\n\ndef custom_kernel(data):\n    a, b = data\n    return a + b\n"

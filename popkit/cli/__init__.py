@@ -1,87 +1,10 @@
-"""The `popkit` command: a Typer app whose commands live in running, authoring and remote.
-
-This module is the one place where a PopkitError becomes a message and an exit code.
-"""
+"""The `popkit` command: a Typer app (popkit.cli.app) whose commands live in running, authoring and remote."""
 
 from __future__ import annotations
 
-import os
-
-import typer
-from typer.core import TyperGroup
-
-from typer import _click
-
-from popkit.errors import ExitCode, PopkitError, UsageError
-
-
-_JSON_KEY = "popkit.json"  # ctx.meta: whether --json is anywhere on the command line
-
-
-class _PopkitGroup(TyperGroup):
-    def make_context(self, info_name, args, parent=None, **extra):
-        # The top-level parse (unknown command, unknown option before it) happens here, before invoke.
-        json_requested = "--json" in args
-        try:
-            ctx = super().make_context(info_name, list(args), parent=parent, **extra)
-        except _click.ClickException as exc:
-            if json_requested:
-                _usage_error_as_json(exc)
-            raise
-        ctx.meta[_JSON_KEY] = json_requested
-        return ctx
-
-    def invoke(self, ctx):
-        from popkit.views import common
-
-        try:
-            return super().invoke(ctx)
-        except _click.ClickException as exc:  # a sub-command's usage error: click prints it, unless --json
-            if ctx.meta.get(_JSON_KEY):
-                _usage_error_as_json(exc)
-            raise
-        except PopkitError as exc:
-            common.print_error(exc)
-            raise typer.Exit(int(exc.exit_code)) from None
-        except KeyboardInterrupt:
-            raise typer.Exit(130) from None
-        except Exception as exc:  # a popkit bug: one line, no traceback unless asked for
-            # Usage errors, --help and exits belong to click (vendored inside typer since 0.26):
-            # typer's own handling prints them and sets exit code 2.
-            if _is_cli_framework(exc) or os.environ.get("POPKIT_DEBUG"):
-                raise
-            common.print_internal_error(exc)
-            raise typer.Exit(int(ExitCode.INTERNAL)) from None
-
-
-def _usage_error_as_json(exc: "_click.ClickException") -> None:
-    """`--json` anywhere on the command line: a usage error is a popkit/error/1 document too."""
-    from popkit.views import common
-
-    ctx = getattr(exc, "ctx", None)
-    command = ctx.command_path if ctx is not None else "popkit"
-    common.set_json(True)
-    common.print_error(UsageError(exc.format_message(), f"`{command} --help` lists the arguments and options",
-                                  exit_code=ExitCode(exc.exit_code)))
-    raise typer.Exit(exc.exit_code)
-
-
-def _is_cli_framework(exc: BaseException) -> bool:
-    return type(exc).__module__.split(".")[0] in ("click", "typer")
-
-
-app = typer.Typer(
-    cls=_PopkitGroup,
-    name="popkit",
-    help="Run GPU MODE leaderboard tasks locally, exactly as the leaderboard runner does.",
-    no_args_is_help=True,
-    add_completion=False,
-    rich_markup_mode=None,
-    pretty_exceptions_enable=False,
-)
-
-# Command modules register themselves on `app` when imported.
-from popkit.cli import running, authoring, remote  # noqa: E402,F401,I001  (help lists commands in this order)
+# Importing a command module registers its commands on `app`; help lists them in this order.
+from popkit.cli import running, authoring, remote  # noqa: F401,I001
+from popkit.cli.app import app
 
 
 def main() -> None:

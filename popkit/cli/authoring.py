@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, List, Optional
 
 import typer
 
-from popkit.cli import app
+from popkit import compile as compiler
+from popkit import render, system
+from popkit.cli.app import app
+from popkit.errors import ExitCode
+from popkit.tasks import task_roots
+from popkit.views import authoring as view
 from popkit.views import common
 
 RootsOpt = Annotated[Optional[List[Path]], typer.Option("--tasks-root", help="Folder or problem-set yaml to look up leaderboard names in (repeatable; also POPKIT_TASKS_PATH).")]
@@ -15,8 +21,6 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document i
 
 
 def _roots(roots: Optional[List[Path]]) -> list[Path]:
-    from popkit.tasks import task_roots
-
     return task_roots(roots or [])
 
 
@@ -40,9 +44,6 @@ def new(
               popkit new --task softmax --target hip --arch gfx950 --gpu MI355X -o softmax_hip.py
     """
     common.set_json(json)
-    from popkit import render
-    from popkit.views import authoring as view
-
     written = render.new_submission(task, output, target=target, style=style, gpu=gpu, arch=arch, force=force,
                                     roots=_roots(tasks_root))
     view.show_written(written, json)
@@ -55,9 +56,6 @@ def templates(tasks_root: RootsOpt = None, json: JsonOpt = False) -> None:
     Example: popkit templates --json
     """
     common.set_json(json)
-    from popkit import render
-    from popkit.views import authoring as view
-
     view.show_catalog(render.catalog(_roots(tasks_root)), json)
 
 
@@ -79,11 +77,6 @@ def compile_(
     Example: popkit compile vectoradd.py
     """
     common.set_json(json)
-    import sys
-
-    from popkit import compile as compiler
-    from popkit.views import authoring as view
-
     report = compiler.compile_submission(submission, task=task, roots=_roots(tasks_root), clean=clean,
                                          timeout_s=timeout, python=python or sys.executable,
                                          progress=common.progress_printer(json))
@@ -101,10 +94,6 @@ def doctor(
     Example: popkit doctor
     """
     common.set_json(json)
-    from popkit import system
-    from popkit.errors import ExitCode
-    from popkit.views import authoring as view
-
     report = system.doctor(python)
     view.show_doctor(report, json)
     raise typer.Exit(0 if report.ok else int(ExitCode.ENVIRONMENT))

@@ -8,10 +8,10 @@ from typing import Annotated, List, Optional
 import typer
 
 from popkit import history as ledger
-from popkit import lint, popcorn
-from popkit.cli import app
-from popkit.errors import ExitCode
-from popkit.tasks import task_roots
+from popkit import lint, popcorn, runner
+from popkit.cli.app import app
+from popkit.errors import ExitCode, TaskError
+from popkit.tasks import resolve_task, task_roots
 from popkit.views import common
 from popkit.views import remote as view
 
@@ -52,10 +52,6 @@ def check(
 
 def _check_language(submission: Path, leaderboard: Optional[str], roots) -> None:
     """A .cu file for a Python task is refused with exit 4 (the runner would run it as submission.py)."""
-    from popkit import runner
-    from popkit.errors import TaskError
-    from popkit.tasks import resolve_task
-
     if not leaderboard or submission.suffix.lower() == ".py":
         return
     try:
@@ -89,11 +85,9 @@ def submit(
       popkit submit v7.py --gpu H100 --gate test
     """
     common.set_json(json)
-    from popkit.views.common import progress_printer
-
     result = popcorn.submit(submission, mode=mode, gpu=gpu, leaderboard=leaderboard, gate=gate, dry_run=dry_run,
                             task=task, roots=task_roots(tasks_root or []), timeout_s=timeout, guard=guard,
-                            progress=progress_printer(json))
+                            progress=common.progress_printer(json))
     view.show_submit(result, json=json)
     raise typer.Exit(int(result.exit_code))
 

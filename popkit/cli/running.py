@@ -7,12 +7,13 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from popkit import runner
+from popkit import ab, history, runner, system
+from popkit.cli.app import app
 from popkit.contract import entry_points
-from popkit.cli import app
-from popkit.errors import UsageError
+from popkit.errors import EnvironmentProblem, HistoryError, UsageError
 from popkit.tasks import list_tasks, resolve_task, shadowed_tasks, task_roots
 from popkit.views import common
+from popkit.views import remote as remote_view
 from popkit.views.common import escape
 from popkit.views import running as view
 
@@ -41,8 +42,6 @@ def _record(report, content: bytes, enabled: bool) -> str:
     """Record the run in history; a history problem is a warning here, never a lost result."""
     if not enabled:
         return ""
-    from popkit import history
-    from popkit.errors import HistoryError
 
     try:
         history.record_run(report, content)
@@ -65,9 +64,6 @@ def _resolve(submission: Path, content: bytes, task_spec: Optional[str], roots: 
 
 def _check_gpu_sized(task, mode: str, allow_cpu: bool) -> None:
     """Benchmarks of a task made for GPUs, on a machine without one: said before anything runs."""
-    from popkit import system
-    from popkit.errors import EnvironmentProblem
-
     if mode == "test" or allow_cpu or not task.gpus or system.has_gpu():
         return
     largest = "; ".join(f"{k}: {v}" for k, v in (task.cases_for(mode) or [{}])[-1].items())
@@ -175,9 +171,6 @@ def bench(
 
 def _ab(a: Path, b: Path, task_spec, roots, options, rounds: int, json: bool, history: bool,
         allow_cpu: bool) -> None:
-    from popkit import ab
-    from popkit.views import remote as remote_view
-
     contents = {"A": runner.read_submission(a, None), "B": runner.read_submission(b, None)}
     task = _resolve(a, contents["A"], task_spec, roots)
     _check_gpu_sized(task, "benchmark", allow_cpu)

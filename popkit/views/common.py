@@ -8,6 +8,7 @@ import sys
 from typing import Any, Callable
 
 from rich.console import Console
+from rich.markup import escape
 
 from popkit.errors import PopkitError
 
@@ -56,9 +57,9 @@ def print_error(exc: PopkitError) -> None:
         emit_json("error", exc.to_json())
         return
     con = err_console()
-    con.print(f"[bold red]error:[/] {_escape(exc.message)}")
+    con.print(f"[bold red]error:[/] {escape(exc.message)}")
     if exc.hint:
-        con.print(f"[dim]hint:[/] {_escape(exc.hint)}")
+        con.print(f"[dim]hint:[/] {escape(exc.hint)}")
 
 
 def print_internal_error(exc: BaseException) -> None:
@@ -68,17 +69,8 @@ def print_internal_error(exc: BaseException) -> None:
         emit_json("error", {"error": "InternalError", "message": message, "hint": hint, "exit_code": 70})
         return
     con = err_console()
-    con.print(f"[bold red]error:[/] {_escape(message)}")
+    con.print(f"[bold red]error:[/] {escape(message)}")
     con.print(f"[dim]hint:[/] {hint}")
-
-
-def _escape(text: str) -> str:
-    from rich.markup import escape
-
-    return escape(text)
-
-
-escape = _escape
 
 
 def format_time(ns: float, err_ns: float | None = None) -> str:

@@ -11,9 +11,12 @@ from rich.table import Table
 from popkit.ab import A_FASTER, B_FASTER, SAME, ABReport, Comparison
 from popkit.history import RunRecord
 from popkit.lint import LintReport
-from popkit.popcorn import RemoteResult, SubmitResult
+from popkit.popcorn import SubmitResult
+from popkit.results import RemoteResult
 from popkit.stats import Interval
+from popkit.tasks import Task
 from popkit.views.common import console, emit_json, escape, format_time
+from popkit.views.running import show_run, system_line
 
 _MARK = {"error": "[bold red]error[/]", "warning": "[yellow]warning[/]"}
 
@@ -185,9 +188,6 @@ def show_record(record: RunRecord, *, source: bytes | None = None, json: bool = 
         con.print(escape(source.decode("utf-8", errors="replace")), soft_wrap=True)
         return
     if record.report is not None:
-        from popkit.tasks import Task
-        from popkit.views.running import show_run
-
         report = record.report
         task = Task(name=report.task, path=Path(report.task_path), files=(), lang="py", description="", main="",
                     leaderboard=report.leaderboard)
@@ -268,7 +268,6 @@ def show_ab(report: ABReport, *, json: bool = False) -> None:
     con = console()
     con.print(f"[bold]popkit bench A/B[/] · task [bold]{escape(report.task)}[/] · {report.rounds} rounds per shape,"
               f" interleaved · harness {escape(report.harness)}")
-    from popkit.views.running import system_line
 
     con.print(f"[dim]system:[/] {escape(system_line(dict(report.system)))}")
     if report.comparison.shapes:

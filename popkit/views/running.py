@@ -6,6 +6,7 @@ from typing import Sequence
 
 from rich.table import Table
 
+from popkit import stats
 from popkit.results import CaseResult, ModeRun, RunReport
 from popkit.tasks import Task
 from popkit.views.common import console, emit_json, escape, format_time
@@ -38,8 +39,6 @@ def system_line(system: dict) -> str:
 
 def _ci95(case: CaseResult) -> str:
     """95% interval of the mean: from the raw samples when the eval sent them, else from err and n."""
-    from popkit import stats
-
     if len(case.samples_ns) >= 2:
         ci = stats.mean_ci95(list(case.samples_ns))
         low, high = ci.low, ci.high

@@ -1,0 +1,150 @@
+"""The shape of the package: popkit's modules import each other without a cycle.
+
+The import graph is read from the source with `ast`: imports at module level and inside functions both
+count, so a cycle cannot hide behind an import placed late in a function.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "popkit"
+
+
+def module_files(package: Path = PACKAGE) -> dict[str, Path]:
+    """Every module of the package by dotted name (a package is named by its __init__.py)."""
+    found = {}
+    for path in sorted(package.rglob("*.py")):
+        parts = list(path.relative_to(package.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def _imported(node: ast.Import | ast.ImportFrom, module: str, is_package: bool) -> list[str]:
+    """Dotted names an import statement can load: `from a import b` loads a, and a.b when b is a module."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    base = node.module or ""
+    if node.level:
+        anchor = module.split(".") if is_package else module.split(".")[:-1]
+        anchor = anchor[:len(anchor) - (node.level - 1)]
+        base = ".".join(anchor + ([base] if base else []))
+    return [base] + [f"{base}.{alias.name}" for alias in node.names]
+
+
+def _owner(name: str, modules: dict[str, Path]) -> str | None:
+    """The popkit module that `name` (a module, or a name inside one) belongs to."""
+    while name:
+        if name in modules:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def imports_of(module: str, modules: dict[str, Path]) -> dict[str, int]:
+    """The popkit modules `module` imports, each with the line of its first import."""
+    path = modules[module]
+    found: dict[str, int] = {}
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if not isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        names = _imported(node, module, path.name == "__init__.py")
+        # `from popkit import runner` loads popkit.runner; the package itself only when a name is not a module
+        owners = {_owner(n, modules) for n in names[1:]} if isinstance(node, ast.ImportFrom) else set()
+        if isinstance(node, ast.Import) or any(o == names[0] for o in owners) or not owners:
+            owners.add(_owner(names[0], modules))
+        for owner in owners - {None, module}:
+            found[owner] = min(found.get(owner, node.lineno), node.lineno)
+    return found
+
+
+def import_graph(package: Path = PACKAGE) -> dict[str, dict[str, int]]:
+    modules = module_files(package)
+    return {module: imports_of(module, modules) for module in modules}
+
+
+def find_cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """One cycle through each strongly connected group of modules (Tarjan), as a closed path."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in graph.get(node, {}):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(group)
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return [_path_through(sorted(group), graph) for group in groups]
+
+
+def _path_through(group: list[str], graph: dict[str, dict[str, int]]) -> list[str]:
+    """A closed import path from the group's first module back to itself, staying inside the group."""
+    start, members = group[0], set(group)
+    paths = {start: [start]}
+    frontier = [start]
+    while frontier:
+        node = frontier.pop(0)
+        for nxt in sorted(graph[node]):
+            if nxt == start:
+                return paths[node] + [start]
+            if nxt in members and nxt not in paths:
+                paths[nxt] = paths[node] + [nxt]
+                frontier.append(nxt)
+    raise AssertionError(f"no cycle through {group}")
+
+
+def describe(cycle: list[str], graph: dict[str, dict[str, int]]) -> str:
+    steps = [f"{a} (line {graph[a][b]})" for a, b in zip(cycle, cycle[1:])]
+    return " -> ".join(steps + [cycle[-1]])
+
+
+def test_popkit_has_no_import_cycle():
+    graph = import_graph()
+    cycles = find_cycles(graph)
+    assert not cycles, "import cycles:\n" + "\n".join(describe(c, graph) for c in cycles)
+
+
+def test_the_cycle_finder_names_a_cycle():
+    graph = {"a": {"b": 3}, "b": {"c": 5}, "c": {"a": 7}, "d": {"a": 1}}
+    (cycle,) = find_cycles(graph)
+    assert cycle == ["a", "b", "c", "a"]
+    assert describe(cycle, graph) == "a (line 3) -> b (line 5) -> c (line 7) -> a"
+    assert find_cycles({"a": {"b": 1}, "b": {}}) == []
+
+
+def test_imports_inside_functions_and_relative_imports_count(tmp_path):
+    pkg = tmp_path / "popkit"
+    (pkg / "cli").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "low.py").write_text("def f():\n    from popkit import high\n")
+    (pkg / "high.py").write_text("from popkit.low import f\n")
+    (pkg / "cli" / "__init__.py").write_text("from .app import app\n")
+    (pkg / "cli" / "app.py").write_text("from popkit import __version__\nfrom popkit.cli import helper\n")
+    (pkg / "cli" / "helper.py").write_text("import json\n")
+    graph = import_graph(pkg)
+    assert graph["popkit.low"] == {"popkit.high": 2}
+    assert graph["popkit.cli"] == {"popkit.cli.app": 1}
+    assert graph["popkit.cli.app"] == {"popkit": 1, "popkit.cli.helper": 2}
+    assert graph["popkit.cli.helper"] == {}
+    assert find_cycles(graph) == [["popkit.high", "popkit.low", "popkit.high"]]
