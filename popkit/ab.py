@@ -10,15 +10,13 @@ A: below 1 means B is faster. Intervals are 95%, from raw samples when the harne
 from __future__ import annotations
 
 import hashlib
-import shutil
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from popkit import runner, stats
+from popkit import proc, runner, stats
 from popkit.errors import ExitCode, TaskError
 from popkit.results import OUTCOME_EXIT, CaseResult, ModeRun, RunReport
 from popkit.stats import Interval, Summary
@@ -201,10 +199,11 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: Any = No
     gpus = None
     if task.multi_gpu:
         gpus = (probe.result() if probe else dict(system or {})).get("gpu_count")
-    root = Path(tempfile.mkdtemp(prefix="popkit-ab-"))
     timings: dict[str, dict[str, list[CaseResult]]] = {"A": {}, "B": {}}
     failed_side, failure = "", None
-    try:
+    with proc.WorkDir("popkit-ab-", keep=options.keep_workdir) as root:
+        if options.keep_workdir:
+            progress(f"working directories kept: {root}")
         mains = {}
         for side, content in contents.items():
             mains[side] = runner.prepare_workdir(task, content, root / side, options.harness)
@@ -227,11 +226,6 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: Any = No
                     break
             if failure is not None:
                 break
-    finally:
-        if options.keep_workdir:
-            progress(f"working directories kept: {root}")
-        else:
-            shutil.rmtree(root, ignore_errors=True)
     comparison = compare_shapes(timings["A"], timings["B"], str(paths["A"]), str(paths["B"]))
     return ABReport(task=task.name, a_path=str(paths["A"]), b_path=str(paths["B"]),
                     a_sha256=hashlib.sha256(contents["A"]).hexdigest(),

@@ -25,6 +25,17 @@ class ExitCode(IntEnum):
     HISTORY = 10  # the run history database is unreadable or locked
     ENVIRONMENT = 11  # the local environment cannot do what was asked (no torch, no nvcc, doctor problems)
     INTERNAL = 70  # a bug in popkit
+    HANGUP = 129  # stopped by SIGHUP (128 + signal number, as shells report it)
+    INTERRUPTED = 130  # stopped by SIGINT (Ctrl-C)
+    TERMINATED = 143  # stopped by SIGTERM
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT, SIGTERM or SIGHUP arrived: popkit unwinds (children killed, working files removed), then exits."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
 
 
 class PopkitError(Exception):

@@ -17,9 +17,7 @@ import random
 import re
 import shutil
 import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -27,7 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from popkit import diagnostics, prestep, system
+from popkit import diagnostics, prestep, proc, system
 from popkit.contract import entry_points
 from popkit.directives import cli_directives, server_directives
 from popkit.errors import EnvironmentProblem, SubmissionError, TaskError, UsageError
@@ -219,57 +217,15 @@ def prepare_workdir(task: Task, submission: bytes, dest: Path, harness: str = "t
     return task.main
 
 
-class _PipeReader:
-    """Reads the result pipe on a thread, so a child that writes a lot never blocks on a full pipe."""
-
-    def __init__(self, fd: int):
-        self._fd = fd
-        self._chunks: list[bytes] = []
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        with os.fdopen(self._fd, "rb") as pipe:
-            while chunk := pipe.read(65536):
-                self._chunks.append(chunk)
-
-    def text(self, wait_s: float = 5.0) -> str:
-        # A grandchild that inherited the write end could keep it open; don't wait for it forever.
-        self._thread.join(wait_s)
-        return b"".join(self._chunks).decode("utf-8", errors="replace")
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def run_child(argv: Sequence[str], cwd: Path, env: Mapping[str, str], timeout_s: float,
-              pass_fds: Sequence[int] = ()) -> tuple[int, str, str, float, bool]:
-    """Run one child in its own process group; on timeout kill the whole group.
+def run_child(argv: Sequence[str], cwd: Path, env: Mapping[str, str], timeout_s: float) -> tuple[int, str, str, float, bool]:
+    """Run one child under popkit's watchdog (popkit/proc.py); its whole tree is gone when this returns.
 
     Returns (exit code, stdout, stderr, seconds, timed out). The exit code is 114 on timeout,
     as the runner sets it; a child killed by a signal reports -signal.
     """
-    start = time.monotonic()
-    proc = subprocess.Popen(
-        list(argv), cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, pass_fds=tuple(pass_fds), start_new_session=True,
-    )
-    timed_out = False
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-        code = proc.returncode
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        out, err = proc.communicate()
-        timed_out, code = True, TIMEOUT_EXIT_CODE
-    finally:
-        _kill_group(proc)  # leftover workers of the eval die with it
-    elapsed = time.monotonic() - start
-    return code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"), elapsed, timed_out
+    done = proc.run(argv, cwd, env, timeout_s)
+    code = TIMEOUT_EXIT_CODE if done.timed_out else done.code
+    return code, done.stdout, done.stderr, done.seconds, done.timed_out
 
 
 def child_env(options: RunOptions, **extra: str) -> dict[str, str]:
@@ -311,24 +267,19 @@ def run_mode(workdir: Path, main: str, mode: str, cases: Sequence[Mapping[str, A
     """One eval process: `python <main> MODE CASES` with the result pipe; parse what it wrote."""
     cases_file = workdir / (cases_name or f"{mode}{'-secret' if seed is not None else ''}.txt")
     cases_file.write_text(render_cases(cases))
-    read_fd, write_fd = os.pipe()
-    extra = {"POPCORN_FD": str(write_fd)}
+    extra = {}
     if seed is not None:
         extra["POPCORN_SEED"] = str(seed)
     if gpus is not None:
         extra["POPCORN_GPUS"] = str(gpus)
-    reader = _PipeReader(read_fd)
-    try:
-        code, out, err, secs, timed_out = run_child(
-            [options.python, main, mode, cases_file.name], workdir, child_env(options, **extra),
-            timeout_s, pass_fds=(write_fd,))
-    finally:
-        os.close(write_fd)
-    raw = parse_pipe(reader.text())
-    run = ModeRun(mode=mode, secret=seed is not None, seed=seed, exit_code=code, duration_s=secs,
-                  timeout_s=timeout_s, timed_out=timed_out, check=raw.get("check"),
+    done = proc.run([options.python, main, mode, cases_file.name], workdir, child_env(options, **extra),
+                    timeout_s, result_fd_env="POPCORN_FD")
+    raw = parse_pipe(done.pipe.decode("utf-8", "replace"))
+    code = TIMEOUT_EXIT_CODE if done.timed_out else done.code
+    run = ModeRun(mode=mode, secret=seed is not None, seed=seed, exit_code=code, duration_s=done.seconds,
+                  timeout_s=timeout_s, timed_out=done.timed_out, check=raw.get("check"),
                   tests=_cases(raw, "test"), benchmarks=_cases(raw, "benchmark"), raw=raw,
-                  stdout=out, stderr=err)
+                  stdout=done.stdout, stderr=done.stderr)
     outcome, summary = classify(run)
     return replace(run, outcome=outcome, summary=summary)
 
@@ -468,9 +419,10 @@ def run_submission(task: Task, submission: Path, mode: str, options: RunOptions 
         raise TaskError(f"{task.yml}: no `tests` to run", "add test cases to task.yml")
     started = datetime.now(timezone.utc)
     t0 = time.monotonic()
-    workdir = Path(tempfile.mkdtemp(prefix="popkit-run-"))
     probe = SystemProbe(options.python) if system is None else None
-    try:
+    with proc.WorkDir("popkit-run-", keep=options.keep_workdir) as workdir:
+        if options.keep_workdir:
+            progress(f"working directory kept: {workdir}")
         main = prepare_workdir(task, data, workdir, options.harness)
         step, plan = pre_step(workdir, task.submission_name, data, options, progress)
         if step is not None and step.build_failed:
@@ -489,11 +441,6 @@ def run_submission(task: Task, submission: Path, mode: str, options: RunOptions 
                 runs.extend(secret_runs)
                 if not all(r.passed for r in secret_runs):
                     break
-    finally:
-        if options.keep_workdir:
-            progress(f"working directory kept: {workdir}")
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
     return _report(task, submission, data, mode, options, started, t0, system, probe, step, runs, secret_seeds,
                    plan.reason)
 

@@ -4,13 +4,14 @@ message and an exit code."""
 from __future__ import annotations
 
 import os
+import signal
 
 import typer
 from typer.core import TyperGroup
 
 from typer import _click
 
-from popkit.errors import ExitCode, PopkitError, UsageError
+from popkit.errors import ExitCode, Interrupted, PopkitError, UsageError
 from popkit.views import common
 
 
@@ -40,8 +41,11 @@ class _PopkitGroup(TyperGroup):
         except PopkitError as exc:
             common.print_error(exc)
             raise typer.Exit(int(exc.exit_code)) from None
-        except KeyboardInterrupt:
-            raise typer.Exit(130) from None
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM / SIGHUP turned into Interrupted by cli.main()
+            signum = exc.signum if isinstance(exc, Interrupted) else int(signal.SIGINT)
+            common.err_console().print(f"popkit: stopped by {signal.Signals(signum).name}; its child processes "
+                                       "were killed and its working files removed")
+            raise typer.Exit(128 + signum) from None
         except Exception as exc:  # a popkit bug: one line, no traceback unless asked for
             # Usage errors, --help and exits belong to click (vendored inside typer since 0.26):
             # typer's own handling prints them and sets exit code 2.

@@ -1,0 +1,168 @@
+"""popkit's watchdog: the process between popkit and every child it runs. Standard library only.
+
+popkit runs it as a script (`python -I -S _watchdog.py ...`), so it works with any --python:
+
+    _watchdog.py run STATUS_FD LIFELINE_FD -- ARGV...
+        Becomes a child subreaper, so every descendant of the child stays below it whatever it does
+        (setsid, double fork). Starts ARGV in a new session with PR_SET_PDEATHSIG (SIGKILL), writes
+        `pid N` on STATUS_FD, then `exit CODE` (or `error ERRNO` when ARGV cannot be executed) when
+        the child exits; then kills every descendant left and exits. It stops the same way, without
+        an `exit` line, on SIGTERM, SIGINT or SIGHUP (popkit's timeout, a terminal) and on EOF of
+        LIFELINE_FD, a pipe whose write end only popkit holds: popkit is gone, even by SIGKILL.
+
+    _watchdog.py guard LIFELINE_FD DIR
+        Waits for EOF on LIFELINE_FD (popkit finished or died) and then removes DIR, unless popkit
+        wrote `keep` on the pipe first.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import shutil
+import signal
+import sys
+import time
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+KILL_WAIT_S = 2.0  # popkit waits a little longer for a watchdog to finish
+
+
+def prctl(option: int, value: int) -> bool:
+    """Linux prctl(2) through ctypes; False where it is not available."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def descendants(root: int) -> list[int]:
+    """Every process below `root`, from the parent links in /proc/*/stat."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(b")") + 2:].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        for pid in children.get(todo.pop(), ()):
+            found.append(pid)
+            todo.append(pid)
+    return found
+
+
+def reap() -> dict[int, int]:
+    """Collect every exited child (orphans come to a subreaper too): pid -> exit code."""
+    done = {}
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return done
+        if pid == 0:
+            return done
+        done[pid] = os.waitstatus_to_exitcode(status)
+
+
+def kill_tree() -> None:
+    """SIGKILL everything below this process, until nothing is left (or KILL_WAIT_S passed)."""
+    deadline = time.monotonic() + KILL_WAIT_S
+    while time.monotonic() < deadline:
+        left = descendants(os.getpid())
+        if not left:
+            return
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        reap()
+        time.sleep(0.01)
+
+
+def _exec_child(argv: list[str], status_fd: int, parent: int) -> None:
+    """In the forked child: own session, die with the watchdog, become ARGV."""
+    try:
+        os.setsid()
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
+        if os.getppid() != parent:  # the watchdog died before the line above
+            os._exit(137)
+        os.execvp(argv[0], argv)
+    except OSError as exc:
+        os.write(status_fd, f"error {exc.errno or 0}\n".encode())
+    finally:
+        os._exit(127)
+
+
+def run(status_fd: int, lifeline_fd: int, argv: list[str]) -> int:
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+    os.set_inheritable(status_fd, False)
+    os.set_inheritable(lifeline_fd, False)
+    stop: list[int] = []
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda signum, _frame: stop.append(signum))
+    me = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        _exec_child(argv, status_fd, me)
+    os.write(status_fd, f"pid {pid}\n".encode())
+    keep = {0, 1, 2, status_fd, lifeline_fd, wake_r, wake_w}
+    for fd in [int(name) for name in os.listdir("/proc/self/fd")]:
+        if fd not in keep:  # the result pipe's write end: only the child's tree may hold it
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    code = None
+    while code is None and not stop:
+        ready, _, _ = select.select([lifeline_fd, wake_r], [], [])
+        if lifeline_fd in ready and not os.read(lifeline_fd, 64):
+            break
+        if wake_r in ready:
+            os.read(wake_r, 4096)
+        code = reap().get(pid, code)
+    if code is not None:
+        os.write(status_fd, f"exit {code}\n".encode())
+    kill_tree()
+    return 0
+
+
+def guard(lifeline_fd: int, directory: str) -> int:
+    said = b""
+    while chunk := os.read(lifeline_fd, 64):
+        said += chunk
+    if b"keep" in said:
+        return 0
+    deadline = time.monotonic() + KILL_WAIT_S * 5
+    while os.path.lexists(directory) and time.monotonic() < deadline:
+        shutil.rmtree(directory, ignore_errors=True)  # the runs' watchdogs may still be stopping writers
+        time.sleep(0.05)
+    return 0
+
+
+def main(args: list[str]) -> int:
+    if len(args) >= 5 and args[0] == "run" and args[3] == "--":
+        return run(int(args[1]), int(args[2]), args[4:])
+    if len(args) == 3 and args[0] == "guard":
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # signals are popkit's to handle
+            signal.signal(sig, signal.SIG_IGN)
+        return guard(int(args[1]), args[2])
+    print("usage: _watchdog.py run STATUS_FD LIFELINE_FD -- ARGV... | guard LIFELINE_FD DIR", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

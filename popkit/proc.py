@@ -1,0 +1,274 @@
+"""The one place where popkit runs a child process, and makes sure nothing of it outlives the call.
+
+Every child runs below a watchdog (popkit/_watchdog.py): a child subreaper that starts the child in
+its own session, reports its exit, then kills every descendant it left (setsid and double fork do
+not escape a subreaper), and kills the whole tree when popkit's lifeline pipe closes, which the
+kernel does for popkit even on SIGKILL. popkit reads the child's stdout, stderr and result pipe
+itself with bounded memory, stops reading when the child exits, and never waits unboundedly:
+a call returns within its timeout plus KILL_GRACE_S whatever the descendants do.
+
+A working directory comes with a guard process that removes it if popkit dies before it could.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from popkit import _watchdog
+
+WATCHDOG = Path(_watchdog.__file__).resolve()
+HEAD_BYTES = 8 * 1024  # stdout and stderr keep their first 8 KiB ...
+TAIL_BYTES = 64 * 1024  # ... and their last 64 KiB
+PIPE_BYTES = 8 * 1024 * 1024  # the result pipe keeps its first 8 MiB
+KILL_GRACE_S = 3.0  # after a timeout or the child's exit: time for the watchdog to kill the tree
+
+_LIFELINE: list[int] = []  # read and write end of the pipe every watchdog watches
+
+
+def _lifeline() -> int:
+    """The read end of a pipe whose write end only this process holds (close-on-exec: no child inherits it)."""
+    if not _LIFELINE:
+        _LIFELINE.extend(os.pipe())
+    return _LIFELINE[0]
+
+
+def _watchdog_argv(*args: str) -> list[str]:
+    return [sys.executable or "python3", "-I", "-S", str(WATCHDOG), *args]
+
+
+class Buffer:
+    """Bytes a child wrote, kept within bounds: the first `head` bytes and the last `tail` bytes."""
+
+    def __init__(self, head: int = HEAD_BYTES, tail: int = TAIL_BYTES):
+        self.head_limit, self.tail_limit = head, tail
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def add(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self.head_limit - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data and self.tail_limit:
+            self.tail += data
+            if len(self.tail) > 2 * self.tail_limit:
+                del self.tail[:-self.tail_limit]
+
+    @property
+    def overflowed(self) -> bool:
+        return self.total > self.head_limit + self.tail_limit
+
+    def bytes(self) -> bytes:
+        tail = bytes(self.tail[-self.tail_limit:]) if self.tail_limit else b""
+        if not self.overflowed:
+            return bytes(self.head) + tail
+        dropped = self.total - len(self.head) - len(tail)
+        return bytes(self.head) + f"\n[popkit: {dropped} bytes not kept]\n".encode() + tail
+
+    def text(self) -> str:
+        return self.bytes().decode("utf-8", "replace")
+
+
+@dataclass(frozen=True)
+class Finished:
+    """How a child ended. `code` is its exit code (-N for signal N); `pipe` what its result pipe held."""
+
+    code: int
+    stdout: str
+    stderr: str
+    seconds: float
+    timed_out: bool
+    pipe: bytes = b""
+    pipe_overflow: bool = False  # the child wrote more than PIPE_BYTES on the result pipe
+
+
+def run(argv: Sequence[str], cwd: Path | str | None, env: Mapping[str, str], timeout_s: float,
+        result_fd_env: str | None = None) -> Finished:
+    """Run `argv` to its end or its timeout; its whole process tree is gone when this returns.
+
+    With `result_fd_env`, the child also gets the write end of a result pipe, its number in that
+    environment variable. Reading stops when the child exits: what its leftovers write later is lost.
+    Raises OSError when argv[0] cannot be executed.
+    """
+    start = time.monotonic()
+    env = dict(env)
+    status_r, status_w = os.pipe()
+    result_r = result_w = None
+    passed = [status_w, _lifeline()]
+    if result_fd_env:
+        result_r, result_w = os.pipe()
+        env[result_fd_env] = str(result_w)
+        passed.append(result_w)
+    try:
+        watchdog = subprocess.Popen(
+            _watchdog_argv("run", str(status_w), str(passed[1]), "--", *argv), cwd=cwd, env=env,
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=passed)
+    except BaseException:
+        for fd in (status_r, result_r):
+            if fd is not None:
+                os.close(fd)
+        raise
+    finally:
+        for fd in (status_w, result_w):  # only the child's tree holds the write ends now
+            if fd is not None:
+                os.close(fd)
+    reader = _Reader(watchdog, status_r, result_r)
+    try:
+        reader.until(start + timeout_s)
+    finally:
+        reader.close()
+    if reader.exec_errno is not None:
+        raise OSError(reader.exec_errno, os.strerror(reader.exec_errno), argv[0])
+    code = reader.code if reader.code is not None else (-signal.SIGKILL if reader.timed_out else watchdog.returncode)
+    return Finished(code=code, stdout=reader.out.text(), stderr=reader.err.text(),
+                    seconds=(reader.ended or time.monotonic()) - start, timed_out=reader.timed_out,
+                    pipe=bytes(reader.result.head), pipe_overflow=reader.result.overflowed)
+
+
+class _Reader:
+    """Reads a watchdog's pipes on the calling thread, with every wait bounded."""
+
+    def __init__(self, watchdog: subprocess.Popen, status_fd: int, result_fd: int | None):
+        self.watchdog = watchdog
+        self.out, self.err = Buffer(), Buffer()
+        self.result = Buffer(PIPE_BYTES, 0)
+        self.status = bytearray()
+        self.code: int | None = None
+        self.exec_errno: int | None = None
+        self.child_pid: int | None = None
+        self.timed_out = False
+        self.ended: float | None = None
+        self.fds = [fd for fd in (status_fd, result_fd) if fd is not None]
+        self.sel = selectors.DefaultSelector()
+        for fd, sink in ((watchdog.stdout.fileno(), self.out), (watchdog.stderr.fileno(), self.err),
+                         (status_fd, self.status), (result_fd, self.result)):
+            if fd is not None:
+                os.set_blocking(fd, False)
+                self.sel.register(fd, selectors.EVENT_READ, sink)
+
+    def _read(self, fd: int, sink) -> bool:
+        """Read what `fd` holds now; False at EOF (then it is unregistered)."""
+        while True:
+            try:
+                data = os.read(fd, 65536)
+            except BlockingIOError:
+                return True
+            if not data:
+                self.sel.unregister(fd)
+                return False
+            if isinstance(sink, bytearray):
+                sink += data
+                self._parse_status()
+            else:
+                sink.add(data)
+
+    def _parse_status(self) -> None:
+        for line in bytes(self.status).decode("ascii", "replace").splitlines():
+            word, _, value = line.partition(" ")
+            if word == "pid" and value.isdigit():
+                self.child_pid = int(value)
+            elif word == "exit" and value.lstrip("-").isdigit():
+                self.code = int(value)
+            elif word == "error" and value.isdigit():
+                self.exec_errno = int(value)
+
+    def _child_done(self) -> bool:
+        return self.code is not None or self.exec_errno is not None
+
+    def until(self, deadline: float) -> None:
+        """Read until the child exits, the watchdog goes, or the deadline passes (then stop the tree)."""
+        status_open = True
+        while status_open and not self._child_done():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.timed_out = True
+                break
+            for key, _ in self.sel.select(left):
+                if not self._read(key.fd, key.data) and isinstance(key.data, bytearray):
+                    status_open = False  # the watchdog is gone
+        self.ended = time.monotonic()
+        self.stop()
+
+    def stop(self) -> None:
+        """The child exited or ran out of time: its tree dies now, within KILL_GRACE_S."""
+        if self.watchdog.poll() is None and not self._child_done():
+            self.watchdog.send_signal(signal.SIGTERM)
+        try:
+            self.watchdog.wait(KILL_GRACE_S)
+        except subprocess.TimeoutExpired:
+            self.watchdog.kill()
+            self.watchdog.wait(KILL_GRACE_S)
+        if self.child_pid is not None and not self._child_done():
+            try:  # the watchdog was killed itself: its child dies by PR_SET_PDEATHSIG; make sure
+                os.killpg(self.child_pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def close(self) -> None:
+        """Take what the pipes hold now, then close them: later writes are lost."""
+        if self.watchdog.poll() is None:  # interrupted before stop() ran (KeyboardInterrupt, SIGTERM)
+            self.stop()
+        for key in list(self.sel.get_map().values()):
+            self._read(key.fd, key.data)
+        for key in list(self.sel.get_map().values()):
+            self.sel.unregister(key.fd)
+        self.sel.close()
+        self.watchdog.stdout.close()
+        self.watchdog.stderr.close()
+        for fd in self.fds:
+            os.close(fd)
+
+
+def completed(argv: Sequence[str], timeout: float, env: Mapping[str, str] | None = None,
+              cwd: Path | str | None = None, **_ignored) -> subprocess.CompletedProcess:
+    """subprocess.run(argv, capture_output=True, text=True, timeout=...) through the watchdog.
+
+    On timeout the whole tree is killed and subprocess.TimeoutExpired is raised.
+    """
+    done = run(argv, cwd, os.environ if env is None else env, timeout)
+    if done.timed_out:
+        raise subprocess.TimeoutExpired(list(argv), timeout, done.stdout, done.stderr)
+    return subprocess.CompletedProcess(list(argv), done.code, done.stdout, done.stderr)
+
+
+class WorkDir:
+    """A fresh temporary folder that is removed when the block ends, or by a guard if popkit dies first.
+
+        with WorkDir("popkit-run-", keep=False) as path: ...
+    """
+
+    def __init__(self, prefix: str, keep: bool = False):
+        self.path = Path(tempfile.mkdtemp(prefix=prefix))
+        self.keep = keep
+        read, self._write = os.pipe()
+        try:
+            self._guard = subprocess.Popen(_watchdog_argv("guard", str(read), str(self.path)),
+                                           stdin=subprocess.DEVNULL, pass_fds=[read])
+        finally:
+            os.close(read)
+
+    def __enter__(self) -> Path:
+        return self.path
+
+    def __exit__(self, *_exc) -> None:
+        if self.keep:
+            os.write(self._write, b"keep")
+        else:
+            shutil.rmtree(self.path, ignore_errors=True)
+        os.close(self._write)
+        try:
+            self._guard.wait(KILL_GRACE_S)
+        except subprocess.TimeoutExpired:
+            self._guard.kill()

@@ -1,0 +1,133 @@
+"""Submissions that attack popkit's runner (tests/adversarial/): none may hang popkit, outlive it,
+forge its verdict or change its harness unnoticed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+import popkit
+from popkit import runner
+from popkit.tasks import load_task
+
+ROOT = Path(popkit.__file__).resolve().parent.parent  # the popkit under test, for `python -m popkit`
+ATTACKS = Path(__file__).parent / "adversarial"
+TASKS = Path(__file__).parent / "fixtures" / "tasks"
+NO_PROBE = {"device": "test"}
+
+
+def attack_env(log: Path) -> dict[str, str]:
+    path = os.pathsep.join(p for p in (str(ATTACKS), os.environ.get("PYTHONPATH", "")) if p)
+    return {"PYTHONPATH": path, "POPKIT_ATTACK_LOG": str(log)}
+
+
+def recorded(log: Path) -> list[tuple[str, int, str]]:
+    if not log.exists():
+        return []
+    return [(role, int(pid), cwd) for role, pid, cwd in (line.split(" ", 2) for line in log.read_text().splitlines())]
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def wait_until(condition, within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()
+
+
+def assert_nothing_left(log: Path, within_s: float = 5.0) -> None:
+    entries = recorded(log)
+    assert entries, "the attack recorded no process"
+    pids = [pid for _, pid, _ in entries]
+    assert wait_until(lambda: not any(alive(p) for p in pids), within_s), \
+        [e for e in entries if alive(e[1])]
+    workdirs = {cwd for _, _, cwd in entries}
+    assert wait_until(lambda: not any(os.path.exists(d) for d in workdirs), within_s), workdirs
+
+
+def run_attack(name: str, log: Path, task: str = "double", mode: str = "test", **task_changes):
+    task_ = load_task(TASKS / task)
+    if task_changes:
+        task_ = replace(task_, **task_changes)
+    options = runner.RunOptions(precompile=False, env=attack_env(log))
+    return runner.run_submission(task_, ATTACKS / name, mode, options, system=NO_PROBE)
+
+
+# --------------------------------------------------------------------------- 3: hangs past the timeout
+
+
+def test_a_timeout_returns_in_time_whatever_a_detached_grandchild_holds_open(tmp_path):
+    log = tmp_path / "attack.log"
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(report=run_attack("escape.py", log, test_timeout=2.0)),
+                              daemon=True)
+    start = time.monotonic()
+    thread.start()
+    thread.join(2.0 + 5.0)
+    assert not thread.is_alive(), f"a 2 s timeout still running after {time.monotonic() - start:.0f} s"
+    run = result["report"].runs[0]
+    assert run.timed_out and run.outcome == "timed_out"
+    assert {role for role, _, _ in recorded(log)} == {"eval", "grandchild"}
+    assert_nothing_left(log)
+
+
+# ------------------------------------------------------------------ 4: popkit stopped by a signal
+
+
+def _popkit_on(tmp_path: Path, attack: str) -> tuple[subprocess.Popen, Path]:
+    log = tmp_path / "attack.log"
+    env = {**os.environ, **attack_env(log), "POPKIT_HOME": str(tmp_path / "home")}
+    env["PYTHONPATH"] = os.pathsep.join((str(ROOT), env["PYTHONPATH"]))
+    popkit = subprocess.Popen(
+        [sys.executable, "-m", "popkit", "test", str(ATTACKS / attack), "--task", str(TASKS / "double"),
+         "--no-precompile", "--no-history"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert wait_until(lambda: len(recorded(log)) >= 2, 30), "the attack did not start"
+    return popkit, log
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_stop_signal_ends_popkit_cleanly_with_its_children_and_workdir(tmp_path, sig):
+    popkit, log = _popkit_on(tmp_path, "escape.py")
+    popkit.send_signal(sig)
+    out, err = popkit.communicate(timeout=10)
+    assert popkit.returncode == 128 + sig, err
+    assert err.strip().splitlines()[-1].startswith(f"popkit: stopped by {sig.name};"), err  # after progress lines
+    assert "Traceback" not in err
+    assert_nothing_left(log)
+
+
+def test_sigkill_of_popkit_takes_its_children_and_workdir_with_it(tmp_path):
+    popkit, log = _popkit_on(tmp_path, "escape.py")
+    popkit.kill()
+    popkit.communicate(timeout=10)
+    assert_nothing_left(log, within_s=10)
+
+
+# ----------------------------------------------------------------------- 2: late result-pipe writes
+
+
+def test_a_pipe_write_after_the_eval_exited_is_not_read(tmp_path):
+    log = tmp_path / "attack.log"
+    report = run_attack("late_pipe.py", log)
+    run = report.runs[0]
+    assert run.check == "fail" and run.outcome == "failed", run.raw
+    assert int(report.exit_code) == 1
+    assert_nothing_left(log)
