@@ -5,7 +5,8 @@ module-level build; custom_kernel is never called, so a machine without a GPU wi
 of torch and nvcc are enough). The build lives in `<popkit home>/build/<key>/`, keyed by the
 source and the toolchain, and the child imports twice: cold (fresh directory) and warm (what every
 later eval process pays). Compiler messages are mapped to lines of the submission (diagnostics.py).
-HIP on a machine without ROCm gets static checks only (hipcheck.py).
+HIP on a machine without ROCm gets static checks (hipcheck.py) and, where clang's AMDGPU backend is
+installed, a real device build of its DEVICE_SRC kernels with their register use (hipbuild.py).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from popkit import runner, tasks
+from popkit import hipbuild, runner, tasks
 from popkit.buildlocks import check_locks, find_locks
 from popkit.diagnostics import Diagnostic, SourceMap, loader_diagnostic, map_diagnostics, parse_log
 from popkit.directives import server_directives
@@ -64,6 +65,9 @@ class CompileReport:
     diagnostics: tuple[Diagnostic, ...] = ()
     notes: tuple[str, ...] = ()
     log: str = ""  # the build's whole output
+    arch: str | None = None  # the AMD architecture of a HIP device build
+    compiler: str | None = None  # the compiler of a HIP device build (its --version line)
+    kernels: tuple[Mapping[str, Any], ...] = ()  # per kernel of a HIP device build: hipbuild.KernelUsage
 
     @property
     def ok(self) -> bool:
@@ -81,6 +85,7 @@ class CompileReport:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["diagnostics"] = [d.to_json() for d in self.diagnostics]
         data["extensions"], data["notes"] = list(self.extensions), list(self.notes)
+        data["kernels"] = [dict(k) for k in self.kernels]
         return data
 
     @classmethod
@@ -89,6 +94,7 @@ class CompileReport:
         kwargs["diagnostics"] = tuple(Diagnostic.from_json(d) for d in data.get("diagnostics", ()))
         kwargs["extensions"] = tuple(data.get("extensions", ()))
         kwargs["notes"] = tuple(data.get("notes", ()))
+        kwargs["kernels"] = tuple(data.get("kernels", ()))
         return cls(**kwargs)
 
 
@@ -136,7 +142,7 @@ def build_key(source: bytes, tools: Toolchain, arch_list: str | None) -> str:
 
 def compile_submission(path: Path | str, *, task: str | None = None, roots: Sequence[Path] = (),
                        clean: bool = False, timeout_s: float = DEFAULT_TIMEOUT_S, python: str = sys.executable,
-                       progress: Progress | None = None) -> CompileReport:
+                       progress: Progress | None = None, arch: str | None = None) -> CompileReport:
     """Build the submission's extension cold and warm and report diagnostics (see the module doc)."""
     say = progress or (lambda _msg: None)
     path = Path(path)
@@ -157,12 +163,7 @@ def compile_submission(path: Path | str, *, task: str | None = None, roots: Sequ
 
     tools = toolchain(python)
     if target == "hip" and not tools.hip:
-        errors = [d for d in static if d.severity == "error"]
-        notes.append("A HIP build needs ROCm: this machine's torch is "
-                     f"{'a CUDA build' if tools.cuda else 'not a ROCm build'}, so popkit checked the file statically "
-                     "and did not build it.")
-        return CompileReport(status="static-only", exit_code=int(ExitCode.COMPILE_FAILED if errors else ExitCode.OK),
-                             diagnostics=tuple(static), notes=tuple(notes), **base)
+        return _hip_device_build(text, str(path), arch, static, notes, tools, say, base)
     _require_toolchain(tools, python)
     arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST") or _arch_for_directive(text, tools)
     build_dir = popkit_home() / "build" / build_key(source, tools, arch_list)
@@ -208,6 +209,43 @@ def compile_submission(path: Path | str, *, task: str | None = None, roots: Sequ
                          cold_s=cold["seconds"], warm_s=warm["seconds"],
                          torch_import_s=warm.get("torch_import_s") or cold.get("torch_import_s"), cached=cached,
                          diagnostics=tuple(diagnostics), notes=tuple(notes), log=log, **base)
+
+
+def _hip_device_build(text: str, path: str, arch: str | None, static: list[Diagnostic], notes: list[str],
+                      tools: Toolchain, say: Progress, base: Mapping[str, Any]) -> CompileReport:
+    """No ROCm torch: the kernels alone (DEVICE_SRC) built for the AMD GPU with clang, when it is installed."""
+    hip = hipbuild.find_tools()
+    why = None
+    if hip.missing:
+        why = (f"no {', '.join(hip.missing)} for an AMD GPU build here: install them "
+               f"({hip.install_hint}; popkit doctor checks)")
+    elif hipbuild.device_source(text) is None:
+        why = (f"the file has no {hipbuild.DEVICE_VAR} string: put the kernels (no torch header) in DEVICE_SRC and "
+               "the torch wrapper in HOST_SRC, as `popkit new --target hip` does, to build them here")
+    if why is not None:
+        errors = [d for d in static if d.severity == "error"]
+        notes.append(f"The whole HIP build needs ROCm (this machine's torch is "
+                     f"{'a CUDA build' if tools.cuda else 'not a ROCm build'}), and {why}; popkit checked the file "
+                     "statically.")
+        return CompileReport(status="static-only", exit_code=int(ExitCode.COMPILE_FAILED if errors else ExitCode.OK),
+                             diagnostics=tuple(static), notes=tuple(notes), **base)
+    arch = arch or hipbuild.file_arch(text) or hipbuild.DEFAULT_ARCH
+    if not hipbuild.is_arch(arch):
+        raise UsageError(f"--arch {arch}: not an AMD GPU architecture", "e.g. --arch gfx942 (MI300) or gfx950 (MI355X)")
+    say(f"building the kernels for {arch} with {hip.version} ...")
+    build = hipbuild.build_device(text, path, arch, hip)
+    diagnostics = static + list(build.diagnostics)
+    notes.append(f"device code only (DEVICE_SRC), compiled for {arch} with clang's AMDGPU backend; the torch "
+                 "wrapper needs ROCm and was not built")
+    failed = not build.ok or any(d.severity == "error" for d in diagnostics)
+    if build.ok and not build.kernels:
+        notes.append(f"warning: {hipbuild.DEVICE_VAR} instantiates no kernel: a template kernel launched only from "
+                     "HOST_SRC is not built here; launch it from a function in DEVICE_SRC (as the softmax example "
+                     "does) or instantiate it explicitly")
+    return CompileReport(status="failed" if failed else "device-built",
+                         exit_code=int(ExitCode.COMPILE_FAILED if failed else ExitCode.OK), cold_s=build.seconds,
+                         diagnostics=tuple(diagnostics), notes=tuple(notes), log=build.log, arch=arch,
+                         compiler=build.compiler, kernels=tuple(k.to_json() for k in build.kernels), **base)
 
 
 def _find_task(path: Path, source: bytes, explicit: str | None,

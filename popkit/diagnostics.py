@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-GENERATED_NAMES = ("main.cpp", "cuda.cu", "cuda.hip", "main_hip.cpp", "sycl.sycl")
+GENERATED_NAMES = ("main.cpp", "cuda.cu", "cuda.hip", "main_hip.cpp", "sycl.sycl", "device.hip", "device.cu")
 
 _GCC = re.compile(r"^(?P<file>(?:[A-Za-z]:)?[^:\n]+?):(?P<line>\d+):(?:(?P<col>\d+):)? "
                   r"(?P<sev>fatal error|error|warning|note): (?P<msg>.*)$")

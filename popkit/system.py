@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
+from popkit import hipbuild
 from popkit.buildlocks import find_locks, lock_state
 from popkit.errors import EnvironmentProblem, PopkitError
 
@@ -272,9 +273,22 @@ def doctor(python: str | None = None) -> DoctorReport:
     checks += _numpy_checks(info, python)
     checks += _cuda_checks(info, find_nvcc())
     checks += _tool_checks(info)
+    checks += _hip_device_checks(info)
     checks += _popcorn_checks()
     checks += _cache_checks(info, python)
     return DoctorReport(checks=tuple(checks), system={k: info.get(k) for k in PROBE_KEYS})
+
+
+def _hip_device_checks(info: Mapping[str, Any]) -> list[Check]:
+    """Without a ROCm torch, `popkit compile` builds HIP kernels for the AMD GPU with clang (hipbuild.py)."""
+    if info.get("hip"):
+        return []
+    tools = hipbuild.find_tools()
+    if not tools.missing:
+        return [Check("hip device build", "ok", f"{tools.version}, device libraries in {tools.device_libs}")]
+    return [Check("hip device build", "warn", "no " + ", ".join(tools.missing),
+                  f"{tools.install_hint} (Debian/Ubuntu): `popkit compile` then builds HIP kernels for gfx942 and "
+                  "reports their registers")]
 
 
 def _torch_checks(info: Mapping[str, Any]) -> list[Check]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 
 import pytest
@@ -27,11 +28,18 @@ def pytest_collection_modifyitems(config, items):
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
     skip_nvcc = pytest.mark.skip(reason="needs nvcc and a CUDA build of torch")
     has_cuda, has_nvcc = _has_cuda(), _has_nvcc_build()
+    from popkit import hipbuild
+
+    missing = hipbuild.find_tools().missing
+    # CI installs the packages and sets POPKIT_REQUIRE_HIP=1, so there a missing one fails instead of skipping.
+    skip_hip = pytest.mark.skip(reason="needs " + ", ".join(missing.values())) if missing else None
     for item in items:
         if "gpu" in item.keywords and not has_cuda:
             item.add_marker(skip_gpu)
         if "nvcc" in item.keywords and not has_nvcc:
             item.add_marker(skip_nvcc)
+        if "hip" in item.keywords and skip_hip and not os.environ.get("POPKIT_REQUIRE_HIP"):
+            item.add_marker(skip_hip)
 
 
 @pytest.fixture(autouse=True)

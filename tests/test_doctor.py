@@ -169,3 +169,18 @@ def test_numpy_present_is_ok_and_a_dependency(monkeypatch):
     assert by_name(system.doctor())["numpy"].value == "2.4.6"
     pyproject = (Path(__file__).parents[1] / "pyproject.toml").read_text()
     assert '"numpy>=' in pyproject.split("[project.optional-dependencies]")[0]
+
+
+def test_hip_device_build_tools_missing_name_their_packages(monkeypatch):
+    from popkit import hipbuild
+
+    fake_probe(monkeypatch)
+    monkeypatch.setattr(hipbuild, "find_tools", lambda: hipbuild.HipTools(None, "", None, "/usr/include"))
+    check = by_name(system.doctor())["hip device build"]
+    assert check.status == "warn" and check.value == "no compiler, device libraries"
+    assert "apt-get install -y clang-19 rocm-device-libs" in check.fix
+    monkeypatch.setattr(hipbuild, "find_tools",
+                        lambda: hipbuild.HipTools("/usr/bin/clang++-19", "clang 19.1.7", "/libs", "/usr/include"))
+    assert by_name(system.doctor())["hip device build"].status == "ok"
+    fake_probe(monkeypatch, cuda=None, hip="6.2")  # a ROCm torch builds HIP itself
+    assert "hip device build" not in by_name(system.doctor())

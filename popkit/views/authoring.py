@@ -58,6 +58,9 @@ def show_compile(report, json: bool) -> None:
     if report.status == "built":
         con.print(f"[green]built[/] {escape(report.submission)} ({report.target}{escape(where)})"
                   + (f"  [dim]{counts}[/]" if warnings else ""))
+    elif report.status == "device-built":
+        con.print(f"[green]built for {escape(report.arch or '')}[/] {escape(report.submission)} (the HIP kernels, "
+                  f"with {escape(report.compiler or 'clang')})" + (f"  [dim]{counts}[/]" if warnings else ""))
     elif report.status == "static-only":
         verdict = "[green]static checks passed[/]" if report.ok else "[bold red]static checks failed[/]"
         con.print(f"{verdict} {escape(report.submission)} ({report.target}, not built)  [dim]{counts}[/]")
@@ -66,9 +69,12 @@ def show_compile(report, json: bool) -> None:
                   "outside the build")
     else:
         con.print(f"[bold red]build failed[/] {escape(report.submission)} ({report.target}{escape(where)}): {counts}")
+    if report.kernels:
+        _kernel_table(con, report.kernels)
     if report.cold_s is not None and report.status != "static-only":
         cached = " (cached)" if report.cached else ""
-        con.print(f"  cold build   {report.cold_s:7.1f} s{cached}")
+        label = "device build" if report.arch else "cold build  "
+        con.print(f"  {label} {report.cold_s:7.1f} s{cached}")
     if report.warm_s is not None:
         con.print(f"  warm import  {report.warm_s:7.1f} s")
     if report.torch_import_s is not None:
@@ -84,6 +90,20 @@ def show_compile(report, json: bool) -> None:
         lines = report.log.rstrip().splitlines()
         con.print(f"[dim]last {min(len(lines), LOG_TAIL_LINES)} lines of the build log (--json has all of it):[/]")
         con.print(escape("\n".join(lines[-LOG_TAIL_LINES:])))
+
+
+def _kernel_table(con, kernels) -> None:
+    """Per kernel of a HIP device build: registers per lane, LDS bytes per block, scratch bytes per lane,
+    spilled registers, waves per SIMD."""
+    table = Table(show_edge=False, pad_edge=False, box=None, padding=(0, 1, 0, 0))
+    for name in ("kernel", "line", "VGPR", "AGPR", "SGPR", "LDS", "scratch", "spill", "waves"):
+        table.add_column(name, justify="left" if name == "kernel" else "right", no_wrap=True)
+    for k in kernels:
+        spills = k.get("vgpr_spills", 0) + k.get("sgpr_spills", 0)
+        table.add_row(escape(k["name"]), str(k.get("line") or ""), str(k["vgprs"]), str(k["agprs"]), str(k["sgprs"]),
+                      str(k["lds_bytes"]), str(k["scratch_bytes"]), f"[red]{spills}[/]" if spills else "0",
+                      str(k.get("occupancy") or ""))
+    con.print(table)
 
 
 def _diagnostic(con, d) -> None:
