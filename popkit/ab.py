@@ -196,6 +196,7 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: Any = No
     started = datetime.now(timezone.utc)
     t0 = time.monotonic()
     probe = runner.SystemProbe(options.python) if system is None else None
+    runner.runnable.preflight(task, options.python, lambda: system if system is not None else probe.result())
     gpus = None
     if task.multi_gpu:
         gpus = (probe.result() if probe else dict(system or {})).get("gpu_count")

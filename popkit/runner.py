@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from popkit import diagnostics, prestep, proc, system
+from popkit import diagnostics, prestep, proc, runnable, system
 from popkit.contract import entry_points
 from popkit.directives import cli_directives, server_directives
 from popkit.errors import EnvironmentProblem, SubmissionError, TaskError, UsageError
@@ -420,6 +420,7 @@ def run_submission(task: Task, submission: Path, mode: str, options: RunOptions 
     started = datetime.now(timezone.utc)
     t0 = time.monotonic()
     probe = SystemProbe(options.python) if system is None else None
+    runnable.preflight(task, options.python, lambda: system if system is not None else probe.result())
     with proc.WorkDir("popkit-run-", keep=options.keep_workdir) as workdir:
         if options.keep_workdir:
             progress(f"working directory kept: {workdir}")

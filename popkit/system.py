@@ -22,13 +22,13 @@ from popkit import hipbuild
 from popkit.buildlocks import find_locks, lock_state
 from popkit.errors import EnvironmentProblem, PopkitError
 
-PROBE_KEYS = ("python", "platform", "torch", "cuda", "hip", "device", "arch", "gpu_count")
+PROBE_KEYS = ("python", "platform", "torch", "cuda", "hip", "device", "arch", "gpu_count", "memory")
 TOOL_TIMEOUT_S = 15.0
 
 _PROBE_SCRIPT = r"""
 import json, platform, sys
 out = {"python": platform.python_version(), "platform": platform.platform(), "torch": None, "cuda": None,
-       "hip": None, "device": "cpu", "arch": None, "gpu_count": 0}
+       "hip": None, "device": "cpu", "arch": None, "gpu_count": 0, "memory": None}
 extended = len(sys.argv) > 1 and sys.argv[1] == "extended"
 if extended:
     try:
@@ -47,6 +47,7 @@ try:
         out["gpu_count"] = torch.cuda.device_count()
         props = torch.cuda.get_device_properties(0)
         out["device"] = props.name
+        out["memory"] = props.total_memory
         if out["hip"]:
             out["arch"] = (getattr(props, "gcnArchName", "") or "").split(":")[0] or None
         else:
@@ -59,7 +60,7 @@ print(json.dumps(out))
 
 
 def probe(python: str | None = None, timeout: float = 60.0) -> dict:
-    """{python, platform, torch, cuda, hip, device ('cpu' or the GPU's name), arch, gpu_count} of `python`.
+    """{python, platform, torch, cuda, hip, device ('cpu' or the GPU's name), arch, gpu_count, memory (bytes)}.
 
     Runs a tiny script in that interpreter (default: this one) with a timeout of `timeout` seconds.
     Never raises: what could not be learned is None, and "error" says why.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, List, Optional
 
@@ -193,16 +194,27 @@ app.add_typer(tasks_app, name="tasks")
 def tasks_list(
     ctx: typer.Context,
     tasks_root: RootsOpt = None,
+    check: Annotated[bool, typer.Option("--check", help="Say for each task whether this machine can run it, and if not why.")] = False,
+    python: PythonOpt = None,
     json: Annotated[bool, typer.Option("--json", help="Print JSON (schema popkit/tasks/1).")] = False,
 ) -> None:
     """List bundled tasks and those of problem sets under --tasks-root / POPKIT_TASKS_PATH.
 
-    Example: popkit tasks --tasks-root ~/reference-kernels/problems
+    Examples: popkit tasks --tasks-root ~/reference-kernels/problems
+              popkit tasks --check --tasks-root ~/reference-kernels/problems
     """
     if ctx.invoked_subcommand is not None:
         return
     common.set_json(json)
-    view.show_task_list(list_tasks(task_roots(tasks_root or [])), json=json)
+    tasks = list_tasks(task_roots(tasks_root or []))
+    if not check:
+        view.show_task_list(tasks, json=json)
+        return
+    from popkit import runnable, system
+
+    python = python or sys.executable
+    probed = system.probe(python)
+    view.show_task_check(tasks, runnable.check_tasks(tasks, python, probed), probed, json=json)
 
 
 @tasks_app.command("show")

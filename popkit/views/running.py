@@ -237,3 +237,23 @@ def show_task(task: Task, *, json: bool = False) -> None:
     if task.ranking_by == "last" and task.benchmarks:
         con.print("[dim]  ranked runs use only the last benchmark (ranking_by: last)[/]")
 
+
+
+def show_task_check(tasks: Sequence[Task], verdicts: Sequence, system: dict, *, json: bool = False) -> None:
+    """`popkit tasks --check`: one row per task, runnable here or the reasons it is not."""
+    if json:
+        emit_json("tasks", {"system": dict(system), "tasks": [{**_task_row(t), **v.to_json()}
+                                                              for t, v in zip(tasks, verdicts)]})
+        return
+    con = console()
+    con.print(f"[dim]this machine:[/] {escape(system_line(system))}")
+    table = Table(show_edge=False)
+    for col in ("task", "leaderboard", "runnable here", "reason"):
+        table.add_column(col)
+    for t, v in zip(tasks, verdicts):
+        why = "; ".join(v.reasons) if v.reasons else "; ".join(v.notes)
+        table.add_row(escape(t.name), escape(t.leaderboard or "-"), "[green]yes[/]" if v.runnable else "[red]no[/]",
+                      escape(why))
+    con.print(table)
+    runnable = sum(v.runnable for v in verdicts)
+    con.print(f"{runnable} of {len(verdicts)} tasks can run here")

@@ -1,0 +1,98 @@
+"""What a task needs from the machine, read from its files; a run that cannot work stops first (exit 11)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from popkit import runnable, runner
+from popkit.cli import app
+from popkit.errors import EnvironmentProblem
+from popkit.tasks import load_task
+
+FIX = Path(__file__).parent / "fixtures"
+NEEDS = FIX / "needs"
+H100 = {"device": "NVIDIA H100 80GB HBM3", "cuda": "13.0", "arch": "sm_90", "gpu_count": 1, "memory": 85 * 10**9}
+MI300 = {"device": "AMD Instinct MI300X", "hip": "7.1", "arch": "gfx942", "gpu_count": 8, "memory": 192 * 2**30}
+CPU = {"device": "cpu", "gpu_count": 0}
+
+
+def verdict(name: str, system: dict, missing=()) -> list[str]:
+    return runnable.blockers(runnable.needs(load_task(NEEDS / name)), runnable.Machine.from_probe(system, missing))
+
+
+def test_needs_are_read_from_the_task_files():
+    gpu = runnable.needs(load_task(NEEDS / "gpu"))
+    assert gpu.gpu == 'reference.py puts tensors on "cuda"' and gpu.world_size == 1 and not gpu.vendor
+    rocm = runnable.needs(load_task(NEEDS / "rocm"))
+    assert (rocm.vendor, rocm.leaderboard_vendor) == ("amd", "amd")
+    assert [n for n, _ in rocm.packages] == ["aiter", "torch", "yaml"]
+    fp4 = runnable.needs(load_task(NEEDS / "fp4"))
+    assert fp4.min_sm == 100 and "cutlass" not in dict(fp4.packages)  # imported under try/except ImportError
+    flush = runnable.needs(load_task(NEEDS / "flush"))
+    assert flush.memory_bytes == 16000 * 2**20 * 4 and "clear_l2_cache_large" in flush.memory_why
+    assert runnable.needs(load_task(NEEDS / "nccl")).world_size == 8
+    assert runnable.needs(load_task(FIX / "tasks" / "double")) == runnable.Needs()
+
+
+def test_each_need_is_one_reason_naming_the_file_and_the_machine():
+    assert verdict("gpu", CPU) == ['needs a GPU (reference.py puts tensors on "cuda"); this machine has none']
+    assert verdict("gpu", H100) == []
+    assert verdict("rocm", H100, missing={"aiter"}) == [
+        "needs an AMD GPU (imports aiter (ROCm only)); this one is NVIDIA H100 80GB HBM3",
+        "reference.py imports aiter, which is not installed (pip: aiter (ROCm; built from github.com/ROCm/aiter))"]
+    assert verdict("fp4", H100) == [
+        "reference.py uses fp4 (torch.float4_e2m1fn_x2), which needs sm_100 (B200); this GPU is sm_90"]
+    assert verdict("fp4", {**H100, "arch": "sm_100"}) == []
+    assert verdict("flush", {**H100, "memory": 40 * 2**30}) == [
+        "utils.py:clear_l2_cache_large allocates a 62.5 GiB buffer; this GPU has 40 GiB"]
+    assert verdict("nccl", H100) == [
+        "cases need 8 GPUs (world_size); this machine has 1"]
+    assert verdict("nccl", MI300) == []
+    assert runnable.notes(runnable.needs(load_task(NEEDS / "rocm")), runnable.Machine.from_probe(H100)) == [
+        "the leaderboard runs it on AMD GPUs: times here are not comparable"]
+
+
+def test_an_import_name_maps_to_its_pip_name():
+    need = runnable.Needs(packages=(("cutlass", "eval.py"), ("yaml", "eval.py")))
+    assert runnable.blockers(need, runnable.Machine.from_probe(H100, {"cutlass", "yaml"})) == [
+        "eval.py imports cutlass, which is not installed (pip: nvidia-cutlass-dsl)",
+        "eval.py imports yaml, which is not installed (pip: pyyaml)"]
+
+
+def test_missing_packages_asks_the_interpreter_without_importing(tmp_path):
+    import sys
+
+    assert runnable.missing_packages(sys.executable, ["json", "popkit_no_such_package"]) == {"popkit_no_such_package"}
+
+
+def test_a_run_that_cannot_work_stops_before_it_starts(tmp_path, monkeypatch):
+    sub = FIX / "submissions" / "good.py"
+    with pytest.raises(EnvironmentProblem, match="needs-8-gpus|nccl") as exc:
+        runner.run_submission(load_task(NEEDS / "nccl"), sub, "test", runner.RunOptions(precompile=False),
+                              system=H100)
+    assert "cases need 8 GPUs" in exc.value.message and int(exc.value.exit_code) == 11
+    monkeypatch.setattr(runnable, "gpu_devices_visible", lambda: False)
+    with pytest.raises(EnvironmentProblem, match="needs a GPU"):
+        runner.run_submission(load_task(NEEDS / "gpu"), sub, "test", runner.RunOptions(precompile=False),
+                              system=CPU)
+
+
+def test_tasks_check_lists_every_task_with_its_reasons(monkeypatch, tmp_path):
+    monkeypatch.setenv("POPKIT_WIDTH", "200")
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setattr("popkit.system.probe", lambda python=None, timeout=60.0: H100)
+    monkeypatch.setattr(runnable, "missing_packages", lambda python, names, timeout=30.0: {"aiter"} & set(names))
+    result = CliRunner().invoke(app, ["tasks", "--check", "--tasks-root", str(NEEDS), "--json"])
+    assert result.exit_code == 0, result.output
+    rows = {r["leaderboard"]: r for r in json.loads(result.stdout)["tasks"]}
+    assert rows["needs-gpu"]["runnable"] and rows["needs-nothing"]["runnable"]
+    assert not rows["needs-fp4"]["runnable"] and "sm_100" in rows["needs-fp4"]["reasons"][0]
+    assert len(rows["needs-rocm"]["reasons"]) == 2
+    result = CliRunner().invoke(app, ["tasks", "--check", "--tasks-root", str(NEEDS)])
+    assert result.exit_code == 0, result.output
+    assert "needs-8-gpus" in result.output and "cases need 8 GPUs" in result.output
+    assert "NVIDIA H100 80GB HBM3" in result.output  # the machine the verdicts are for
