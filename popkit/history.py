@@ -14,7 +14,7 @@ import sqlite3
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from popkit import __version__
 from popkit.ab import Comparison, compare_shapes
@@ -194,8 +194,9 @@ class History:
             "report_json": json.dumps(report.to_json()), "popkit_version": __version__,
         })
 
-    def record_submission(self, plan: Any, remote: Any, content: bytes, error: str = "") -> int:
-        """Record a `popkit submit` (a popcorn.SubmitPlan and its RemoteResult, or the error it ended with)."""
+    def record_submission(self, *, submission: str, sha256: str, leaderboard: str, gpu: str, mode: str,
+                          remote: RemoteResult | None, content: bytes, error: str = "") -> int:
+        """Record a `popkit submit`: where it went and its remote result, or the error it ended with."""
         outcome = "error" if remote is None else ("passed" if remote.passed else "failed")
         score = None
         if remote is not None:
@@ -204,9 +205,9 @@ class History:
                 score = next((r.score for r in remote.runs if r.mode == "leaderboard" and not r.secret
                               and r.score is not None), None)
         return self._insert({
-            "kind": "submit", "created_at": _now(), "submission": plan.path, "sha256": plan.sha256,
-            "content": content, "task": plan.leaderboard, "leaderboard": plan.leaderboard, "mode": plan.mode,
-            "gpu": plan.gpu, "device": None, "outcome": outcome, "score_s": score, "seeds": "[]",
+            "kind": "submit", "created_at": _now(), "submission": submission, "sha256": sha256,
+            "content": content, "task": leaderboard, "leaderboard": leaderboard, "mode": mode,
+            "gpu": gpu, "device": None, "outcome": outcome, "score_s": score, "seeds": "[]",
             "remote_id": remote.submission_id if remote is not None else None, "remote_score_s": score,
             "error": error, "remote_json": json.dumps(remote.to_json()) if remote is not None else None,
             "popkit_version": __version__,
@@ -301,15 +302,37 @@ def compare_runs(a_id: int, b_id: int,
     return a, b, comparison
 
 
-# Module-level entry points on the default database (POPKIT_HOME or ./.popkit), for the CLI and runner.
+# Module-level entry points on the default database (POPKIT_HOME or ./.popkit). Every run popkit records
+# goes through record_run or record_submission: a history problem comes back as a warning, since the
+# result it would store is already in hand and is shown anyway.
 
 
-def record_run(report: RunReport, content: bytes) -> int:
-    return History().record_run(report, content)
+@dataclass(frozen=True)
+class Recorded:
+    """What recording one run came to: its id, or the warning that says why it is not in the history."""
+
+    run_id: int | None
+    warning: str = ""
 
 
-def record_submission(plan: Any, remote: Any, content: bytes, error: str = "") -> int:
-    return History().record_submission(plan, remote, content, error)
+def record_run(report: RunReport, content: bytes) -> Recorded:
+    """Record a local test or bench run (the gate of a submission included)."""
+    return _recorded(lambda: History().record_run(report, content))
+
+
+def record_submission(*, submission: str, sha256: str, leaderboard: str, gpu: str, mode: str,
+                      remote: RemoteResult | None, content: bytes, error: str = "") -> Recorded:
+    """Record a submission handed to popcorn-cli, with its remote result or the error it ended with."""
+    return _recorded(lambda: History().record_submission(
+        submission=submission, sha256=sha256, leaderboard=leaderboard, gpu=gpu, mode=mode, remote=remote,
+        content=content, error=error))
+
+
+def _recorded(write: Callable[[], int]) -> Recorded:
+    try:
+        return Recorded(write())
+    except HistoryError as exc:
+        return Recorded(None, f"not recorded in history: {exc.message}")
 
 
 def latest_local(sha256: str) -> RunRecord | None:

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
-from popkit import hipbuild
+from popkit import hipbuild, popcorn
 from popkit.buildlocks import find_locks, lock_state
-from popkit.errors import EnvironmentProblem, PopkitError
+from popkit.errors import EnvironmentProblem, PopcornError, PopkitError
 
 PROBE_KEYS = ("python", "platform", "torch", "cuda", "hip", "device", "arch", "gpu_count", "memory")
 TOOL_TIMEOUT_S = 15.0
@@ -256,14 +256,6 @@ def nvcc_version(nvcc: str) -> str | None:
     return m.group(1) if m else None
 
 
-def find_popcorn() -> str | None:
-    """popcorn-cli: POPKIT_POPCORN, then `popcorn-cli` or `popcorn` on PATH."""
-    explicit = os.environ.get("POPKIT_POPCORN")
-    if explicit:
-        return explicit if (Path(explicit).is_file() or shutil.which(explicit)) else None
-    return shutil.which("popcorn-cli") or shutil.which("popcorn")
-
-
 def doctor(python: str | None = None) -> DoctorReport:
     """Check what building and running kernels needs; each problem carries its fix."""
     python = python or sys.executable
@@ -385,18 +377,17 @@ def _tool_checks(info: Mapping[str, Any]) -> list[Check]:
 
 
 def _popcorn_checks() -> list[Check]:
-    found = find_popcorn()
-    if not found:
-        return [Check("popcorn-cli", "warn", "not found",
-                      "needed only by `popkit submit`: install popcorn-cli and put it on PATH (as popcorn-cli or "
-                      "popcorn), or set POPKIT_POPCORN to its path")]
+    """popcorn-cli found and registered by the same rules `popkit submit` applies (popkit.popcorn)."""
+    try:
+        found = popcorn.find_popcorn()
+    except PopcornError as exc:
+        return [Check("popcorn-cli", "warn", "not found" if "not found" in exc.message else exc.message,
+                      f"needed only by `popkit submit`: {exc.hint}")]
     version = (_run([found, "--version"]) or "").splitlines()[:1]
     out = [Check("popcorn-cli", "ok", found + (f" ({version[0]})" if version else ""))]
-    config = Path.home() / ".popcorn.yaml"
-    registered = config.is_file() and config.stat().st_size > 0
-    out.append(Check("popcorn registration", "ok" if registered else "warn",
-                     str(config) if registered else f"{config} missing",
-                     "" if registered else "run `popcorn-cli register discord` (or github) once"))
+    problem = popcorn.registration_problem()
+    out.append(Check("popcorn registration", "warn" if problem else "ok", problem or str(popcorn.config_path()),
+                     popcorn.REGISTER_HINT if problem else ""))
     return out
 
 

@@ -184,3 +184,17 @@ def test_hip_device_build_tools_missing_name_their_packages(monkeypatch):
     assert by_name(system.doctor())["hip device build"].status == "ok"
     fake_probe(monkeypatch, cuda=None, hip="6.2")  # a ROCm torch builds HIP itself
     assert "hip device build" not in by_name(system.doctor())
+
+
+def test_doctor_finds_popcorn_by_the_rules_submit_uses(tmp_path, monkeypatch):
+    fake_probe(monkeypatch, cuda=None)
+    not_executable = tmp_path / "popcorn-cli"
+    not_executable.write_text("")
+    monkeypatch.setenv("POPKIT_POPCORN", str(not_executable))
+    check = by_name(system.doctor())["popcorn-cli"]
+    assert check.status == "warn" and "not an executable file" in check.value  # submit refuses it too
+    monkeypatch.setenv("POPKIT_POPCORN", str(script(tmp_path / "bin" / "popcorn-cli", "echo 1.0")))
+    (tmp_path / "home").mkdir(exist_ok=True)
+    (tmp_path / "home" / ".popcorn.yaml").write_text("url: x\n")  # no cli_id: popcorn-cli would refuse
+    check = by_name(system.doctor())["popcorn registration"]
+    assert check.status == "warn" and "has no cli_id" in check.value

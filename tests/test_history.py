@@ -9,9 +9,7 @@ import pytest
 from popkit import history
 from popkit.errors import HistoryError, UsageError
 from popkit.history import History, RunRecord
-from popkit.popcorn import SubmitPlan
 from popkit.results import RemoteResult, RemoteRun
-from popkit.lint import LintReport
 from popkit.results import CaseResult, CompileStep, ModeRun, RunReport
 
 
@@ -34,12 +32,9 @@ def make_report(means=(1000.0, 4000.0), *, mode="benchmark", sha="a" * 64, sampl
                      precompile=CompileStep(exit_code=0, duration_s=0.5), runs=(run,), secret_seeds=tuple(seeds))
 
 
-def make_plan(sha="b" * 64) -> SubmitPlan:
-    check = LintReport(path="sub.py", sha256=sha, size_bytes=10, leaderboard="vectoradd", gpu="H100",
-                       mode="leaderboard")
-    return SubmitPlan(path="sub.py", sha256=sha, leaderboard="vectoradd", gpu="H100", mode="leaderboard",
-                      gate="none", argv=("popcorn-cli",), staged="/tmp/x/sub.py", output="/tmp/x/out.txt",
-                      check=check)
+def submission(sha="b" * 64) -> dict:
+    """Where a submission went, as `History.record_submission` takes it."""
+    return dict(submission="sub.py", sha256=sha, leaderboard="vectoradd", gpu="H100", mode="leaderboard")
 
 
 REMOTE = RemoteResult(submission_id=42, leaderboard="vectoradd", file_name="sub.py", done=True,
@@ -57,15 +52,28 @@ def test_default_location_is_cwd_dot_popkit(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("POPKIT_HOME", raising=False)
     assert history.db_path() == tmp_path / ".popkit" / "history.sqlite3"
-    run_id = history.record_run(make_report(), b"print(1)\n")
+    recorded = history.record_run(make_report(), b"print(1)\n")
+    assert recorded.warning == ""
     assert (tmp_path / ".popkit" / "history.sqlite3").is_file()
     assert (tmp_path / ".popkit" / ".gitignore").read_text().strip().endswith("*")
-    assert history.get_run(run_id).report == make_report()
+    assert history.get_run(recorded.run_id).report == make_report()
 
 
 def test_popkit_home_moves_it(tmp_path, monkeypatch):
     monkeypatch.setenv("POPKIT_HOME", str(tmp_path / "elsewhere"))
     assert history.db_path() == tmp_path / "elsewhere" / "history.sqlite3"
+    monkeypatch.setenv("HOME", str(tmp_path / "me"))
+    monkeypatch.setenv("POPKIT_HOME", "~/ledger")  # expanded, as a shell would: builds and history agree
+    assert history.db_path() == tmp_path / "me" / "ledger" / "history.sqlite3"
+
+
+def test_recording_in_an_unusable_history_is_a_warning(tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("not a folder")
+    monkeypatch.setenv("POPKIT_HOME", str(tmp_path / "file" / "home"))
+    recorded = history.record_run(make_report(), b"x")
+    assert recorded.run_id is None and recorded.warning.startswith("not recorded in history: ")
+    recorded = history.record_submission(**submission(), remote=None, content=b"x", error="boom")
+    assert recorded.run_id is None and "cannot create the history folder" in recorded.warning
 
 
 def test_record_run_round_trip(db):
@@ -80,7 +88,7 @@ def test_record_run_round_trip(db):
 
 def test_record_json_round_trip(db):
     run_id = db.record_run(make_report(), b"code")
-    sub_id = db.record_submission(make_plan(), REMOTE, b"code2")
+    sub_id = db.record_submission(**submission(), remote=REMOTE, content=b"code2")
     for rid in (run_id, sub_id):
         record = db.get_run(rid)
         assert RunRecord.from_json(record.to_json()) == record
@@ -91,7 +99,7 @@ def test_test_runs_are_kind_test(db):
 
 
 def test_submission_record(db):
-    rid = db.record_submission(make_plan(), REMOTE, b"code")
+    rid = db.record_submission(**submission(), remote=REMOTE, content=b"code")
     record = db.get_run(rid)
     assert (record.kind, record.remote_id, record.outcome, record.gpu) == ("submit", 42, "passed", "H100")
     assert record.remote_score_s == pytest.approx(0.0000123)
@@ -99,7 +107,8 @@ def test_submission_record(db):
 
 
 def test_failed_submission_is_recorded_with_its_error(db):
-    record = db.get_run(db.record_submission(make_plan(), None, b"code", error="remote submission failed"))
+    record = db.get_run(db.record_submission(**submission(), remote=None, content=b"code",
+                                             error="remote submission failed"))
     assert (record.outcome, record.error, record.remote) == ("error", "remote submission failed", None)
 
 
@@ -129,7 +138,7 @@ def test_unknown_run_is_a_usage_error(db):
 def test_latest_local_prefers_newest_scored_run_of_the_same_bytes(db):
     first = db.record_run(make_report(sha="c" * 64), b"x")
     db.record_run(make_report(mode="test", sha="c" * 64), b"x")
-    db.record_submission(make_plan(sha="c" * 64), REMOTE, b"x")
+    db.record_submission(**submission(sha="c" * 64), remote=REMOTE, content=b"x")
     db.record_run(make_report(sha="d" * 64), b"y")
     assert db.latest_local("c" * 64).id == first
     assert db.latest_local("e" * 64) is None
@@ -220,7 +229,7 @@ def test_history_command_lists_newest_first(cli_env):
     db = _db(cli_env)
     db.record_run(make_report(mode="test"), b"1")
     db.record_run(make_report(submission="v7.py"), b"2")
-    db.record_submission(make_plan(), REMOTE, b"3")
+    db.record_submission(**submission(), remote=REMOTE, content=b"3")
     result = CliRunner().invoke(app, ["history"], env=cli_env)
     assert result.exit_code == 0, result.output
     rows = [line.split() for line in result.output.splitlines() if line.strip()[:1].isdigit()]
@@ -265,7 +274,7 @@ def test_show_command_renders_the_stored_report(cli_env):
 
 
 def test_show_command_submission_and_unknown_run(cli_env):
-    rid = _db(cli_env).record_submission(make_plan(), REMOTE, b"x")
+    rid = _db(cli_env).record_submission(**submission(), remote=REMOTE, content=b"x")
     result = CliRunner().invoke(app, ["show", str(rid)], env=cli_env)
     assert result.exit_code == 0, result.output
     assert "submission 42" in result.output and "score (public) on H100: 12.3 µs" in result.output

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from popkit import popcorn
+from popkit import popcorn, submit
 from popkit.cli import app
 from popkit.errors import PopcornError, RefusedError, UsageError
 from popkit.history import History
@@ -186,16 +186,16 @@ def test_stage_copy_is_byte_identical(tmp_path):
 def test_plan_refuses_check_errors_and_needs_a_target(tmp_path):
     path = tmp_path / "v7.py"
     with pytest.raises(RefusedError, match="stream"):
-        popcorn.plan_submission(path, (SOURCE + "# stream\n").encode(), mode="test", gpu=None, leaderboard=None,
+        submit.plan_submission(path, (SOURCE + "# stream\n").encode(), mode="test", gpu=None, leaderboard=None,
                                 gate="none", exe="p", guard=False)
     with pytest.raises(UsageError, match="no leaderboard"):
-        popcorn.plan_submission(path, BODY.encode(), mode="test", gpu="H100", leaderboard=None, gate="none",
+        submit.plan_submission(path, BODY.encode(), mode="test", gpu="H100", leaderboard=None, gate="none",
                                 exe="p", guard=False)
     with pytest.raises(UsageError, match="no GPU"):
-        popcorn.plan_submission(path, BODY.encode(), mode="test", gpu=None, leaderboard="x", gate="none",
+        submit.plan_submission(path, BODY.encode(), mode="test", gpu=None, leaderboard="x", gate="none",
                                 exe="p", guard=False)
     with pytest.raises(UsageError, match="unknown gate"):
-        popcorn.plan_submission(path, SOURCE.encode(), mode="test", gpu=None, leaderboard=None, gate="full",
+        submit.plan_submission(path, SOURCE.encode(), mode="test", gpu=None, leaderboard=None, gate="full",
                                 exe="p", guard=False)
 
 

@@ -8,7 +8,7 @@ from typing import Annotated, List, Optional
 import typer
 
 from popkit import history as ledger
-from popkit import lint, popcorn, runner
+from popkit import lint, popcorn, runner, submit as workflow
 from popkit.cli.app import app
 from popkit.errors import ExitCode, TaskError
 from popkit.tasks import resolve_task, task_roots
@@ -85,7 +85,7 @@ def submit(
       popkit submit v7.py --gpu H100 --gate test
     """
     common.set_json(json)
-    result = popcorn.submit(submission, mode=mode, gpu=gpu, leaderboard=leaderboard, gate=gate, dry_run=dry_run,
+    result = workflow.submit(submission, mode=mode, gpu=gpu, leaderboard=leaderboard, gate=gate, dry_run=dry_run,
                             task=task, roots=task_roots(tasks_root or []), timeout_s=timeout, guard=guard,
                             progress=common.progress_printer(json))
     view.show_submit(result, json=json)

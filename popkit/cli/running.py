@@ -11,7 +11,8 @@ import typer
 from popkit import ab, history, runner, system
 from popkit.cli.app import app
 from popkit.contract import entry_points
-from popkit.errors import EnvironmentProblem, HistoryError, UsageError
+from popkit.errors import EnvironmentProblem, UsageError
+from popkit.results import RunReport
 from popkit.tasks import list_tasks, resolve_task, shadowed_tasks, task_roots
 from popkit.views import common
 from popkit.views import remote as remote_view
@@ -39,16 +40,9 @@ def _options(python: Optional[str], precompile: Optional[bool], harness: str, se
                              label=label, **kwargs)
 
 
-def _record(report, content: bytes, enabled: bool) -> str:
+def _record(report: RunReport, content: bytes, enabled: bool) -> str:
     """Record the run in history; a history problem is a warning here, never a lost result."""
-    if not enabled:
-        return ""
-
-    try:
-        history.record_run(report, content)
-    except HistoryError as exc:
-        return f"run not recorded in history: {exc.message}"
-    return ""
+    return history.record_run(report, content).warning if enabled else ""
 
 
 def _resolve(submission: Path, content: bytes, task_spec: Optional[str], roots: Optional[List[Path]]):

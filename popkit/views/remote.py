@@ -11,9 +11,9 @@ from rich.table import Table
 from popkit.ab import A_FASTER, B_FASTER, SAME, ABReport, Comparison
 from popkit.history import RunRecord
 from popkit.lint import LintReport
-from popkit.popcorn import SubmitResult
 from popkit.results import RemoteResult
 from popkit.stats import Interval
+from popkit.submit import SubmitResult
 from popkit.tasks import Task
 from popkit.views.common import console, emit_json, escape, format_time
 from popkit.views.running import show_run, system_line
