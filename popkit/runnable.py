@@ -21,6 +21,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from popkit import system as sysmod  # `system` names the probe's result in this module
+from popkit.errors import EnvironmentProblem
 from popkit.tasks import SUBMISSION_SOURCE, Task
 
 GiB = 1024**3
@@ -270,8 +272,6 @@ def missing_packages(python: str, names: Iterable[str], timeout: float = 30.0) -
 
 
 def machine(python: str | None = None, packages: Iterable[str] = (), system: Mapping[str, Any] | None = None) -> Machine:
-    from popkit import system as sysmod
-
     python = python or sys.executable
     return Machine.from_probe(system if system is not None else sysmod.probe(python),
                               missing_packages(python, packages))
@@ -349,8 +349,6 @@ def preflight(task: Task, python: str, system: Callable[[], Mapping[str, Any]],
     (a torch import, seconds) is waited for only when the task needs more: a vendor, an architecture,
     several GPUs, or a buffer larger than any leaderboard GPU's memory.
     """
-    from popkit.errors import EnvironmentProblem
-
     need = needs(task)
     heavy = need.vendor or need.min_sm or (world_size or need.world_size) > 1 or need.memory_bytes > _HEAVY_MEMORY
     if heavy:

@@ -8,7 +8,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from popkit import ab, history, runner, system
+from popkit import ab, history, runnable, runner, system
 from popkit.cli.app import app
 from popkit.contract import entry_points
 from popkit.errors import EnvironmentProblem, UsageError
@@ -204,8 +204,6 @@ def tasks_list(
     if not check:
         view.show_task_list(tasks, json=json)
         return
-    from popkit import runnable, system
-
     python = python or sys.executable
     probed = system.probe(python)
     view.show_task_check(tasks, runnable.check_tasks(tasks, python, probed), probed, json=json)
