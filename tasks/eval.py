@@ -29,6 +29,7 @@ separated), benchmark.I.stop (converged, max_time, wall_time, max_repeats), benc
 (cuda-event, cpu-monotonic), benchmark.I.message (details of a failure, as test.I.message),
 benchmark.I.status: pass (profile mode, which has no statistics), benchmark.I.bytes (trust checks on:
 the fewest bytes one call must move, inputs read once and outputs written once),
+benchmark.I.drain_median|drain_max (GPU: ns the device stayed busy after a timed call's end event),
 system.device|torch|cuda|hip|arch, trust.checks. Newlines in values are written as the two characters `\\n`.
 
 Process layout: this process holds the pipe and computes every statistic. The submission runs in
@@ -59,6 +60,9 @@ Trust checks (on unless POPKIT_TRUST=0; each failure names its class in the case
                           runs the submission's code fails it; library thread pools (torch.compile)
                           are not the submission's code
     device-sync           the device is synchronized before any verdict is read
+    unsynchronized-work   GPU: after every timed call's end event completes, a device-wide synchronize
+                          is timed ("drain"); a case where at least max(3, 5%) of the calls left more
+                          than 50 µs of work running (on another queue) fails: the event time missed it
     mode-probe            a check failing outside test mode is retried with sys.argv saying test
     pipe-guard            the result fd is non-inheritable and this process is made non-dumpable,
                           so /proc/<pid>/fd cannot reopen it (ineffective when running as root);
@@ -101,6 +105,13 @@ FLUSH_MIN_BYTES = 256 * 1024 * 1024  # L2 flush buffer: max(2 x L2, 256 MiB)
 PROFILE_WARMUP_CALLS, PROFILE_CALLS = 2, 5
 MAX_REPLY_BYTES = 16 * 1024 * 1024  # a longer message on the worker channel is foreign bytes
 MAX_REMEMBERED_OUTPUTS = 100_000  # fingerprints kept to name a replayed output
+# Unsynchronized work (docs/design.md, "Work that outlives the end event"): an honest call leaves the device
+# idle once its end event completed, so timing a device-wide synchronize then costs only the call itself
+# (3-10 µs on an H100; tens on ROCm). 50 µs is well above that and below any escaped work worth having.
+DRAIN_MARGIN_NS = 50_000
+# A host stall (the eval descheduled inside those few µs) can lengthen one measurement; a cheat lengthens
+# every call it cheats on. A case fails only when at least this many calls, and this share of them, drained late.
+DRAIN_MIN_CALLS, DRAIN_MIN_SHARE = 3, 0.05
 
 
 @dataclass(frozen=True)
@@ -119,7 +130,7 @@ BUDGETS = {
 
 TRUST_CHECKS = ("clone-inputs", "output-buffer-poison", "freed-memory-poison", "double-run", "fresh-seed",
                 "input-mutation", "output-aliasing", "output-type", "recheck-timed", "benchmark-shapes",
-                "tripwires", "threads", "device-sync", "mode-probe", "pipe-guard")
+                "tripwires", "threads", "device-sync", "unsynchronized-work", "mode-probe", "pipe-guard")
 
 # ------------------------------------------------------------------------------ cases file (pure)
 
@@ -283,11 +294,39 @@ def stop_reason(samples: list[float], budget: Budget, elapsed_ns: float) -> str 
     return None
 
 
+def unsynchronized_work(drains_ns: list[float], margin_ns: float = DRAIN_MARGIN_NS) -> str | None:
+    """The failure when a case's timed calls left work running on the device after their end event, or None.
+
+    `drains_ns` holds, per timed call, how long a device-wide synchronize took once the end event had
+    completed (measure_drain). A call drains late when that exceeds `margin_ns`; the case fails when at
+    least DRAIN_MIN_CALLS calls and DRAIN_MIN_SHARE of all calls drained late.
+    """
+    late = sorted(d for d in drains_ns if d > margin_ns)
+    if not late or len(late) < max(DRAIN_MIN_CALLS, math.ceil(DRAIN_MIN_SHARE * len(drains_ns))):
+        return None
+    typical = late[len(late) // 2]
+    return (f"unsynchronized work: {len(late)} of {len(drains_ns)} timed calls left work running on the device "
+            f"after their end event (typically {typical / 1e3:.0f} µs, up to {late[-1] / 1e3:.0f} µs; an honest "
+            f"call leaves under {margin_ns / 1e3:.0f} µs), so the event time misses it: work on another queue must "
+            "be joined to the current one before custom_kernel returns")
+
+
+def measure_drain(end: Any, *, event_sync: Callable[[Any], None], device_sync: Callable[[], None],
+                  clock_ns: Callable[[], float]) -> float:
+    """How long (ns) the device stays busy after a timed call: wait for the `end` event (the timed queue is
+    done), then time a device-wide synchronize, which also waits for every other queue of this process."""
+    event_sync(end)
+    t0 = clock_ns()
+    device_sync()
+    return float(clock_ns() - t0)
+
+
 @dataclass(frozen=True)
 class LoopResult:
     samples: list[float]
     stop: str  # a stop_reason, or "failed"
     failure: dict | None  # the failing call's reply when stop == "failed"
+    drains: tuple[float, ...] = ()  # per timed call (GPU only): measure_drain
 
 
 def timing_loop(measure: Callable[[], dict], clock_ns: Callable[[], float], budget: Budget) -> LoopResult:
@@ -296,15 +335,18 @@ def timing_loop(measure: Callable[[], dict], clock_ns: Callable[[], float], budg
     `clock_ns` is the wall clock (nanoseconds) used for the 120 s limit; tests inject a fake one.
     """
     samples: list[float] = []
+    drains: list[float] = []
     start = clock_ns()
     while True:
         reply = measure()
         if not reply.get("ok"):
-            return LoopResult(samples, "failed", reply)
+            return LoopResult(samples, "failed", reply, tuple(drains))
         samples.append(float(reply["ns"]))
+        if isinstance(reply.get("drain"), (int, float)):
+            drains.append(float(reply["drain"]))
         reason = stop_reason(samples, budget, clock_ns() - start)
         if reason:
-            return LoopResult(samples, reason, None)
+            return LoopResult(samples, reason, None, tuple(drains))
 
 
 def format_number(x: float) -> str:
@@ -521,6 +563,16 @@ class Session:
                 self._fail(prefix, info)
                 if self.cuda_failed:
                     return
+                continue
+            if loop.drains:
+                ordered = sorted(loop.drains)
+                self.pipe.write(f"{prefix}.drain_median", format_number(ordered[len(ordered) // 2]))
+                self.pipe.write(f"{prefix}.drain_max", format_number(ordered[-1]))
+            unsynchronized = unsynchronized_work(loop.drains) if self.trust else None
+            if unsynchronized:
+                median = summarize(loop.samples).median
+                self._fail(prefix, {"error": unsynchronized, "message": f"the event-timed median was "
+                                    f"{median / 1e3:.1f} µs over {len(loop.samples)} calls"})
                 continue
             self.write_stats(prefix, loop)
             if isinstance(info.get("bytes"), int) and info["bytes"] > 0:
@@ -900,6 +952,7 @@ class Worker:
         self.sync = torch.cuda.synchronize if self.cuda else (lambda: None)
         self.Event = torch.cuda.Event
         self.record = torch.cuda.Event.record
+        self.event_sync = torch.cuda.Event.synchronize
         self.elapsed_ms = torch.cuda.Event.elapsed_time
         self.perf_ns = time.perf_counter_ns
         reply: dict[str, Any] = {"ok": True, "system": self._system(), "timer": "cuda-event" if self.cuda else
@@ -1089,17 +1142,23 @@ class Worker:
         if self.trust:
             self._check_tripwires()
 
-    def _timed(self, kernel_input: Any) -> tuple[Any, float]:
-        """One timed call: synchronize, flush L2, events (or perf_counter_ns) around the call; ns."""
+    def _timed(self, kernel_input: Any) -> tuple[Any, dict]:
+        """One timed call: synchronize, flush L2, events (or perf_counter_ns) around the call.
+
+        The reply part: {"ns": duration} and, on a GPU, "drain" (measure_drain, taken before anything
+        else the host does after the call, so no work left running gets time to finish unseen)."""
         self.sync()
         self._flush_l2()
         before = self._thread_snapshot()
+        timing: dict[str, float] = {}
         try:
             if self.cuda:
                 start, end = self.Event(enable_timing=True), self.Event(enable_timing=True)
                 self.record(start)
                 out = self.kernel(kernel_input)
                 self.record(end)
+                timing["drain"] = measure_drain(end, event_sync=self.event_sync, device_sync=self.sync,
+                                                clock_ns=self.perf_ns)
             else:
                 t0 = self.perf_ns()
                 out = self.kernel(kernel_input)
@@ -1107,8 +1166,8 @@ class Worker:
         except BaseException as exc:
             raise _exception_failure(exc, self.torch) from None
         self._after_call(before)
-        ns = self.elapsed_ms(start, end) * 1e6 if self.cuda else float(t1 - t0)
-        return out, ns
+        timing["ns"] = self.elapsed_ms(start, end) * 1e6 if self.cuda else float(t1 - t0)
+        return out, timing
 
     def _flush_l2(self) -> None:
         """Write a buffer of max(2 x L2, 256 MiB) so no input or output stays in the L2 cache (GPU only)."""
@@ -1271,25 +1330,25 @@ class Worker:
         if not b:
             return {"ok": False, "error": "no case prepared"}
         if b["mode"] != "leaderboard":
-            out, ns = self._timed(b["input"])
+            out, timing = self._timed(b["input"])
             b["out"] = out
-            return {"ok": True, "ns": ns}
+            return {"ok": True, **timing}
         # Leaderboard: a new input (seed + 13, cumulative) made after the previous call finished; rechecked.
         b["step"] += 1
         data = self._generate(with_seed_offset(b["case"], LEADERBOARD_SEED_STEP * b["step"]))
         try:
             if self.trust:
                 kernel_input = self._trusted_input(data, b["layout"], 0xFF)
-                out, ns = self._timed(kernel_input)
+                out, timing = self._timed(kernel_input)
                 self._verify(out, kernel_input, data, b["layout"], 0xFF)
                 self._remember(out)
             else:
-                out, ns = self._timed(clone_data(data))
+                out, timing = self._timed(clone_data(data))
                 self._verify(out, None, data, None, None)
         except CaseFailure as failure:
             failure.error = f"{failure.error} [timed call {b['step']}]"
             raise
-        return {"ok": True, "ns": ns}
+        return {"ok": True, **timing}
 
     def bench_end(self) -> dict:
         """Benchmark mode (trust): the last timed call's output must be right too.

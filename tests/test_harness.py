@@ -413,3 +413,112 @@ def test_a_thread_left_running_by_the_import_fails_every_case(tmp_path):
     run = run_eval(DOUBLER, sub, "test", SMALL, tmp_path)
     assert run.exit_code == 112
     assert all(c.error.startswith("background thread started by the submission's import") for c in run.tests)
+
+
+# ============================================================================ unsynchronized work
+
+
+def test_drain_rule_fails_work_that_outlives_the_end_event_on_enough_calls():
+    margin = ev.DRAIN_MARGIN_NS
+    honest = [4e3] * 97 + [margin * 40] * 3  # three calls stalled by the host, out of 100
+    assert ev.unsynchronized_work(honest) is None
+    assert ev.unsynchronized_work([5e3, 6e3, 4e3]) is None
+    side_queue = [250e3] * 10  # every call leaves 250 µs of work behind
+    verdict = ev.unsynchronized_work(side_queue)
+    assert verdict.startswith("unsynchronized work: 10 of 10 timed calls left work running on the device")
+    assert "250 µs" in verdict
+    assert ev.unsynchronized_work([250e3] * 3) is not None  # the fewest calls a case makes
+    assert ev.unsynchronized_work([250e3] * 2 + [4e3]) is None  # two late calls of three: noise can do that
+    # A share of the calls, not a count: 4 late calls of 100 pass, 5 fail.
+    assert ev.unsynchronized_work([4e3] * 96 + [250e3] * 4) is None
+    assert ev.unsynchronized_work([4e3] * 95 + [250e3] * 5) is not None
+    assert ev.unsynchronized_work([margin] * 10) is None  # the margin itself is still honest
+    assert ev.unsynchronized_work([]) is None
+
+
+class FakeDevice:
+    """A device whose last call left `leftover_ns` of work on another queue: the end event completes at once,
+    the device-wide synchronize waits for the rest. The host clock moves only inside synchronize."""
+
+    def __init__(self, event_ns: float, leftover_ns: float, sync_cost_ns: float = 3e3):
+        self.now, self.event_ns, self.leftover, self.sync_cost = 0.0, event_ns, leftover_ns, sync_cost_ns
+        self.log: list[str] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def event_sync(self, event) -> None:
+        self.log.append(f"wait {event}")
+
+    def device_sync(self) -> None:
+        self.log.append("synchronize")
+        self.now += self.sync_cost + self.leftover
+        self.leftover = 0.0
+
+
+def test_drain_is_the_device_wide_synchronize_after_the_end_event_completed():
+    device = FakeDevice(event_ns=10e3, leftover_ns=300e3)
+    drain = ev.measure_drain("end", event_sync=device.event_sync, device_sync=device.device_sync,
+                             clock_ns=device.clock)
+    assert device.log == ["wait end", "synchronize"]  # the end event first, then every queue
+    assert drain == 303e3
+    idle = FakeDevice(event_ns=10e3, leftover_ns=0)
+    assert ev.measure_drain("end", event_sync=idle.event_sync, device_sync=idle.device_sync,
+                            clock_ns=idle.clock) == 3e3
+
+
+class ScriptedLink:
+    """The parent's view of a worker that answers from a script (no process, no torch)."""
+
+    def __init__(self, calls: list[dict]):
+        self.calls, self.requests = iter(calls), []
+
+    def receive(self) -> dict:
+        return {"ok": True, "system": {"device": "Fake GPU"}, "timer": "cuda-event"}
+
+    def request(self, op: str, **fields) -> dict:
+        self.requests.append(op)
+        if op == "bench_call":
+            return next(self.calls)
+        return {"ok": True}
+
+    def kill(self) -> None:
+        pass
+
+
+class PipeLines:
+    def __init__(self):
+        self.lines: dict[str, str] = {}
+
+    def write(self, key, value):
+        self.lines.setdefault(key, str(value))
+
+
+def _session_with(calls: list[dict], trust: bool = True):
+    pipe = PipeLines()
+    session = ev.Session(pipe, ScriptedLink(calls), "benchmark", [{"size": 8, "seed": 1}], trust,
+                         clock_ns=FakeClock(0))
+    session.start()
+    return session, pipe
+
+
+def test_a_case_whose_calls_leave_work_behind_fails_with_the_class():
+    warmup = [{"ok": True, "ns": 10e3, "drain": 4e3}] * 3
+    late = [{"ok": True, "ns": 10e3, "drain": 290e3}] * 3
+    session, pipe = _session_with(warmup + late)
+    session.run()
+    assert not session.all_passed
+    assert pipe.lines["benchmark.0.status"] == "fail"
+    assert pipe.lines["benchmark.0.error"].startswith("unsynchronized work: 3 of 3 timed calls")
+    assert pipe.lines["benchmark.0.drain_max"] == "290000.0"
+    assert "benchmark.0.mean" not in pipe.lines  # a failed case has no statistics, as in the protocol
+
+
+def test_honest_calls_pass_and_report_their_drain_and_trust_off_skips_the_rule():
+    calls = [{"ok": True, "ns": 10e3, "drain": 4e3}] * 6
+    session, pipe = _session_with(calls)
+    session.run()
+    assert session.all_passed and pipe.lines["benchmark.0.drain_median"] == "4000.0"
+    off, pipe_off = _session_with([{"ok": True, "ns": 10e3, "drain": 290e3}] * 6, trust=False)
+    off.run()
+    assert off.all_passed and "benchmark.0.status" not in pipe_off.lines
