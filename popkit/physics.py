@@ -2,8 +2,8 @@
 
 A kernel cannot move its inputs and outputs faster than the memory's peak bandwidth; a mean time that
 implies more is a timing that missed work (left running after the end event, or on another queue) or a
-result that was never computed. The peaks are datasheet numbers, taken at the fastest variant of each
-card so an honest kernel is never flagged.
+result that was never computed, so the case fails ("time beats physics", results.judge_physics). The
+peaks are datasheet numbers, taken at the fastest variant of each card so an honest kernel is never failed.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ the eval reports them; statistics shown beyond the protocol's own are derived fr
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Mapping
 
 from popkit.diagnostics import Diagnostic
@@ -90,7 +90,8 @@ class CaseResult:
 
 
 def beats_physics(case: CaseResult, device: str | None) -> str:
-    """A one-line warning when the case's mean time implies more than the device's peak bandwidth."""
+    """One line saying why the case's mean time is impossible (it implies more than the device's peak
+    bandwidth), or "" when it is possible or cannot be judged (no byte count, an unknown device)."""
     implied, peak = case.bandwidth_bytes_per_s, peak_bandwidth(device)
     if implied is None or peak is None or implied <= peak * SLACK:
         return ""
@@ -171,6 +172,28 @@ class ModeRun:
     def from_json(cls, data: Mapping[str, Any]) -> "ModeRun":
         cases = lambda items: tuple(CaseResult.from_json(c) for c in items)  # noqa: E731
         return _build(cls, data, tests=cases, benchmarks=cases, raw=dict)
+
+
+FAILED_EXIT_CODE = 112  # the protocol's "ran, but a check failed"
+
+
+def judge_physics(run: ModeRun) -> ModeRun:
+    """`run` with every passing benchmark case whose mean beats physics failed ("time beats physics: ...").
+
+    The device is the one the eval reported (`system.device`); only popkit's harness reports the bytes a
+    call must move, so runs of other harnesses come back unchanged.
+    """
+    device = run.raw.get("system.device")
+    cases, changed = [], False
+    for case in run.benchmarks:
+        reason = beats_physics(case, device) if case.passed else ""
+        if reason:
+            case, changed = replace(case, passed=False, error=f"time beats physics: {reason}"), True
+        cases.append(case)
+    if not changed:
+        return run
+    exit_code = FAILED_EXIT_CODE if run.exit_code == 0 else run.exit_code
+    return replace(run, benchmarks=tuple(cases), check="fail", exit_code=exit_code)
 
 
 @dataclass(frozen=True)
@@ -289,11 +312,9 @@ class RunReport:
 
     @property
     def warnings(self) -> tuple[str, ...]:
-        """Timings that beat physics (a mean below the bytes that must move over the GPU's peak bandwidth),
-        then timings whose mean a few slow calls pulled well above the median."""
-        device = (self.system or {}).get("device")
-        cases = [case for run in self.runs for case in run.benchmarks]
-        found = [beats_physics(case, device) for case in cases] + [noisy_timing(case) for case in cases]
+        """Timings whose mean a few slow calls pulled well above the median. (A time that beats physics is
+        no warning: it fails its case, judge_physics.)"""
+        found = [noisy_timing(case) for run in self.runs for case in run.benchmarks]
         return tuple(dict.fromkeys(w for w in found if w))
 
     def to_json(self) -> dict:

@@ -30,7 +30,8 @@ from popkit.contract import entry_points
 from popkit.directives import cli_directives, server_directives
 from popkit.errors import EnvironmentProblem, SubmissionError, TaskError, UsageError
 from popkit.resources import data_dir
-from popkit.results import COMPILE_MARKERS, TIMEOUT_EXIT_CODE, CaseResult, CompileStep, ModeRun, RunReport
+from popkit.results import (COMPILE_MARKERS, TIMEOUT_EXIT_CODE, CaseResult, CompileStep, ModeRun, RunReport,
+                            judge_physics)
 from popkit.tasks import MODES, SUBMISSION_SOURCE, Task
 
 PRECOMPILE_TIMEOUT_S = 120.0
@@ -280,6 +281,7 @@ def run_mode(workdir: Path, main: str, mode: str, cases: Sequence[Mapping[str, A
                   timeout_s=timeout_s, timed_out=done.timed_out, check=raw.get("check"),
                   tests=_cases(raw, "test"), benchmarks=_cases(raw, "benchmark"), raw=raw,
                   stdout=done.stdout, stderr=done.stderr)
+    run = judge_physics(run)
     outcome, summary = classify(run)
     return replace(run, outcome=outcome, summary=summary)
 

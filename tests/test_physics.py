@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from popkit import runner
+from popkit import physics, runner
 from popkit.physics import peak_bandwidth
-from popkit.results import CaseResult, ModeRun, RunReport, beats_physics
+from popkit.results import CaseResult, ModeRun, RunReport, beats_physics, judge_physics
 from popkit.tasks import load_task
 
 DOUBLER = Path(__file__).parent / "fixtures" / "harness" / "doubler"
@@ -35,15 +36,40 @@ def test_a_time_below_the_bandwidth_floor_is_flagged():
     assert beats_physics(case(50_000), "cpu") == "" and beats_physics(case(50_000, None), "NVIDIA H100") == ""
 
 
-def test_report_carries_the_warnings_in_json():
-    run = ModeRun(mode="benchmark", secret=False, seed=None, exit_code=0, duration_s=1, timeout_s=10, check="pass",
-                  benchmarks=(case(50_000),))
+def _run_of(*cases: CaseResult, device: str = "NVIDIA H200") -> ModeRun:
+    return ModeRun(mode="benchmark", secret=False, seed=None, exit_code=0, duration_s=1, timeout_s=10, check="pass",
+                   benchmarks=cases, raw={"system.device": device, "check": "pass"})
+
+
+def test_a_time_that_beats_physics_fails_the_case_and_the_run():
+    run = judge_physics(_run_of(case(50_000), replace(case(500_000), index=1, spec="size: 4096")))
+    failed, kept = run.benchmarks
+    assert not failed.passed and failed.error.startswith("time beats physics: size: 8192: 8.05 TB/s implied, "
+                                                         "above the NVIDIA H200's 4.80 TB/s peak")
+    assert kept.passed and kept.error == ""
+    assert (run.check, run.exit_code) == ("fail", 112)
+    outcome, summary = runner.classify(run)
+    assert outcome == "failed" and "time beats physics" in summary
     report = RunReport(task="t", task_path="p", leaderboard=None, ranking_by="geom", submission="s", sha256="x",
-                       mode="benchmark", harness="task", started_at="now", duration_s=1,
-                       system={"device": "NVIDIA H200"}, runs=(run,))
-    assert len(report.warnings) == 1 and "above the NVIDIA H200's 4.80 TB/s peak" in report.warnings[0]
-    assert report.to_json()["warnings"] == list(report.warnings)
+                       mode="benchmark", harness="popkit", started_at="now", duration_s=1,
+                       system={"device": "NVIDIA H200"}, runs=(replace(run, outcome=outcome, summary=summary),))
+    assert report.exit_code == 1 and report.score_public_s is None
     assert RunReport.from_json(report.to_json()) == report
+
+
+def test_possible_times_and_unknown_devices_leave_the_run_alone():
+    for run in (_run_of(case(138_000)), _run_of(case(50_000), device="cpu"), _run_of(case(50_000, None))):
+        assert judge_physics(run) == run
+
+
+def test_the_runner_fails_an_impossible_time(tmp_path, monkeypatch):
+    """The CPU gets an absurdly low 'peak' here, so the doubler's honest time beats it."""
+    monkeypatch.setattr(physics, "PEAK_BANDWIDTH", (("CPU", 1.0),))
+    main = runner.prepare_workdir(load_task(DOUBLER), b"def custom_kernel(d):\n    return d['x'] * d['scale']\n",
+                                  tmp_path)
+    run = runner.run_mode(tmp_path, main, "benchmark", [{"size": 1000, "seed": 3}], timeout_s=120,
+                          options=runner.RunOptions(env={"OMP_NUM_THREADS": "1"}))
+    assert run.outcome == "failed" and run.benchmarks[0].error.startswith("time beats physics: size: 1000")
 
 
 def test_harness_reports_the_bytes_a_call_must_move(tmp_path):
