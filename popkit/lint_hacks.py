@@ -13,6 +13,7 @@ import ast
 import re
 
 from popkit.diagnostics import ERROR, WARNING, Finding
+from popkit.lint_names import constant_names, fold, is_built
 
 ENTRY = "custom_kernel"
 
@@ -42,6 +43,28 @@ _TENSOR_HOOKS = {"__torch_function__", "__torch_dispatch__"}
 _CONTAINERS = {"dict", "list", "set", "collections.defaultdict", "collections.OrderedDict", "defaultdict",
                "OrderedDict"}
 _LOOKUP_METHODS = {"get", "setdefault", "pop", "__getitem__", "__contains__"}
+# Calls that reach an attribute or a module by a name given as a value: the index of that argument.
+_NAME_ARG = {"getattr": 1, "setattr": 1, "hasattr": 1, "delattr": 1, "inspect.getattr_static": 1,
+             "operator.attrgetter": 0, "operator.methodcaller": 0, "importlib.import_module": 0, "__import__": 0,
+             "importlib.util.find_spec": 0}
+_NAMESPACES = {"vars", "globals", "locals"}  # vars(x)[name]: the same reach as getattr(x, name)
+# Names a submission has no reason to build from pieces: what the other rules guard, by its last part.
+_GUARDED = {
+    **dict.fromkeys(_TIMER_ALWAYS | {"Event", "record"}, "a timer the harness uses"),
+    **dict.fromkeys(_HARNESS_NAMES | _HARNESS_MODULES, "part of the evaluator"),
+    **dict.fromkeys(_FRAME_ATTRS | {c.rsplit(".", 1)[1] for c in _FRAME_CALLS}, "interpreter frames"),
+    **dict.fromkeys({c.rsplit(".", 1)[1] for c in _FD_CALLS}, "a raw file descriptor"),
+    **dict.fromkeys({"modules", "system", "popen", "Popen", "exec", "eval", "__import__", "check_output"},
+                    "the module table, a shell or generated code"),
+}
+
+
+def guarded_name(name: str) -> str | None:
+    """Why a name (an attribute, or a dotted module path) is one the rules guard, or None."""
+    if "str" + "eam" in name.lower():
+        return "the server refuses that word"
+    parts = name.split(".")
+    return _GUARDED.get(parts[-1]) or (_GUARDED.get(parts[0]) if parts[0] in _HARNESS_MODULES else None)
 
 
 def _is_main_guard(node: ast.If) -> bool:
@@ -55,9 +78,10 @@ def _strings(node: ast.AST) -> list[str]:
 
 
 class _HackVisitor(ast.NodeVisitor):
-    def __init__(self, aliases: dict[str, str], docstrings: set[int]):
+    def __init__(self, aliases: dict[str, str], docstrings: set[int], names: dict[str, ast.expr]):
         self.aliases = aliases  # local name -> what it was imported as (dotted)
         self.docstrings = docstrings  # id() of docstring constants: prose, not code
+        self.names = names  # names bound once, for folding built strings (lint_names.constant_names)
         self.functions: list[str] = []
         self.in_main_guard = False
         self.found: list[Finding] = []
@@ -79,6 +103,31 @@ class _HackVisitor(ast.NodeVisitor):
 
     def in_entry(self) -> bool:
         return ENTRY in self.functions
+
+    def _dynamic_name(self, key: ast.expr, node: ast.AST, reach: str) -> None:
+        """`reach` (getattr, vars(...)[...], import_module) gets a name that is built from pieces."""
+        if isinstance(key, ast.Constant):
+            return  # a literal: the text rules and the other rules read it as it is
+        value = fold(key, self.names, self.dotted)
+        if value is not None:
+            why = guarded_name(value)
+            if why:
+                self.add("dynamic-name", ERROR, node, f"`{reach}` reaches `{value}`, a name built at run time "
+                         f"from pieces ({why})", "a name hidden from the server's word ban and from review is a "
+                         "hack; write names out, and leave alone what the rules guard")
+            return
+        if is_built(key):
+            self.add("dynamic-name", WARNING, node, f"`{reach}` reaches a name built at run time from pieces",
+                     "reviewers and the server's word ban can't tell what it reaches; write the name out")
+
+    def visit_Subscript(self, node: ast.Subscript) -> None:
+        base = node.value
+        if (isinstance(base, ast.Attribute) and base.attr == "__dict__") or (
+                isinstance(base, ast.Call) and self.dotted(base.func) in _NAMESPACES):
+            self._dynamic_name(node.slice, node, f"{ast.unparse(base)}[...]")
+        elif self.dotted(base) == "sys.modules":
+            self._dynamic_name(node.slice, node, "sys.modules[...]")
+        self.generic_visit(node)
 
     # ------------------------------------------------------------------------ structure
 
@@ -254,8 +303,14 @@ class _HackVisitor(ast.NodeVisitor):
             if name.startswith("pip.") or _INSTALL.search(words):
                 self.add("runtime-install", ERROR, node, f"installs packages at run time (`{name}`)",
                          "the leaderboard flags runtime installs; use what the runner image has")
-        if name in ("importlib.import_module", "__import__") and literal:
-            self._import(node, literal[0], [])
+        if name in _NAME_ARG and len(args) > _NAME_ARG[name]:
+            self._dynamic_name(args[_NAME_ARG[name]], node, name)
+        elif name.endswith("__getattribute__") and args:
+            self._dynamic_name(args[-1], node, name)
+        if name in ("importlib.import_module", "__import__") and args:
+            module = fold(args[0], self.names, self.dotted)
+            if module is not None:
+                self._import(node, module, [])
         if name in ("exec", "eval", "compile") and name not in self.aliases and args and not (
                 isinstance(args[0], ast.Constant) and isinstance(args[0].value, str)):
             self.add("exec-built", WARNING, node, f"`{name}` of a string built at run time",
@@ -403,7 +458,7 @@ def hack_findings(text: str, filename: str) -> list[Finding]:
     docstrings = {id(n.body[0].value) for n in ast.walk(tree)
                   if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
                   and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
-    visitor = _HackVisitor(_aliases(tree), docstrings)
+    visitor = _HackVisitor(_aliases(tree), docstrings, constant_names(tree))
     visitor.visit(tree)
     found = visitor.found
     module_body = [s for s in tree.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef,

@@ -280,6 +280,58 @@ def test_exec_of_built_string_warns():
     assert "exec-built" not in _rules(_check("import re\np = re.compile(r'\\d+')\nm = torch.compile\n" + OK_BODY))
 
 
+# ------------------------------------------------------------------ names built at run time
+
+# Each builds a word the server bans by name, or a timer / harness name, from pieces no rule reads as text.
+S, TR = "Str", "eam"
+DYNAMIC_BAD = [
+    f"Side = getattr(torch.cuda, '{S}' + '{TR}')\n",
+    f"Side = getattr(torch.cuda, ''.join(['{S}', '{TR}']))\n",
+    "import base64\nSide = getattr(torch.cuda, base64.b64decode('U3RyZWFt').decode())\n",
+    f"P = '{S}'\nSide = getattr(torch.cuda, f'{{P}}{TR}')\n",
+    f"Side = getattr(torch.cuda, '{{}}{TR}'.format('{S}'))\n",
+    f"Side = getattr(torch.cuda, '%s{TR}' % '{S}')\n",
+    "Side = getattr(torch.cuda, 'maertS'[::-1])\n",
+    "import codecs\nSide = getattr(torch.cuda, codecs.decode('Fgernz', 'rot13'))\n",
+    "Side = getattr(torch.cuda, bytes([83, 116, 114, 101, 97, 109]).decode())\n",
+    "Side = getattr(torch.cuda, chr(83) + 'tr' + chr(101) + 'am')\n",
+    f"NAME = '{S}'.lower() + '{TR}'\nSide = torch.cuda.__dict__[NAME]\n",
+    f"Side = vars(torch.cuda)['{S}' + '{TR}']\n",
+    f"import operator\nSide = operator.attrgetter('cuda.' + '{S}' + '{TR}')(torch)\n",
+    f"import importlib\ncuda = importlib.import_module('torch.cuda.' + '{S.lower()}' + '{TR}s')\n",
+    "sync = getattr(torch.cuda, 'synchro' + 'nize')\n",
+    "import importlib\nh = importlib.import_module('ev' + 'al')\n",
+]
+
+
+@pytest.mark.parametrize("bad", DYNAMIC_BAD, ids=range(len(DYNAMIC_BAD)))
+def test_an_attribute_or_module_name_built_from_pieces_is_an_error(bad):
+    report = _check("import torch\n" + bad + OK_BODY)
+    found = [f for f in report.findings if f.rule == "dynamic-name"]
+    assert found and found[0].severity == "error", report.findings
+    assert found[0].line == bad.count("\n") + 1 and "built at run time" in found[0].message
+    assert "stream" not in bad.lower()  # the server's word ban would not see any of them
+
+
+def test_an_attribute_name_built_from_unknown_pieces_warns():
+    src = "import torch\ndef get(prefix):\n    return getattr(torch.cuda, prefix + 'eam')\n" + OK_BODY
+    (finding,) = [f for f in _check(src).findings if f.rule == "dynamic-name"]
+    assert finding.severity == "warning" and finding.line == 3
+
+
+@pytest.mark.parametrize("good", [
+    "dt = getattr(torch, 'float16')\n",
+    "dt = getattr(torch, 'float' + '16')\n",  # built, but nothing it should not reach
+    "def dtype(name):\n    return getattr(torch, name)\n",
+    "x = hasattr(torch, 'compile')\n",
+    "import importlib\nm = importlib.import_module('torch.nn')\n",
+    "CFG = {'a': 1}\nv = CFG['a' + 'b'] if False else 0\n",
+    "ops = {n: getattr(torch, n) for n in ('add', 'mul')}\n",
+])
+def test_ordinary_dynamic_access_is_no_finding(good):
+    assert "dynamic-name" not in _rules(_check("import torch\n" + good + OK_BODY))
+
+
 CACHE_REPLAY = """
 import torch
 _cache = {}
@@ -478,7 +530,7 @@ CHEAT_RULES = {  # cheats a static check can see, and the rule that must name th
     "background_thread.py": "thread-start", "check_patch.py": "harness-patch", "pipe_write.py": "result-fd",
     "replay_data_ptr.py": "output-cache", "synchronize_patch.py": "timer-patch", "timer_patch.py": "timer-patch",
     "replay_cache.py": "output-replay", "batch_and_skip.py": "output-replay", "mode_branching.py": "mode-branch",
-    "lazy_output.py": "lazy-output",
+    "lazy_output.py": "lazy-output", "side_stream.py": "dynamic-name",
 }
 EXAMPLES = sorted(p for p in SUBMISSIONS.glob("*/*.py") if p.parent.name not in ("cheats", "wrong"))
 
