@@ -39,9 +39,10 @@ def task_of(submission: Path) -> str:
     return first[2]
 
 
-def run(submission: Path, mode: str, tmp_path: Path, *, cases=None, seed=None, timeout_s=180.0):
-    """One eval of a bundled task through the runner (the task's eval.py is popkit's harness)."""
-    task_name = task_of(submission)
+def run(submission: Path, mode: str, tmp_path: Path, *, cases=None, seed=None, timeout_s=180.0, task_name=None):
+    """One eval of a bundled task through the runner (the task's eval.py is popkit's harness); `task_name`
+    runs the file on another task than its directive names."""
+    task_name = task_name or task_of(submission)
     task = load_task(TASKS / task_name)
     if cases is None:
         cases = TEST_CASES[task_name] if mode == "test" else BENCH_CASES[task_name]
@@ -82,7 +83,7 @@ CHEATS = [
 
 
 def test_every_cheat_file_is_covered():
-    names = {name for name, _, _ in CHEATS} | {"stale_memory.py"}
+    names = {name for name, _, _ in CHEATS} | {"stale_memory.py", "side_stream.py"}
     assert names == {p.name for p in (SUBMISSIONS / "cheats").glob("*.py")}
 
 
@@ -137,6 +138,31 @@ def test_forged_pipe_lines_never_win(tmp_path):
     assert all(result.raw[f"test.{i}.status"] == "fail" for i in range(len(TEST_CASES["vectoradd"])))
 
 
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("task", list(TEST_CASES))
+def test_side_queue_cheat_fails_with_its_class_on_every_bundled_task(task, tmp_path):
+    """At the task's own benchmark shapes: every case the drain rule sees fails with its class; a case
+    whose escaped work is too short to tell from noise can only fail on physics, or pass."""
+    result = run(SUBMISSIONS / "cheats" / "side_stream.py", "benchmark", tmp_path, task_name=task,
+                 cases=load_task(TASKS / task).benchmarks, timeout_s=600)
+    errors = failures(result)
+    assert result.exit_code == 112 and result.check == "fail", (result.exit_code, errors, result.stderr)
+    assert any(e.startswith("unsynchronized work:") for e in errors), errors
+    assert all(e.startswith(("unsynchronized work:", "time beats physics:")) for e in errors), errors
+    assert not result.benchmarks[-1].passed  # the largest shape, where the fake gain is largest
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("task", list(TEST_CASES))
+def test_honest_torch_submission_passes_the_drain_rule_at_benchmark_shapes(task, tmp_path):
+    result = run(SUBMISSIONS / task / "pytorch.py", "benchmark", tmp_path, cases=load_task(TASKS / task).benchmarks,
+                 timeout_s=600)
+    assert result.exit_code == 0 and result.check == "pass", failures(result)
+    assert all(float(result.raw[f"benchmark.{i}.drain_max"]) >= 0 for i in range(len(result.benchmarks)))
+
+
 WRONG = [
     ("wrong_values.py", "elements mismatch"),
     ("wrong_shape.py", "shape mismatch: expected"),
@@ -162,6 +188,11 @@ def test_wrong_submission_fails_with_its_message(name, expected, tmp_path):
 def test_infinite_loop_is_stopped_by_the_runner_timeout(tmp_path):
     result = run(SUBMISSIONS / "wrong" / "infinite_loop.py", "test", tmp_path, timeout_s=30)
     assert result.timed_out and result.exit_code == 114
+
+
+def test_the_side_queue_cheat_never_says_the_refused_word():
+    """It must get past the server's word ban, as the real trick does."""
+    assert "str" + "eam" not in (SUBMISSIONS / "cheats" / "side_stream.py").read_text().lower()
 
 
 def test_no_submission_outside_wrong_and_cheats_says_the_refused_word():
@@ -215,3 +246,6 @@ def test_honest_cuda_submission_passes(task, tmp_path):
     seed = random.randrange(1, 2**31)
     result = run(SUBMISSIONS / task / "cuda.py", "test", tmp_path, seed=seed, timeout_s=600)
     assert result.exit_code == 0 and result.check == "pass", (f"secret seed {seed}", failures(result))
+    timed = run(SUBMISSIONS / task / "cuda.py", "benchmark", tmp_path, seed=seed, timeout_s=600,
+                cases=load_task(TASKS / task).benchmarks)
+    assert timed.exit_code == 0 and timed.check == "pass", (f"secret seed {seed}", failures(timed))
