@@ -189,7 +189,7 @@ class History:
             "kind": "test" if report.mode == "test" else "bench",
             "created_at": report.started_at or _now(), "submission": report.submission, "sha256": report.sha256,
             "content": content, "task": report.task, "leaderboard": report.leaderboard, "mode": report.mode,
-            "gpu": None, "device": (report.system or {}).get("device"), "outcome": report.outcome,
+            "gpu": None, "device": _device(report), "outcome": report.outcome,
             "score_s": report.score_public_s, "seeds": json.dumps(list(report.secret_seeds)),
             "report_json": json.dumps(report.to_json()), "popkit_version": __version__,
         })
@@ -313,6 +313,13 @@ class Recorded:
 
     run_id: int | None
     warning: str = ""
+
+
+def _device(report: RunReport) -> str | None:
+    """The device, with the run's label: a HIP-on-CUDA logic check reads `NVIDIA H100 [hip-on-cuda]`."""
+    device = (report.system or {}).get("device")
+    return f"{device} [{report.label}]" if device and report.label else device
+
 
 
 def record_run(report: RunReport, content: bytes) -> Recorded:

@@ -30,7 +30,7 @@ BUILD_MARKERS = (b"load_inline", b"cpp_extension", b"__main__")
 # Everything in the environment that changes what torch builds or where it puts it.
 BUILD_ENV = ("TORCH_EXTENSIONS_DIR", "XDG_CACHE_HOME", "HOME", "TORCH_CUDA_ARCH_LIST", "PYTORCH_ROCM_ARCH",
              "CUDA_HOME", "CUDA_PATH", "ROCM_HOME", "ROCM_PATH", "CXX", "CC", "PATH", "CUDA_VISIBLE_DEVICES",
-             "HIP_VISIBLE_DEVICES")
+             "HIP_VISIBLE_DEVICES", "POPKIT_HIP_ON_CUDA")
 # Files a no-op rebuild may touch; they do not decide what is built.
 _VOLATILE = {"lock", ".ninja_log", ".ninja_deps"}
 _MAX_ENTRIES = 500

@@ -262,7 +262,8 @@ class RunReport:
     precompile_skipped: str = ""  # why the pre-step did not run (e.g. "build cache holds this source")
     runs: tuple[ModeRun, ...] = ()
     secret_seeds: tuple[int, ...] = ()
-    label: str = ""  # e.g. "reference" for a --baseline run
+    label: str = ""  # e.g. "reference" for a --baseline run, "hip-on-cuda" for a HIP logic check on NVIDIA
+    notes: tuple[str, ...] = ()  # what the run is (e.g. a HIP-on-CUDA logic check) and its warnings
     schema: str = RUN_SCHEMA
 
     @property

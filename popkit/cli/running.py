@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, List, Optional
 
 import typer
 
-from popkit import ab, history, runnable, runner, system
+from popkit import ab, hiponcuda, history, runnable, runner, system
 from popkit.cli.app import app
 from popkit.contract import entry_points
 from popkit.errors import EnvironmentProblem, UsageError
@@ -71,7 +72,7 @@ def _check_gpu_sized(task, mode: str, allow_cpu: bool) -> None:
 
 def _run(submission: Path, task_spec: Optional[str], roots: Optional[List[Path]], mode: str,
          options: runner.RunOptions, json: bool, history: bool, baseline: Optional[str] = None,
-         allow_cpu: bool = False) -> None:
+         allow_cpu: bool = False, notes: tuple[str, ...] = ()) -> None:
     content = runner.read_submission(submission, entry_points=None)  # the task's names are checked in the run
     task = _resolve(submission, content, task_spec, roots)
     _check_gpu_sized(task, mode, allow_cpu)
@@ -81,6 +82,8 @@ def _run(submission: Path, task_spec: Optional[str], roots: Optional[List[Path]]
                          "time the reference as a submission of its own instead")
     progress = common.progress_printer(json)
     report = runner.run_submission(task, submission, mode, options, progress=progress, content=content)
+    if notes:
+        report = replace(report, notes=report.notes + tuple(notes))
     base = None
     if baseline:
         # The reference is timed in the same mode, without the chain before it: it is the yardstick.
@@ -104,17 +107,27 @@ def test(
     secret_seed: SeedOpt = None,
     secret_runs: Annotated[int, typer.Option("--secret-runs", min=0, help="Also run the tests under K random secret seeds (each printed), after the public run.")] = 0,
     keep_workdir: KeepOpt = False,
+    hip_on_cuda: Annotated[bool, typer.Option("--hip-on-cuda", help="A HIP file on an NVIDIA GPU: build its kernels with nvcc through popkit's HIP-to-CUDA mapping and run the tests. A logic check, not AMD timing; code that depends on 64-lane wavefronts is flagged.")] = False,
     history: HistoryOpt = True,
     json: JsonOpt = False,
 ) -> None:
     """Run the task's tests on SUBMISSION, the way the leaderboard's `test` mode does.
 
-    Example: popkit test submissions/vectoradd/pytorch.py --secret-runs 1
+    \b
+    Examples:
+      popkit test submissions/vectoradd/pytorch.py --secret-runs 1
+      popkit test submissions/softmax/hip.py --hip-on-cuda
     """
     common.set_json(json)
     seeds = tuple(secret_seed or ()) + runner.random_secret_seeds(secret_runs)
     options = _options(python, precompile, harness, seeds, keep_workdir)
-    _run(submission, task, tasks_root, "test", options, json, history)
+    notes: tuple[str, ...] = ()
+    if hip_on_cuda:
+        text = runner.read_submission(submission, entry_points=None).decode("utf-8")
+        hiponcuda.require_hip(text, str(submission))
+        options = replace(options, env={**options.env, **hiponcuda.child_env()}, label=hiponcuda.LABEL)
+        notes = hiponcuda.notes_for(text, str(submission))
+    _run(submission, task, tasks_root, "test", options, json, history, notes=notes)
 
 
 @app.command()

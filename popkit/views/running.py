@@ -153,6 +153,8 @@ def show_run(report: RunReport, task: Task, *, baseline: RunReport | None = None
     board = f" (leaderboard {task.leaderboard})" if task.leaderboard and task.leaderboard != task.name else ""
     con.print(f"[bold]popkit {report.mode}[/] · task [bold]{escape(task.name)}[/]{escape(board)} · {escape(report.submission)}")
     con.print(f"[dim]system:[/] {escape(system_line(dict(report.system)))} · [dim]harness:[/] {report.harness}")
+    for note in report.notes:
+        con.print(f"[bold yellow]{escape(note)}[/]")
     if report.precompile is not None:
         step = report.precompile
         state = "ok" if step.ok else ("timed out" if step.timed_out else f"exit {step.exit_code} (not fatal)")

@@ -1,0 +1,3 @@
+// popkit HIP-on-CUDA: <hip/hip_fp16.h> maps to CUDA (see ../popkit_hip_on_cuda.h).
+#pragma once
+#include "../popkit_hip_on_cuda.h"

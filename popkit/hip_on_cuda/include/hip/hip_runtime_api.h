@@ -1,0 +1,3 @@
+// popkit HIP-on-CUDA: <hip/hip_runtime_api.h> maps to CUDA (see ../popkit_hip_on_cuda.h).
+#pragma once
+#include "../popkit_hip_on_cuda.h"
