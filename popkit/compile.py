@@ -27,6 +27,7 @@ from popkit.buildlocks import check_locks, find_locks
 from popkit.diagnostics import Diagnostic, SourceMap, loader_diagnostic, map_diagnostics, parse_log
 from popkit.directives import server_directives
 from popkit.errors import EnvironmentProblem, ExitCode, PopkitError, UsageError
+from popkit.gpus import leaderboard_gpu
 from popkit.hipcheck import detect_target, hip_checks
 from popkit.resources import popkit_home
 from popkit.system import (  # noqa: F401  (cuda_home_problem and toolchain are patched in tests)
@@ -38,9 +39,6 @@ DEFAULT_TEST_TIMEOUT_S = 180.0  # the protocol's default when no task is known
 PRECOMPILE_TIMEOUT_S = 120.0  # the runner's compile pre-step (protocol §2)
 BUILD_SHARE_WARNING = 0.5  # warn when the cold build takes this share of test_timeout
 RECORD = "popkit-build.json"
-# TORCH_CUDA_ARCH_LIST for the GPU named by `#!POPCORN gpu`, used when the environment sets none:
-# a machine without a GPU would otherwise build for every architecture torch knows.
-CUDA_ARCH_FOR_GPU = {"T4": "7.5", "L4": "8.9", "A100": "8.0", "H100": "9.0a", "B200": "10.0a"}
 
 Progress = Callable[[str], None]
 
@@ -274,9 +272,12 @@ def _require_toolchain(tools: Toolchain, python: str) -> None:
 
 
 def _arch_for_directive(text: str, tools: Toolchain) -> str | None:
+    """TORCH_CUDA_ARCH_LIST for the GPU named by `#!POPCORN gpu`, used when the environment sets none:
+    a machine without a GPU would otherwise build for every architecture torch knows."""
     if tools.hip:
         return None
-    return CUDA_ARCH_FOR_GPU.get(server_directives(text).gpu or "")
+    gpu = leaderboard_gpu(server_directives(text).gpu)
+    return gpu.torch_arch if gpu else None
 
 
 def _prepare(workdir: Path, task: tasks.Task | None, source: bytes) -> str:

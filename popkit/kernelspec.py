@@ -34,10 +34,6 @@ from popkit.errors import TaskError
 
 TARGETS = ("cuda", "hip")
 GEOMETRIES = ("elementwise_flat", "elementwise_2d", "row_reduction", "full_reduction", "matmul")
-NVIDIA_GPUS = {"T4": "sm_75", "L4": "sm_89", "A100": "sm_80", "H100": "sm_90a", "B200": "sm_100"}
-AMD_GPUS = {"MI300": "gfx942", "MI300x8": "gfx942", "MI355X": "gfx950"}
-DEFAULT_GPU = {"cuda": "H100", "hip": "MI300"}
-DEFAULT_HIP_ARCH = "gfx942"
 SPEC_FILE = "kernel.yml"
 
 # dtype -> (CUDA type, HIP type, ATen scalar type, torch dtype, load-as-float format, CUDA header, HIP header)

@@ -17,6 +17,7 @@ import jinja2
 
 from popkit import tasks
 from popkit.errors import ExitCode, PopkitError, TaskError, UsageError
+from popkit.gpus import AMD, DEFAULT_GPU, NVIDIA, TARGET_VENDOR, leaderboard_gpu, leaderboard_names
 from popkit.kernelspec import (  # noqa: F401  (re-exported: render is where callers find the spec API)
     DTYPES, GEOMETRIES, SCALAR_TYPES, SPEC_FILE, TARGETS, KernelSpec, find_spec, infer_skeleton, load_spec,
     spec_for_task, spec_from_mapping,
@@ -25,9 +26,6 @@ from popkit.kernelspec import _REDUCE_OPS
 from popkit.resources import data_dir
 
 FORBIDDEN = "str" + "eam"  # the server refuses any file containing it, in any case (protocol §6)
-NVIDIA_GPUS = {"T4": "sm_75", "L4": "sm_89", "A100": "sm_80", "H100": "sm_90a", "B200": "sm_100"}
-AMD_GPUS = {"MI300": "gfx942", "MI300x8": "gfx942", "MI355X": "gfx950"}
-DEFAULT_GPU = {"cuda": "H100", "hip": "MI300"}
 _RUNTIME = {  # launch-error API per target
     "cuda": {"error_t": "cudaError_t", "success": "cudaSuccess", "last_error": "cudaGetLastError",
              "error_string": "cudaGetErrorString", "runtime_header": "<cuda_runtime.h>", "label": "CUDA"},
@@ -154,7 +152,7 @@ def render(task_dir: Path, *, leaderboard: str, target: str = "cuda", style: str
         raise UsageError("--arch applies to --target hip", "a CUDA build targets the GPU torch sees "
                          "(set TORCH_CUDA_ARCH_LIST to change it)")
     if target == "hip":
-        arch = arch or AMD_GPUS.get(gpu, "gfx942")
+        arch = arch or (leaderboard_gpu(gpu) or leaderboard_gpu(DEFAULT_GPU[AMD])).arch
         if not re.fullmatch(r"gfx[0-9a-f]{3,4}", arch):
             raise UsageError(f"--arch {arch!r} is not an AMD architecture", "e.g. gfx942 (MI300) or gfx950 (MI355X)")
     spec = spec_for_task(Path(task_dir))
@@ -169,16 +167,16 @@ def render(task_dir: Path, *, leaderboard: str, target: str = "cuda", style: str
                     style=style, gpu=gpu, arch=arch, spec=spec.source, skeleton=spec.skeleton, notes=spec.notes)
 
 
-def _choose_gpu(target: str, gpu: str | None, gpus: Sequence[str]) -> str:
-    vendor = AMD_GPUS if target == "hip" else NVIDIA_GPUS
-    other = NVIDIA_GPUS if target == "hip" else AMD_GPUS
+def _choose_gpu(target: str, gpu: str | None, offered: Sequence[str]) -> str:
+    vendor = leaderboard_names(TARGET_VENDOR[target])
+    other = leaderboard_names(AMD if target == "cuda" else NVIDIA)
     if gpu is None:
-        return next((g for g in gpus if g in vendor), DEFAULT_GPU[target])
+        return next((g for g in offered if g in vendor), DEFAULT_GPU[TARGET_VENDOR[target]])
     if gpu in other:
         raise UsageError(f"--gpu {gpu} does not run {target.upper()} code",
                          f"use --target {'cuda' if target == 'hip' else 'hip'}, or one of: " + ", ".join(vendor))
-    if gpus and gpu not in gpus:
-        raise UsageError(f"--gpu {gpu} is not one of this leaderboard's GPUs ({', '.join(gpus)})",
+    if offered and gpu not in offered:
+        raise UsageError(f"--gpu {gpu} is not one of this leaderboard's GPUs ({', '.join(offered)})",
                          "the server refuses a GPU the leaderboard does not list")
     return gpu
 

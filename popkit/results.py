@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from popkit.diagnostics import Diagnostic
 from popkit.errors import ExitCode
-from popkit.physics import SLACK, peak_bandwidth
+from popkit.gpus import peak_bandwidth
 
 RUN_SCHEMA = "popkit/run/1"
 # Markers of a failed extension build in a child's output (load_inline, ninja, nvcc, ptxas, the linker).
@@ -89,11 +89,17 @@ class CaseResult:
         return _build(cls, data)
 
 
+# A kernel cannot move its inputs and outputs faster than the memory's peak bandwidth (popkit.gpus): a mean
+# time that implies more missed work (left running after the end event, or on another queue), or a result
+# was never computed, so the case fails ("time beats physics", judge_physics).
+PHYSICS_SLACK = 1.05  # measurement noise and datasheet rounding, on top of the GPU's peak bandwidth
+
+
 def beats_physics(case: CaseResult, device: str | None) -> str:
     """One line saying why the case's mean time is impossible (it implies more than the device's peak
     bandwidth), or "" when it is possible or cannot be judged (no byte count, an unknown device)."""
     implied, peak = case.bandwidth_bytes_per_s, peak_bandwidth(device)
-    if implied is None or peak is None or implied <= peak * SLACK:
+    if implied is None or peak is None or implied <= peak * PHYSICS_SLACK:
         return ""
     return (f"{case.spec}: {implied / 1e12:.2f} TB/s implied, above the {device}'s {peak / 1e12:.2f} TB/s peak: "
             "this time cannot be right (work left running after the end event, or a result not computed)")

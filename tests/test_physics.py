@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from popkit import physics, runner
-from popkit.physics import peak_bandwidth
+from popkit import gpus, runner
+from popkit.gpus import peak_bandwidth
 from popkit.results import CaseResult, ModeRun, RunReport, beats_physics, judge_physics
 from popkit.tasks import load_task
 
@@ -64,7 +64,7 @@ def test_possible_times_and_unknown_devices_leave_the_run_alone():
 
 def test_the_runner_fails_an_impossible_time(tmp_path, monkeypatch):
     """The CPU gets an absurdly low 'peak' here, so the doubler's honest time beats it."""
-    monkeypatch.setattr(physics, "PEAK_BANDWIDTH", (("CPU", 1.0),))
+    monkeypatch.setattr(gpus, "GPUS", (gpus.Gpu("cpu", "none", "", 1.0, None, "CPU", leaderboard=False),))
     main = runner.prepare_workdir(load_task(DOUBLER), b"def custom_kernel(d):\n    return d['x'] * d['scale']\n",
                                   tmp_path)
     run = runner.run_mode(tmp_path, main, "benchmark", [{"size": 1000, "seed": 3}], timeout_s=120,
