@@ -1,13 +1,16 @@
 """Statistics on raw timing samples (nanoseconds): mean, spread, 95% intervals, ratios.
 
 Pure functions, no randomness: intervals are t-based, so the same samples always give the same
-answer and tests can check them against values worked out by hand. Ratios use the log-ratio
-(delta method) interval with Welch-Satterthwaite degrees of freedom: timings are positive and
-skewed, and a ratio's interval is naturally asymmetric around the estimate.
+answer and tests can check them against values worked out by hand. Times and ratios are positive
+and skewed, so their intervals are built on the log scale and exponentiated: never below zero, and
+asymmetric around the estimate. The A/B's interval (`paired_ratio_interval`) takes one ratio per
+round, paired (Student t on the log ratios); `ratio_ci95` compares two samples of calls (delta method,
+Welch-Satterthwaite degrees of freedom).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
@@ -91,6 +94,7 @@ def t_cdf(t: float, df: float) -> float:
     return 1.0 - tail if t >= 0 else tail
 
 
+@functools.lru_cache(maxsize=4096)
 def t_quantile(p: float, df: float) -> float:
     """The p-quantile of Student's t with `df` degrees of freedom (df may be fractional, as Welch's is)."""
     if not 0.0 < p < 1.0 or df <= 0:
@@ -103,6 +107,20 @@ def t_quantile(p: float, df: float) -> float:
     for _ in range(200):  # bisection: the cdf is monotone, and 200 halvings reach machine precision
         mid = (lo + hi) / 2.0
         if t_cdf(mid, df) < p:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2.0
+
+
+def normal_quantile(p: float) -> float:
+    """The p-quantile of the standard normal (the limit of Student's t as df grows)."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"normal_quantile needs 0 < p < 1 (got {p})")
+    lo, hi = -40.0, 40.0
+    for _ in range(200):
+        mid = (lo + hi) / 2.0
+        if 0.5 * math.erfc(-mid / math.sqrt(2.0)) < p:
             lo = mid
         else:
             hi = mid
@@ -181,6 +199,41 @@ def mean_ci95(samples: Sequence[float]) -> Interval:
     return Interval(m, m - half, m + half)
 
 
+def positive_mean_interval(mean_: float, err_: float, n: int, confidence: float = CONFIDENCE) -> Interval:
+    """Interval of the mean of positive samples, on the log scale: mean · exp(±t(n-1) · err/mean).
+
+    The delta method gives var(log mean) ≈ (err/mean)²; exponentiating keeps both ends positive
+    (mean ± t·err can go below zero when a few stalled calls make the spread larger than the mean).
+    For a small relative error it agrees with mean ± t·err to first order. Undefined for n < 2.
+    """
+    if mean_ <= 0:
+        raise ValueError("a positive-mean interval needs a positive mean")
+    if n < 2:
+        return Interval(mean_, None, None)
+    half = t_quantile(0.5 + confidence / 2, n - 1) * err_ / mean_
+    return Interval(mean_, mean_ * math.exp(-half), mean_ * math.exp(half))
+
+
+def positive_mean_ci95(samples: Sequence[float]) -> Interval:
+    """95% interval of the mean of positive samples (times), never below zero: see positive_mean_interval."""
+    return positive_mean_interval(mean(samples), err(samples), len(samples))
+
+
+def paired_ratio_interval(ratios: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
+    """Interval of the typical ratio from independent per-round ratios (one per round, paired).
+
+    Student t on the log ratios: exp(mean ± t(1-α/2, n-1) · sd/√n), where α = 1 - confidence. The
+    estimate is the geometric mean of the ratios. Only the rounds are counted as independent, so the
+    spread between rounds (between processes) is the spread the interval is built from.
+    """
+    if any(r <= 0 for r in ratios):
+        raise ValueError("ratios must be positive")
+    logs = [math.log(r) for r in ratios]
+    if len(logs) < 2:
+        return Interval(math.exp(mean(logs)), None, None)
+    return _interval(mean(logs), err(logs) ** 2, len(logs) - 1, confidence)
+
+
 @dataclass(frozen=True)
 class _LogRatio:
     value: float  # log of the ratio of means
@@ -200,11 +253,11 @@ def _log_ratio(a: Summary, b: Summary) -> _LogRatio | None:
     return _LogRatio(math.log(a.mean / b.mean), var, var ** 2 / denom if denom else math.inf)
 
 
-def _interval(value: float, var: float, df: float) -> Interval:
+def _interval(value: float, var: float, df: float, confidence: float = CONFIDENCE) -> Interval:
     estimate = math.exp(value)
     if var == 0:
         return Interval(estimate, estimate, estimate)
-    q = t_quantile(0.5 + CONFIDENCE / 2, df) if math.isfinite(df) else 1.959963984540054
+    q = t_quantile(0.5 + confidence / 2, df) if math.isfinite(df) else normal_quantile(0.5 + confidence / 2)
     half = q * math.sqrt(var)
     return Interval(estimate, math.exp(value - half), math.exp(value + half))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
@@ -122,3 +123,51 @@ def test_pooled_summary_equals_concatenated_samples():
     assert pooled.n == 4 and pooled.mean == pytest.approx(2.0)
     assert pooled.std == pytest.approx(math.sqrt(5 / 3))
     assert stats.pooled_summary([stats.Summary(1, 7.0, 0.0)]) == stats.Summary(1, 7.0, 0.0)
+
+
+def test_paired_ratio_interval_is_student_t_on_log_ratios():
+    logs = [0.1, -0.1, 0.3, -0.3]  # mean 0, sd sqrt(0.2/3), 3 degrees of freedom
+    ci = stats.paired_ratio_interval([math.exp(x) for x in logs])
+    half = stats.t_quantile(0.975, 3) * math.sqrt(0.2 / 3) / 2
+    assert ci.estimate == pytest.approx(1.0)
+    assert (ci.low, ci.high) == (pytest.approx(math.exp(-half)), pytest.approx(math.exp(half)))
+    wider = stats.paired_ratio_interval([math.exp(x) for x in logs], confidence=0.99)
+    assert wider.low < ci.low and wider.high > ci.high
+    assert not stats.paired_ratio_interval([1.2]).defined
+    with pytest.raises(ValueError):
+        stats.paired_ratio_interval([1.0, 0.0])
+
+
+def _rounds(rng, n, ratio, between, within):
+    """n rounds of B / A: each eval's time has its own process effect (sd `between`) and call noise (`within`)."""
+    return [ratio * math.exp(rng.gauss(0, between) - rng.gauss(0, between) + rng.gauss(0, within))
+            for _ in range(n)]
+
+
+def test_paired_ratio_interval_covers_one_for_identical_candidates():
+    # Identical distributions, the spread between processes 20x the spread between calls.
+    rng = random.Random(11)
+    trials = 4000
+    covered = sum(stats.paired_ratio_interval(_rounds(rng, 6, 1.0, 0.02, 0.001)).contains(1.0)
+                  for _ in range(trials))
+    assert covered / trials >= 0.94, covered  # 95% expected; 0.94 is 4 standard errors below
+
+
+def test_paired_ratio_interval_detects_a_three_percent_shift():
+    rng = random.Random(12)
+    trials = 1000
+    named = sum(stats.paired_ratio_interval(_rounds(rng, 6, 1.03, 0.003, 0.001)).low > 1.0 for _ in range(trials))
+    assert named / trials >= 0.95, named
+
+
+def test_positive_mean_interval_never_goes_below_zero():
+    # The CPU case that printed `95% CI [-85489.25 ns, 690 µs]`: a few huge calls among small ones.
+    samples = [20_000.0] * 8 + [2_000_000.0]
+    plain = stats.mean_ci95(samples)
+    assert plain.low < 0  # the symmetric interval is nonsense for a time here
+    ci = stats.positive_mean_ci95(samples)
+    assert 0 < ci.low < ci.estimate < ci.high
+    assert ci.low * ci.high == pytest.approx(ci.estimate ** 2)  # symmetric on the log scale
+    tight = stats.positive_mean_interval(1000.0, 1.0, 30)
+    assert tight.low == pytest.approx(1000.0 - stats.t_quantile(0.975, 29), rel=1e-5)
+    assert not stats.positive_mean_interval(5.0, 1.0, 1).defined

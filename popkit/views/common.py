@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from typing import Any, Callable
@@ -79,14 +80,33 @@ def format_time(ns: float, err_ns: float | None = None) -> str:
     Value below 10: 2 decimals (error 3); below 100: 1 decimal (error 2); else none (error 1).
     The error is omitted when it is zero or absent.
     """
-    scale, unit = 1.0, "ns"
-    if ns > 2_000_000:
-        scale, unit = 1e6, "ms"
-    elif ns > 2_000:
-        scale, unit = 1e3, "µs"
+    scale, unit = _unit(ns)
     value = ns / scale
-    digits = 2 if value < 10 else 1 if value < 100 else 0
+    digits = _digits(value)
     text = f"{value:.{digits}f}"
     if err_ns:
         text += f" ± {err_ns / scale:.{digits + 1}f}"
     return f"{text} {unit}"
+
+
+def _unit(ns: float) -> tuple[float, str]:
+    if ns > 2_000_000:
+        return 1e6, "ms"
+    if ns > 2_000:
+        return 1e3, "µs"
+    return 1.0, "ns"
+
+
+def _digits(value: float) -> int:
+    return 2 if value < 10 else 1 if value < 100 else 0
+
+
+def format_interval(low_ns: float, high_ns: float) -> str:
+    """A time interval `[low, high] unit` in one unit: the unit and decimals format_time gives its upper end,
+    with more decimals (up to 4) when the lower end would otherwise show fewer than two significant digits."""
+    scale, unit = _unit(high_ns)
+    digits = _digits(high_ns / scale)
+    low = low_ns / scale
+    if 0 < low < 10 ** (1 - digits):
+        digits = min(4, max(digits, 1 - math.floor(math.log10(low))))
+    return f"[{low:.{digits}f}, {high_ns / scale:.{digits}f}] {unit}"

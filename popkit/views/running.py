@@ -9,7 +9,7 @@ from rich.table import Table
 from popkit import stats
 from popkit.results import CaseResult, ModeRun, RunReport
 from popkit.tasks import Task
-from popkit.views.common import console, emit_json, escape, format_time
+from popkit.views.common import console, emit_json, escape, format_interval, format_time
 
 TAIL_LINES = 25  # lines of a log shown on screen; the JSON keeps the whole log
 
@@ -38,16 +38,17 @@ def system_line(system: dict) -> str:
 
 
 def _ci95(case: CaseResult) -> str:
-    """95% interval of the mean: from the raw samples when the eval sent them, else from err and n."""
-    if len(case.samples_ns) >= 2:
-        ci = stats.mean_ci95(list(case.samples_ns))
-        low, high = ci.low, ci.high
-    elif case.runs >= 2 and case.err_ns is not None and case.mean_ns is not None:
-        half = stats.t_quantile(0.975, case.runs - 1) * case.err_ns
-        low, high = case.mean_ns - half, case.mean_ns + half
+    """95% interval of this run's mean, on the log scale (never below zero), in one unit.
+
+    From the raw samples when the eval sent them, else from err and n (stats.positive_mean_interval).
+    """
+    if len(case.samples_ns) >= 2 and all(s > 0 for s in case.samples_ns):
+        ci = stats.positive_mean_ci95(list(case.samples_ns))
+    elif case.runs >= 2 and case.err_ns is not None and case.mean_ns:
+        ci = stats.positive_mean_interval(case.mean_ns, case.err_ns, case.runs)
     else:
         return ""
-    return f"95% CI [{format_time(low)}, {format_time(high)}]"
+    return f"95% CI {format_interval(ci.low, ci.high)}"
 
 
 def _case_lines(case: CaseResult) -> list[str]:
