@@ -401,6 +401,55 @@ def _run_chain(task: Task, workdir: Path, main: str, mode: str, options: RunOpti
     return runs
 
 
+def checked_submission(task: Task, submission: Path, mode: str, options: RunOptions,
+                       content: bytes | None = None) -> bytes:
+    """The submission's bytes (`content` replaces the file's) after every check that needs no run:
+    readable, the task's entry points defined, runnable here in `mode` (check_runnable)."""
+    names = entry_points(task, options.harness)
+    data = read_submission(submission, names) if content is None else validate_submission(submission, content, names)
+    chain_modes(mode)
+    check_runnable(task, submission, data, mode)
+    return data
+
+
+@dataclass(frozen=True)
+class Workdir:
+    """A working directory ready for evals: the task's files, the eval to run, the pre-step's result."""
+
+    path: Path
+    main: str
+    precompile: CompileStep | None
+    skipped: str = ""  # why the pre-step did not run, if it did not (prestep.Decision.reason)
+
+    @property
+    def build_failed(self) -> bool:
+        return self.precompile is not None and self.precompile.build_failed
+
+
+def set_up(task: Task, submission: Path, data: bytes, workdir: Path, options: RunOptions,
+           progress: Progress, side: str = "") -> Workdir:
+    """Steps 1 and 2 of the protocol: the task's files flat in `workdir`, then the compile pre-step (`pre_step`).
+
+    When the extension did not build, the pre-step's compiler messages are placed at lines of the
+    submission (`compile_diagnostics`). `side` names the candidate of an A/B in the progress line.
+    """
+    main = prepare_workdir(task, data, workdir, options.harness)
+    step, plan = pre_step(workdir, task.submission_name, data, options, progress, side)
+    if step is not None and step.build_failed:
+        step = replace(step, diagnostics=compile_diagnostics(step, submission, data))
+    return Workdir(workdir, main, step, plan.reason)
+
+
+def eval_gpus(task: Task, system: Mapping[str, Any] | None, probe: "SystemProbe | None") -> int | None:
+    """POPCORN_GPUS for a multi-GPU task: the given system's GPU count, else the probe's; None otherwise."""
+    if not task.multi_gpu:
+        return None
+    gpus = (system or {}).get("gpu_count")
+    if gpus is None and probe is not None:
+        gpus = probe.result().get("gpu_count")
+    return gpus
+
+
 def run_submission(task: Task, submission: Path, mode: str, options: RunOptions = RunOptions(),
                    progress: Progress | None = None, system: Mapping[str, Any] | None = None,
                    content: bytes | None = None) -> RunReport:
@@ -411,10 +460,7 @@ def run_submission(task: Task, submission: Path, mode: str, options: RunOptions 
     replaces the file's bytes (the `--baseline reference` run has no file of its own).
     """
     progress = progress or (lambda _msg: None)
-    names = entry_points(task, options.harness)
-    data = read_submission(submission, names) if content is None else validate_submission(submission, content, names)
-    chain_modes(mode)
-    check_runnable(task, submission, data, mode)
+    data = checked_submission(task, submission, mode, options, content)
     if mode != "test" and not task.benchmarks:
         raise TaskError(f"{task.yml}: no `benchmarks` to run in {mode} mode", "add benchmark cases to task.yml")
     if mode == "test" and not task.tests:
@@ -426,16 +472,13 @@ def run_submission(task: Task, submission: Path, mode: str, options: RunOptions 
     with proc.WorkDir("popkit-run-", keep=options.keep_workdir) as workdir:
         if options.keep_workdir:
             progress(f"working directory kept: {workdir}")
-        main = prepare_workdir(task, data, workdir, options.harness)
-        step, plan = pre_step(workdir, task.submission_name, data, options, progress)
-        if step is not None and step.build_failed:
+        prepared = set_up(task, submission, data, workdir, options, progress)
+        main, step = prepared.main, prepared.precompile
+        if prepared.build_failed:
             # The runner would go on, and every eval would fail rebuilding the same source; the verdict
             # is the same, so popkit stops here and points the compiler's messages at the submission.
-            step = replace(step, diagnostics=compile_diagnostics(step, submission, data))
             return _report(task, submission, data, mode, options, started, t0, system, probe, step, [], ())
-        gpus = (system or {}).get("gpu_count") if task.multi_gpu else None
-        if task.multi_gpu and gpus is None and probe is not None:
-            gpus = probe.result().get("gpu_count")
+        gpus = eval_gpus(task, system, probe)
         runs = _run_chain(task, workdir, main, mode, options, None, gpus, progress, probe)
         secret_seeds = options.secret_seeds
         if all(r.passed for r in runs):
@@ -445,7 +488,7 @@ def run_submission(task: Task, submission: Path, mode: str, options: RunOptions 
                 if not all(r.passed for r in secret_runs):
                     break
     return _report(task, submission, data, mode, options, started, t0, system, probe, step, runs, secret_seeds,
-                   plan.reason)
+                   prepared.skipped)
 
 
 def _report(task: Task, submission: Path, data: bytes, mode: str, options: RunOptions, started: datetime,

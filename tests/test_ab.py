@@ -1,8 +1,13 @@
-"""popkit.ab: interleaving, pooled statistics, verdicts; one real run on the runner's tiny task."""
+"""popkit.ab: the counterbalanced A/B (order, looks, budget, failures, coverage in simulation) and compare_shapes.
+
+A fake eval (injected as run_eval) answers for the GPU; two tests run the tiny fixture eval for real.
+"""
 
 from __future__ import annotations
 
 import json
+import math
+import random
 import shutil
 from pathlib import Path
 
@@ -12,7 +17,8 @@ from typer.testing import CliRunner
 from popkit import ab, runner, stats
 from popkit.ab import ABReport, Comparison, compare_shapes
 from popkit.cli import app
-from popkit.results import CaseResult, ModeRun
+from popkit.errors import ExitCode
+from popkit.results import CaseResult, CompileStep, ModeRun
 from popkit.stats import Interval, Summary
 from popkit.tasks import load_task
 
@@ -74,22 +80,48 @@ def test_comparison_round_trip():
     assert Comparison.from_json(json.loads(json.dumps(comparison.to_json()))) == comparison
 
 
-class FakeRunner:
-    """Replaces runner.run_mode: records the order of calls and answers with fixed timings."""
+SPECS = ["size: 10; seed: 3", "size: 20; seed: 4", "size: 40; seed: 5"]
 
-    def __init__(self, times: dict[str, float], fail_side: str | None = None):
-        self.times, self.fail_side, self.calls = times, fail_side, []
+
+class FakeEval:
+    """Stands in for runner.run_mode: one benchmark eval over the given cases, timed as told.
+
+    `times[side]` scales every shape's time (size * 1000 ns); `jitter(side, call)` multiplies it per
+    eval. `fail = (side, call, outcome, size)` makes that side's call-th eval (1-based) fail at that
+    shape: `failed` fails the check there, `timed_out` stops before it. `clock` (a list) advances by
+    `eval_s` per eval.
+    """
+
+    def __init__(self, times, jitter=None, fail=None, clock=None, eval_s=0.0, median=True):
+        self.times, self.jitter, self.fail = times, jitter or (lambda side, call: 1.0), fail
+        self.clock, self.eval_s, self.median = clock, eval_s, median
+        self.calls: list[tuple[str, list[int], str]] = []
 
     def __call__(self, workdir, main, mode, cases, *, timeout_s, options, seed=None, gpus=None, cases_name=None):
         side = Path(workdir).name
-        self.calls.append((side, dict(cases[0])["size"], mode, len(cases)))
-        base = self.times[side] * dict(cases[0])["size"]
-        if side == self.fail_side:
-            return ModeRun(mode=mode, secret=False, seed=None, exit_code=112, duration_s=0.1, timeout_s=timeout_s,
-                           check="fail", outcome="failed", summary="benchmark 0 failed: mismatch")
-        case = _case(f"size: {dict(cases[0])['size']}", (base * 0.99, base, base * 1.01))
+        sizes = [dict(c)["size"] for c in cases]
+        self.calls.append((side, sizes, cases_name))
+        if self.clock is not None:
+            self.clock[0] += self.eval_s
+        call = sum(1 for s, _, _ in self.calls if s == side)
+        fail_side, fail_call, outcome, fail_size = self.fail or ("", 0, "", 0)
+        failing = side == fail_side and call == fail_call
+        benches = []
+        for i, size in enumerate(sizes):
+            if failing and size == fail_size and outcome == "timed_out":
+                break
+            t = self.times[side] * size * 1000.0 * self.jitter(side, call)
+            passed = not (failing and size == fail_size)
+            benches.append(CaseResult(kind="benchmark", index=i, spec=f"size: {size}", passed=passed, runs=10,
+                                      mean_ns=t if passed else None, std_ns=1.0 if passed else None,
+                                      median_ns=t * 0.99 if passed and self.median else None))
+        if failing:
+            code = 114 if outcome == "timed_out" else 112
+            return ModeRun(mode=mode, secret=False, seed=None, exit_code=code, duration_s=0.1, timeout_s=timeout_s,
+                           timed_out=outcome == "timed_out", check="fail" if outcome == "failed" else None,
+                           benchmarks=tuple(benches), outcome=outcome, summary=f"{outcome}: benchmark size {fail_size}")
         return ModeRun(mode=mode, secret=False, seed=None, exit_code=0, duration_s=0.1, timeout_s=timeout_s,
-                       check="pass", benchmarks=(case,))
+                       check="pass", benchmarks=tuple(benches))
 
 
 def _tmp_sub(tmp_path, name):
@@ -98,96 +130,278 @@ def _tmp_sub(tmp_path, name):
     return path
 
 
-def test_run_ab_interleaves_per_shape_and_alternates_who_goes_first(tmp_path, monkeypatch):
-    fake = FakeRunner({"A": 2.0, "B": 1.0})
-    monkeypatch.setattr(runner, "run_mode", fake)
+def _noisy(sd=0.05, seed=1):
+    rng = random.Random(seed)
+    return lambda side, call: math.exp(rng.gauss(0.0, sd))
+
+
+def _ab(tmp_path, fake, **kwargs):
+    kwargs.setdefault("warmup", False)
+    return ab.run_ab(load_task(TASK_DIR), _tmp_sub(tmp_path, "a.py"), _tmp_sub(tmp_path, "b.py"), OPTIONS,
+                     system=SYSTEM, run_eval=fake, **kwargs)
+
+
+def test_looks_spend_alpha_once_and_start_at_round_four():
+    assert ab.looks(4) == {4: pytest.approx(0.05)}
+    spent = ab.looks(8)
+    assert sorted(spent) == [4, 6, 8] and spent[4] == pytest.approx(0.025)
+    assert sum(spent.values()) == pytest.approx(0.05)
+    for bad in (2, 5, 7):
+        with pytest.raises(ValueError):
+            ab.looks(bad)
+
+
+def test_abba_order_puts_each_side_first_equally_often_per_shape(tmp_path):
+    fake = FakeEval({"A": 1.0, "B": 1.0}, jitter=_noisy())
+    report = _ab(tmp_path, fake, max_rounds=8, budget_s=0, warmup=True)
+    side, sizes, name = fake.calls[0]
+    assert (side, sizes, name) == ("A", [10, 20, 40], "ab-warmup.txt")  # the discarded warm-up
+    rounds = [fake.calls[i:i + 2] for i in range(1, len(fake.calls), 2)]
+    assert len(rounds) == report.rounds == 8 and report.stopped == "max_rounds"
+    for (first, shapes, _), (second, shapes2, _) in rounds:
+        assert {first, second} == {"A", "B"} and shapes == shapes2
+    for size in (10, 20, 40):
+        firsts = [r[0][0] for r in rounds if size in r[0][1]]
+        assert firsts.count("A") == firsts.count("B") > 0
+    assert [r[0][0] for r in rounds[:4]] == ["A", "B", "A", "B"]
+
+
+def test_clear_difference_settles_at_the_first_look(tmp_path):
+    fake = FakeEval({"A": 2.0, "B": 1.0}, jitter=_noisy(0.01))
+    report = _ab(tmp_path, fake)
+    assert report.stopped == "settled" and report.rounds == 4 and len(fake.calls) == 8
+    assert [s.verdict for s in report.shapes] == [ab.B_FASTER] * 3 and report.verdict == ab.B_FASTER
+    assert all(s.ratio.low < 0.5 < s.ratio.high and s.alpha == pytest.approx(0.025) for s in report.shapes)
+    assert report.statistic == "median" and report.shapes[0].a_ns[0] == pytest.approx(2.0 * 10_000 * 0.99, rel=0.05)
+    assert ABReport.from_json(json.loads(json.dumps(report.to_json()))) == report
+
+
+def test_identical_quiet_candidates_settle_as_the_same(tmp_path):
+    report = _ab(tmp_path, FakeEval({"A": 1.0, "B": 1.0}, median=False))
+    assert report.stopped == "settled" and report.rounds == 4 and report.statistic == "mean"
+    assert all(s.verdict == ab.SAME and (s.ratio.low, s.ratio.high) == (1.0, 1.0) for s in report.shapes)
+
+
+def test_settled_shapes_leave_only_once_the_score_is_settled(tmp_path):
+    # size 10: B 10% faster, quiet (settles at the first look); 20 and 40: very noisy, so the score (geom)
+    # cannot settle, and size 10 keeps running with it because the score needs it every round.
+    quiet, noisy = _noisy(0.001, 2), _noisy(0.3, 3)
+
+    class Mixed(FakeEval):
+        def __call__(self, workdir, main, mode, cases, **kw):
+            run = super().__call__(workdir, main, mode, cases, **kw)
+            b = Path(workdir).name == "B"
+            scaled = [replace_time(c, (0.9 if b else 1.0) * quiet(0, 0) if c.spec == "size: 10" else noisy(0, 0))
+                      for c in run.benchmarks]
+            return ModeRun(**{**run.__dict__, "benchmarks": tuple(scaled)})
+
+    fake = Mixed({"A": 1.0, "B": 1.0})
+    report = _ab(tmp_path, fake, max_rounds=8, budget_s=0)
+    assert report.score.verdict == ab.SAME and report.rounds == 8
+    assert all(sizes == [10, 20, 40] for _, sizes, _ in fake.calls)
+    assert report.shapes[0].verdict == ab.B_FASTER and report.shapes[0].rounds == 8
+
+
+def replace_time(case, factor):
+    return CaseResult(**{**case.__dict__, "mean_ns": case.mean_ns * factor, "median_ns": case.median_ns * factor})
+
+
+def test_budget_stops_at_a_look_and_never_before_the_first(tmp_path):
+    clock = [0.0]
+    fake = FakeEval({"A": 1.0, "B": 1.0}, jitter=_noisy(), clock=clock, eval_s=10.0)
+    report = _ab(tmp_path, fake, max_rounds=10, budget_s=30, clock=lambda: clock[0])
+    assert report.stopped == "budget" and report.rounds == 4  # 80 s: the first look is always reached
+    clock[0] = 0.0
+    fake = FakeEval({"A": 1.0, "B": 1.0}, jitter=_noisy(), clock=clock, eval_s=10.0)
+    report = _ab(tmp_path, fake, max_rounds=10, budget_s=120, clock=lambda: clock[0])
+    assert report.stopped == "budget" and report.rounds == 6  # at 80 s a block of 40 s fits; at 120 s none
+    assert report.duration_s == pytest.approx(120.0)
+
+
+def test_a_failed_shape_is_shown_and_the_score_is_incomplete(tmp_path):
+    fake = FakeEval({"A": 1.0, "B": 1.0}, jitter=_noisy(), fail=("B", 3, "failed", 20))
+    report = _ab(tmp_path, fake)
+    assert report.stopped == "failed" and report.failed_side == "B" and report.rounds == 2
+    assert report.exit_code == ExitCode.FAILED and report.failure_mode == "benchmark"
+    failed = report.shapes[1]
+    assert (failed.status, failed.status_side, failed.verdict) == ("failed", "B", ab.INCOMPLETE)
+    assert [s.status for s in report.shapes] == ["ok", "failed", "ok"]
+    assert report.shapes[0].rounds == 2 and report.shapes[0].ratio is None  # too few rounds for an interval
+    assert report.verdict == ab.INCOMPLETE and report.score.missing == (SPECS[1],)
+    assert ABReport.from_json(json.loads(json.dumps(report.to_json()))) == report
+
+
+def test_a_timeout_marks_every_shape_it_did_not_reach(tmp_path):
+    fake = FakeEval({"A": 1.0, "B": 1.0}, fail=("B", 1, "timed_out", 20))
+    report = _ab(tmp_path, fake)
+    assert [s.status for s in report.shapes] == ["ok", "timed_out", "timed_out"]
+    assert report.exit_code == ExitCode.TIMED_OUT and report.score.missing == tuple(SPECS[1:])
+
+
+def test_a_failure_after_the_first_look_keeps_that_looks_intervals(tmp_path):
+    fake = FakeEval({"A": 1.0, "B": 1.0}, jitter=_noisy(), fail=("A", 6, "failed", 40))
+    report = _ab(tmp_path, fake, budget_s=0)
+    assert report.rounds == 5 and report.failed_side == "A"
+    assert report.shapes[0].rounds == 4 and report.shapes[0].ratio.defined  # cut to the look at round 4
+
+
+def test_compile_failure_names_the_side_and_the_mode(tmp_path, monkeypatch):
+    def fake_precompile(workdir, name, options, timeout_s=120.0):
+        bad = Path(workdir).name == "B"
+        return CompileStep(exit_code=1 if bad else 0, duration_s=0.1,
+                           stderr="RuntimeError: Error building extension 'x'" if bad else "")
+
+    monkeypatch.setattr(runner, "precompile", fake_precompile)
+    fake = FakeEval({"A": 1.0, "B": 1.0})
+    report = ab.run_ab(load_task(TASK_DIR), _tmp_sub(tmp_path, "a.py"), _tmp_sub(tmp_path, "b.py"),
+                       runner.RunOptions(), system=SYSTEM, run_eval=fake)
+    assert fake.calls == [] and report.failed_side == "B" and report.failure_mode == "compile"
+    assert report.exit_code == ExitCode.COMPILE_FAILED and report.verdict == ab.INCOMPLETE
+    record = ab.side_report(report, "B", load_task(TASK_DIR))
+    assert record.outcome == "compile_failed" and ab.side_report(report, "A", load_task(TASK_DIR)) is None
+
+
+def test_side_reports_keep_a_failed_side_and_the_rounds_of_the_other(tmp_path):
+    fake = FakeEval({"A": 1.0, "B": 1.0}, jitter=_noisy(), fail=("B", 3, "failed", 20))
+    report = _ab(tmp_path, fake)
     task = load_task(TASK_DIR)
-    report = ab.run_ab(task, _tmp_sub(tmp_path, "a.py"), _tmp_sub(tmp_path, "b.py"), OPTIONS, rounds=3,
-                       system=SYSTEM)
-    order = [(side, size) for side, size, _, _ in fake.calls]
-    assert order[:6] == [("A", 10), ("B", 10), ("B", 10), ("A", 10), ("A", 10), ("B", 10)]
-    assert [size for _, size in order] == [10] * 6 + [20] * 6 + [40] * 6
-    assert all(mode == "benchmark" and n == 1 for _, _, mode, n in fake.calls)
-    assert report.exit_code == 0 and report.failure is None and report.rounds == 3
-    assert report.system == SYSTEM
-    assert [s.spec for s in report.comparison.shapes] == ["size: 10", "size: 20", "size: 40"]
-    assert all(s.ratio.estimate == pytest.approx(0.5) and s.verdict == ab.B_FASTER
-               for s in report.comparison.shapes)
-    assert report.comparison.verdict == ab.B_FASTER
-    assert ABReport.from_json(json.loads(json.dumps(report.to_json()))) == report
+    a, b = ab.side_report(report, "A", task), ab.side_report(report, "B", task)
+    assert a.outcome == "passed" and [c.runs for c in a.runs[0].benchmarks] == [2, 2, 2]
+    assert a.runs[0].benchmarks[0].mean_ns == pytest.approx(stats.mean(report.shapes[0].a_means_ns))
+    assert b.outcome == "failed" and b.runs == (report.failure,)
 
 
-def test_run_ab_stops_at_a_failing_side(tmp_path, monkeypatch):
-    monkeypatch.setattr(runner, "run_mode", FakeRunner({"A": 1.0, "B": 1.0}, fail_side="B"))
-    report = ab.run_ab(load_task(TASK_DIR), _tmp_sub(tmp_path, "a.py"), _tmp_sub(tmp_path, "b.py"), OPTIONS,
-                       system=SYSTEM)
-    assert report.failed_side == "B" and report.exit_code == 1
-    assert report.failure.summary == "benchmark 0 failed: mismatch"
-    assert ABReport.from_json(json.loads(json.dumps(report.to_json()))) == report
+# ------------------------------------------------------------------- the stopping rule, simulated
+
+
+def _simulate(trials, ratio, process_sd, shape_sd, order=0.01, drift=0.001, seed=7):
+    """Feed the A/B's round logic synthetic rounds; returns (series covering `ratio`, series, winners named).
+
+    Each eval gets a process effect shared by its shapes (sd `process_sd`, the between-process
+    variance that dominates), each shape its own noise, the second eval of a round is `order` slower
+    and everything drifts by `drift` per eval: the conditions that made the old A/B invent winners.
+    """
+    rng = random.Random(seed)
+    cases = [{"size": s} for s in (10, 20, 40, 80)]
+    covered = total = named = 0
+    for _ in range(trials):
+        state = ab._Rounds(cases, "geom", 8)
+        evals = 0
+        while state.active and state.done < 8:
+            runs = {}
+            for k, side in enumerate(ab.round_order(state.done)):
+                evals += 1
+                process = rng.gauss(0, process_sd) + k * order + evals * drift
+                benches = tuple(CaseResult(kind="benchmark", index=i, spec="", passed=True, runs=10,
+                                           mean_ns=t, median_ns=t)
+                                for i, t in ((i, cases[i]["size"] * 1e3 * (ratio if side == "B" else 1.0)
+                                              * math.exp(process + rng.gauss(0, shape_sd))) for i in state.active))
+                runs[side] = ModeRun(mode="benchmark", secret=False, seed=None, exit_code=0, duration_s=0.0,
+                                     timeout_s=1.0, check="pass", benchmarks=benches)
+            state.add(runs)
+        shapes, score = state.final()
+        for series in shapes + (score,):
+            total += 1
+            covered += series.ratio.contains(ratio)
+            named += series.verdict in (ab.A_FASTER, ab.B_FASTER)
+    return covered, total, named
+
+
+def test_early_stopping_keeps_coverage_with_strong_between_round_variance():
+    covered, total, named = _simulate(trials=300, ratio=1.0, process_sd=0.03, shape_sd=0.005)
+    assert covered / total >= 0.95, (covered, total)
+    assert named / total <= 0.05
+
+
+def test_early_stopping_keeps_coverage_of_a_real_difference():
+    covered, total, _ = _simulate(trials=300, ratio=1.03, process_sd=0.03, shape_sd=0.005, seed=8)
+    assert covered / total >= 0.95, (covered, total)
+
+
+def test_a_three_percent_slowdown_is_named_with_realistic_noise():
+    # Large shapes on an H100: between-process spread about 0.3% (docs/benchmarks.md, section 3).
+    _, total, named = _simulate(trials=200, ratio=1.03, process_sd=0.003, shape_sd=0.002, seed=9)
+    assert named / total >= 0.9, (named, total)
+
+
+# --------------------------------------------------------------------- the real tiny eval, the CLI
 
 
 def test_run_ab_for_real_on_the_tiny_task(tmp_path):
-    """The tiny eval reports the same timings for any correct submission: no significant difference."""
-    report = ab.run_ab(load_task(TASK_DIR), GOOD, _tmp_sub(tmp_path, "copy.py"), OPTIONS, rounds=2,
-                       system=SYSTEM)
-    assert report.failure is None, report.failure
-    assert [s.spec for s in report.comparison.shapes] == ["size: 10; seed: 3", "size: 20; seed: 4",
-                                                          "size: 40; seed: 5"]
-    shape = report.comparison.shapes[0]
-    assert shape.from_samples and shape.a_samples_ns == (9995.0, 10000.0, 10005.0) * 2
-    assert shape.ratio.estimate == pytest.approx(1.0) and shape.verdict == ab.SAME
-    assert report.comparison.verdict == ab.SAME
+    """The tiny eval reports the same timings for any correct submission: settled at the first look, the same."""
+    report = ab.run_ab(load_task(TASK_DIR), GOOD, _tmp_sub(tmp_path, "copy.py"), OPTIONS, system=SYSTEM)
+    assert report.failed_side == "" and report.stopped == "settled" and report.rounds == 4
+    assert [s.spec for s in report.shapes] == SPECS
+    assert report.shapes[0].a_ns == (10000.0,) * 4 and report.statistic == "mean"
+    assert all(s.verdict == ab.SAME for s in report.shapes) and report.verdict == ab.SAME
 
 
 def test_run_ab_for_real_with_a_wrong_b(tmp_path):
-    report = ab.run_ab(load_task(TASK_DIR), GOOD, WRONG, OPTIONS, rounds=1, system=SYSTEM)
-    assert report.failed_side == "B" and report.failure.outcome == "failed"
-    assert report.comparison.shapes == ()
+    report = ab.run_ab(load_task(TASK_DIR), GOOD, WRONG, OPTIONS, system=SYSTEM, warmup=False)
+    assert report.failed_side == "B" and report.failure.outcome == "failed" and report.rounds == 0
+    assert report.verdict == ab.INCOMPLETE and all(s.status == "failed" for s in report.shapes)
 
 
-def test_bench_a_b_command(tmp_path, monkeypatch):
+CLI_ENV = {"POPKIT_WIDTH": "200", "NO_COLOR": "1"}
+
+
+@pytest.fixture
+def cli_env(tmp_path, monkeypatch):
     monkeypatch.setattr("popkit.system.probe", lambda python=None, timeout=60.0: SYSTEM)
-    env = {"POPKIT_WIDTH": "200", "NO_COLOR": "1", "POPKIT_HOME": str(tmp_path / "h")}
+    return {**CLI_ENV, "POPKIT_HOME": str(tmp_path / "h")}
+
+
+def test_bench_a_b_command(tmp_path, cli_env):
     copy = _tmp_sub(tmp_path, "v7.py")
-    result = CliRunner().invoke(app, ["bench", str(GOOD), str(copy), "--task", str(TASK_DIR), "--rounds", "2",
-                                      "--no-precompile"], env=env)
+    args = ["bench", str(GOOD), str(copy), "--task", str(TASK_DIR), "--no-precompile"]
+    result = CliRunner().invoke(app, args, env=cli_env)
     assert result.exit_code == 0, result.output
-    assert "popkit bench A/B" in result.output and "2 rounds per shape" in result.output
-    assert "no significant difference" in result.output
-    assert "score (geomean)" in result.output
-    result = CliRunner().invoke(app, ["bench", str(GOOD), str(copy), "--task", str(TASK_DIR), "--rounds", "1",
-                                      "--no-precompile", "--json"], env=env)
+    assert "popkit bench A/B" in result.output and "4 rounds (ABBA" in result.output
+    assert "every verdict settled" in result.output and "no significant difference" in result.output
+    assert "score (geom)" in result.output
+    result = CliRunner().invoke(app, args + ["--json"], env=cli_env)
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
-    assert doc["schema"] == "popkit/ab/1" and doc["comparison"]["verdict"] == "no_significant_difference"
+    assert doc["schema"] == "popkit/ab/2" and doc["verdict"] == "no_significant_difference"
 
 
-def test_bench_a_b_records_each_side_in_history(tmp_path, monkeypatch):
-    monkeypatch.setattr("popkit.system.probe", lambda python=None, timeout=60.0: SYSTEM)
-    env = {"POPKIT_WIDTH": "200", "NO_COLOR": "1", "POPKIT_HOME": str(tmp_path / "h")}
+def test_bench_a_b_rounds_come_in_pairs(tmp_path, cli_env):
+    result = CliRunner().invoke(app, ["bench", str(GOOD), str(_tmp_sub(tmp_path, "v7.py")), "--task", str(TASK_DIR),
+                                      "--rounds", "5"], env=cli_env)
+    assert result.exit_code == 2 and "even number" in result.output
+
+
+def test_bench_a_b_records_each_side_in_history(tmp_path, cli_env):
     copy = _tmp_sub(tmp_path, "v7.py")
-    result = CliRunner().invoke(app, ["bench", str(GOOD), str(copy), "--task", str(TASK_DIR), "--rounds", "2",
-                                      "--no-precompile", "--json"], env=env)
+    result = CliRunner().invoke(app, ["bench", str(GOOD), str(copy), "--task", str(TASK_DIR), "--no-precompile",
+                                      "--json"], env=cli_env)
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
-    listed = CliRunner().invoke(app, ["history", "--json"], env=env)
+    listed = CliRunner().invoke(app, ["history", "--json"], env=cli_env)
     assert listed.exit_code == 0, listed.output
     rows = json.loads(listed.stdout)["runs"]
     assert sorted(r["sha256"] for r in rows) == sorted([doc["a_sha256"], doc["b_sha256"]])
     assert {r["kind"] for r in rows} == {"bench"} and all(r["outcome"] == "passed" for r in rows)
-    shapes = doc["comparison"]["shapes"]
-    a_means = [s["a"]["mean"] for s in shapes]
+    a_means = [s["a_means_ns"][0] for s in doc["shapes"]]
     expected = (a_means[0] * a_means[1] * a_means[2]) ** (1 / 3) / 1e9  # the fixture task ranks by geom
     a_row = next(r for r in rows if r["sha256"] == doc["a_sha256"])
     assert a_row["score_s"] == pytest.approx(expected)
-    shown = CliRunner().invoke(app, ["show", str(a_row["id"])], env=env)
+    shown = CliRunner().invoke(app, ["show", str(a_row["id"])], env=cli_env)
     assert shown.exit_code == 0 and "size: 40; seed: 5" in shown.output
 
 
-def test_no_history_leaves_no_database(tmp_path, monkeypatch):
-    monkeypatch.setattr("popkit.system.probe", lambda python=None, timeout=60.0: SYSTEM)
-    env = {"POPKIT_HOME": str(tmp_path / "h")}
+def test_failed_a_b_is_recorded_and_its_hint_names_the_mode(tmp_path, cli_env):
+    result = CliRunner().invoke(app, ["bench", str(GOOD), str(WRONG), "--task", str(TASK_DIR), "--no-precompile"],
+                                env=cli_env)
+    assert result.exit_code == 1, result.output
+    assert "did not pass in benchmark mode" in result.output and f"popkit bench {WRONG}" in result.output
+    assert "incomplete" in result.output
+    rows = json.loads(CliRunner().invoke(app, ["history", "--json"], env=cli_env).stdout)["runs"]
+    assert [(r["submission"], r["outcome"]) for r in rows] == [(str(WRONG), "failed")]
+
+
+def test_no_history_leaves_no_database(tmp_path, cli_env):
     result = CliRunner().invoke(app, ["bench", str(GOOD), str(_tmp_sub(tmp_path, "v7.py")), "--task", str(TASK_DIR),
-                                      "--rounds", "1", "--no-precompile", "--no-history"], env=env)
+                                      "--no-precompile", "--no-history"], env=cli_env)
     assert result.exit_code == 0, result.output
     assert not (tmp_path / "h").exists()

@@ -140,7 +140,8 @@ def bench(
     secret_seed: SeedOpt = None,
     secret_runs: Annotated[int, typer.Option("--secret-runs", min=0, help="With --leaderboard: number of secret runs with random seeds (each printed).")] = 1,
     baseline: Annotated[Optional[str], typer.Option("--baseline", help="`reference`: also time the task's ref_kernel and show the speedup.")] = None,
-    rounds: Annotated[int, typer.Option("--rounds", min=1, help="A/B only: alternations of A and B per shape.")] = 3,
+    rounds: Annotated[int, typer.Option("--rounds", min=4, help="A/B only: most rounds (even; one fresh eval per side each, in ABBA order).")] = 8,
+    budget: Annotated[float, typer.Option("--budget", min=0, help="A/B only: seconds after which no new pair of rounds starts (0: no limit; never before round 4).")] = 60.0,
     allow_cpu: Annotated[bool, typer.Option("--allow-cpu", help="Run a GPU task's benchmarks on a machine without a GPU (slow: minutes, may time out).")] = False,
     python: PythonOpt = None,
     precompile: PrecompileOpt = None,
@@ -154,7 +155,7 @@ def bench(
     \b
     Examples:
       popkit bench submissions/vectoradd/pytorch.py --leaderboard --baseline reference
-      popkit bench v6.py v7.py     (A/B: interleaved per shape, ratios with 95% intervals)
+      popkit bench v6.py v7.py     (A/B: counterbalanced rounds, ratios with 95% intervals over rounds)
     """
     common.set_json(json)
     if len(submissions) > 2:
@@ -171,22 +172,27 @@ def bench(
         if leaderboard or profile or baseline:
             raise UsageError("an A/B comparison runs benchmark mode only",
                              "drop --leaderboard/--profile/--baseline for A/B")
-        _ab(submissions[0], submissions[1], task, tasks_root, options, rounds, json, history, allow_cpu)
+        if rounds % 2:
+            raise UsageError(f"--rounds {rounds}: the A/B runs rounds in pairs (ABBA)",
+                             "give an even number, e.g. --rounds 8")
+        _ab(submissions[0], submissions[1], task, tasks_root, options, rounds, budget, json, history, allow_cpu)
         return
     mode = "leaderboard" if leaderboard else "profile" if profile else "benchmark"
     _run(submissions[0], task, tasks_root, mode, options, json, history, baseline, allow_cpu)
 
 
-def _ab(a: Path, b: Path, task_spec, roots, options, rounds: int, json: bool, history: bool,
+def _ab(a: Path, b: Path, task_spec, roots, options, rounds: int, budget: float, json: bool, history: bool,
         allow_cpu: bool) -> None:
     contents = {"A": runner.read_submission(a, None), "B": runner.read_submission(b, None)}
     task = _resolve(a, contents["A"], task_spec, roots)
     _check_gpu_sized(task, "benchmark", allow_cpu)
-    report = ab.run_ab(task, a, b, options, rounds=rounds, progress=common.progress_printer(json))
+    report = ab.run_ab(task, a, b, options, max_rounds=rounds, budget_s=budget,
+                       progress=common.progress_printer(json))
     warnings = []
-    if report.failure is None:  # each side's pooled timings go to the history as a bench run
-        for side in ("A", "B"):
-            warnings.append(_record(ab.side_report(report, side, task), contents[side], history))
+    for side in ab.SIDES:  # each side goes to the history as a bench run; a failed side with its failure
+        side_report = ab.side_report(report, side, task)
+        if side_report is not None:
+            warnings.append(_record(side_report, contents[side], history))
     remote_view.show_ab(report, json=json)
     for warning in filter(None, warnings):
         common.err_console().print(f"warning: {warning}")

@@ -8,7 +8,8 @@ from typing import Sequence
 
 from rich.table import Table
 
-from popkit.ab import A_FASTER, B_FASTER, SAME, ABReport, Comparison
+from popkit import stats
+from popkit.ab import A_FASTER, B_FASTER, INCOMPLETE, SAME, ABReport, Comparison, Series
 from popkit.history import RunRecord
 from popkit.lint import LintReport
 from popkit.results import RemoteResult
@@ -261,23 +262,61 @@ def show_compare(a: RunRecord, b: RunRecord, comparison: Comparison, *, json: bo
         con.print(line)
 
 
+_STOPPED = {"settled": "every verdict settled", "max_rounds": "out of rounds", "budget": "time budget reached",
+            "failed": "a run failed"}
+
+
+def _series_verdict(s: Series, report: ABReport) -> str:
+    if s.status == INCOMPLETE:
+        return "[yellow]incomplete[/]: " + escape(", ".join(s.missing)) + " not compared"
+    if s.status != "ok":
+        return f"[red]{escape(s.status.replace('_', ' '))} on {s.status_side}[/]"
+    text = _verdict_text(s.verdict, report.a_path, report.b_path)
+    if s.ratio is not None and not s.ratio.defined:
+        text = "[dim]too few rounds to tell[/]"
+    return text
+
+
+def _ab_table(report: ABReport) -> Table:
+    table = Table(show_edge=False)
+    for col in ("shape", "A", "B", "B / A [95% CI]", "verdict", "rounds"):
+        table.add_column(col, justify="left" if col in ("shape", "verdict") else "right")
+    rows = list(report.shapes) + ([report.score] if report.score is not None else [])
+    for s in rows:
+        name = f"[bold]score ({escape(report.ranking_by)})[/]" if s is report.score else escape(s.spec)
+        a = format_time(stats.median(s.a_ns)) if s.a_ns else "-"
+        b = format_time(stats.median(s.b_ns)) if s.b_ns else "-"
+        ratio = _interval(s.ratio) if s.ratio is not None else "[dim]-[/]"
+        table.add_row(name, a, b, ratio, _series_verdict(s, report), str(s.rounds))
+    return table
+
+
 def show_ab(report: ABReport, *, json: bool = False) -> None:
     if json:
         emit_json("ab", report.to_json())
         return
     con = console()
-    con.print(f"[bold]popkit bench A/B[/] · task [bold]{escape(report.task)}[/] · {report.rounds} rounds per shape,"
-              f" interleaved · harness {escape(report.harness)}")
+    con.print(f"[bold]popkit bench A/B[/] · task [bold]{escape(report.task)}[/] · {report.rounds} rounds (ABBA,"
+              f" a fresh eval per side and round), {_STOPPED.get(report.stopped, report.stopped)} · harness"
+              f" {escape(report.harness)}")
 
     con.print(f"[dim]system:[/] {escape(system_line(dict(report.system)))}")
-    if report.comparison.shapes:
-        con.print(_comparison_table(report.comparison))
-        for line in _comparison_footer(report.comparison):
-            con.print(line)
-    if report.failure is not None:
-        path = report.a_path if report.failed_side == "A" else report.b_path
-        con.print(f"[bold red]{report.failed_side} ({escape(path)}) did not pass:[/] "
-                  f"{escape(report.failure.summary or report.failure.outcome)}")
-        con.print(f"[dim]`popkit test {escape(path)}` shows the details[/]")
+    if any(s.a_ns or s.status != "ok" for s in report.shapes):
+        con.print(_ab_table(report))
+        con.print(f"[dim]A = {escape(report.a_path)}, B = {escape(report.b_path)}; A and B: median over rounds of"
+                  f" each eval's {escape(report.statistic)}; B / A below 1 means B takes less time. Intervals:"
+                  " Student t over rounds on log ratios, 95% wherever the A/B stopped (docs/design.md)[/]")
+    if report.failed_side:
+        side = report.failed_side
+        path = escape(report.path(side))
+        if report.failure_mode == "compile":
+            con.print(f"[bold red]{side} ({path}) did not pass: compile failed:[/] its compile pre-step could not"
+                      " build the extension")
+            con.print(f"[dim]hint: `popkit compile {path}` shows the compiler's errors at lines of the file[/]")
+        else:
+            failure = report.failure
+            con.print(f"[bold red]{side} ({path}) did not pass in benchmark mode:[/] "
+                      f"{escape(failure.summary or failure.outcome)}")  # type: ignore[union-attr]
+            con.print(f"[dim]hint: `popkit bench {path}` runs benchmark mode alone and shows the details[/]")
         return
     con.print(f"done in {report.duration_s:.1f} s")
