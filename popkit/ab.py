@@ -93,20 +93,25 @@ class Comparison:
     b_label: str
     shapes: tuple[ShapeComparison, ...] = ()
     score: Interval | None = None
+    missing: tuple[str, ...] = ()  # shapes timed on one side only: the score leaves them out
 
     @property
     def verdict(self) -> str:
+        if self.missing:
+            return INCOMPLETE
         return verdict(self.score) if self.score is not None else UNKNOWN
 
     def to_json(self) -> dict:
         return {"a_label": self.a_label, "b_label": self.b_label, "shapes": [s.to_json() for s in self.shapes],
-                "score": self.score.to_json() if self.score else None, "verdict": self.verdict}
+                "score": self.score.to_json() if self.score else None, "missing": list(self.missing),
+                "verdict": self.verdict}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Comparison":
         return cls(a_label=data["a_label"], b_label=data["b_label"],
                    shapes=tuple(ShapeComparison.from_json(s) for s in data.get("shapes", ())),
-                   score=Interval.from_json(data["score"]) if data.get("score") else None)
+                   score=Interval.from_json(data["score"]) if data.get("score") else None,
+                   missing=tuple(data.get("missing", ())))
 
 
 def _summary(cases: Sequence[CaseResult]) -> tuple[Summary, tuple[float, ...]]:
@@ -121,12 +126,16 @@ def _summary(cases: Sequence[CaseResult]) -> tuple[Summary, tuple[float, ...]]:
 
 def compare_shapes(a_rounds: Mapping[str, Sequence[CaseResult]], b_rounds: Mapping[str, Sequence[CaseResult]],
                    a_label: str = "A", b_label: str = "B") -> Comparison:
-    """Compare timings shape by shape (keyed by spec, in A's order); shapes timed on one side only are left out."""
-    shapes = []
-    for spec, a_cases in a_rounds.items():
-        a_timed = [c for c in a_cases if c.mean_ns]
+    """Compare timings shape by shape (keyed by spec, in A's order).
+
+    A shape timed on one side only is named in `missing`, and the score's verdict is then incomplete.
+    """
+    shapes, missing = [], []
+    for spec in list(a_rounds) + [spec for spec in b_rounds if spec not in a_rounds]:
+        a_timed = [c for c in a_rounds.get(spec, ()) if c.mean_ns]
         b_timed = [c for c in b_rounds.get(spec, ()) if c.mean_ns]
         if not a_timed or not b_timed:
+            missing.append(spec)
             continue
         a_sum, a_samples = _summary(a_timed)
         b_sum, b_samples = _summary(b_timed)
@@ -135,7 +144,7 @@ def compare_shapes(a_rounds: Mapping[str, Sequence[CaseResult]], b_rounds: Mappi
         shapes.append(ShapeComparison(spec, a_sum, b_sum, ratio, from_samples,
                                       a_samples if from_samples else (), b_samples if from_samples else ()))
     score = stats.geomean_ratio_ci95([(s.b, s.a) for s in shapes]) if shapes else None
-    return Comparison(a_label, b_label, tuple(shapes), score)
+    return Comparison(a_label, b_label, tuple(shapes), score, tuple(missing))
 
 
 # ------------------------------------------------------------------------------------ the A/B run

@@ -73,6 +73,8 @@ def test_compare_shapes_geomean_score_and_unmatched_shapes():
     comparison = compare_shapes(a, b)
     assert [s.spec for s in comparison.shapes] == ["n: 1", "n: 2"]
     assert comparison.score.estimate == pytest.approx((2.0 * 0.25) ** 0.5)
+    assert comparison.missing == ("n: 3",) and comparison.verdict == ab.INCOMPLETE  # no silent hole
+    assert Comparison.from_json(json.loads(json.dumps(comparison.to_json()))) == comparison
 
 
 def test_comparison_round_trip():

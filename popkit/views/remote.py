@@ -219,6 +219,8 @@ def _verdict_text(code: str, a_label: str, b_label: str) -> str:
         return f"[red]{escape(a_label)} faster[/]"
     if code == SAME:
         return "no significant difference"
+    if code == INCOMPLETE:
+        return "[yellow]incomplete[/]"
     return "[dim]too few samples to tell[/]"
 
 
@@ -243,6 +245,11 @@ def _comparison_footer(comparison: Comparison) -> list[str]:
     if any(not s.from_samples for s in comparison.shapes):
         lines.append("[dim]* no raw samples reported (task's own eval): interval from runs/mean/std;"
                      " --harness popkit keeps every sample[/]")
+    if comparison.missing:
+        lines.append("[yellow]incomplete:[/] timed in one run only, left out of the score: "
+                     + escape(", ".join(comparison.missing)))
+    lines.append("[dim]intervals from the calls of one process per side: the spread between processes is not in"
+                 " them; `popkit bench A B` gives a verdict over rounds[/]")
     return lines
 
 
