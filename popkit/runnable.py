@@ -38,6 +38,7 @@ _ALLOC = {"empty", "zeros", "ones", "randn", "rand", "full", "randint"}
 _DTYPE_BYTES = {"float64": 8, "double": 8, "int64": 8, "long": 8, "float32": 4, "float": 4, "int32": 4, "int": 4,
                 "float16": 2, "half": 2, "bfloat16": 2, "int16": 2, "int8": 1, "uint8": 1, "bool": 1}
 _AMD_GPU_PREFIXES = ("MI",)
+_VENDOR = {"amd": "AMD", "nvidia": "NVIDIA"}
 
 
 @dataclass(frozen=True)
@@ -187,9 +188,11 @@ def _puts_tensors_on_cuda(tree: ast.Module) -> bool:
         if any(k.arg == "device" and _is_cuda(k.value) for k in node.keywords):
             return True
         func = node.func
-        if isinstance(func, ast.Attribute) and (func.attr == "cuda" and not node.args
-                                                or func.attr in ("device", "to") and node.args and _is_cuda(node.args[0])
-                                                or func.attr in ("Event", "synchronize") and _is_torch_cuda(func.value)):
+        if not isinstance(func, ast.Attribute):
+            continue
+        if (func.attr == "cuda" and not node.args
+                or func.attr in ("device", "to") and node.args and _is_cuda(node.args[0])
+                or func.attr in ("Event", "synchronize") and _is_torch_cuda(func.value)):
             return True
     return False
 
@@ -271,7 +274,8 @@ def missing_packages(python: str, names: Iterable[str], timeout: float = 30.0) -
         return set()  # unknown: the run itself will tell
 
 
-def machine(python: str | None = None, packages: Iterable[str] = (), system: Mapping[str, Any] | None = None) -> Machine:
+def machine(python: str | None = None, packages: Iterable[str] = (),
+            system: Mapping[str, Any] | None = None) -> Machine:
     python = python or sys.executable
     return Machine.from_probe(system if system is not None else sysmod.probe(python),
                               missing_packages(python, packages))
@@ -290,7 +294,7 @@ def blockers(need: Needs, here: Machine, world_size: int | None = None) -> list[
     if need.gpu and not here.vendor:
         reasons.append(f"needs a GPU ({need.gpu}); this machine has none")
     elif need.vendor and here.vendor and need.vendor != here.vendor:
-        reasons.append(f"needs an {need.vendor.upper() if need.vendor == 'amd' else 'NVIDIA'} GPU "
+        reasons.append(f"needs an {_VENDOR[need.vendor]} GPU "
                        f"({need.vendor_why}); this one is {here.device}")
     if need.min_sm and here.vendor == "nvidia" and here.sm < need.min_sm:
         reasons.append(f"{need.sm_why}; this GPU is {here.arch}")
@@ -307,8 +311,7 @@ def blockers(need: Needs, here: Machine, world_size: int | None = None) -> list[
 
 def notes(need: Needs, here: Machine) -> list[str]:
     if need.leaderboard_vendor and here.vendor and need.leaderboard_vendor != here.vendor:
-        return [f"the leaderboard runs it on {need.leaderboard_vendor.upper() if need.leaderboard_vendor == 'amd' else 'NVIDIA'}"
-                f" GPUs: times here are not comparable"]
+        return [f"the leaderboard runs it on {_VENDOR[need.leaderboard_vendor]} GPUs: times here are not comparable"]
     return []
 
 

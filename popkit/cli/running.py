@@ -9,10 +9,10 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from popkit import ab, hiponcuda, history, runnable, runner, system
+from popkit import ab, hiponcuda, history, runnable, runner, system, taskcheck
 from popkit.cli.app import app
 from popkit.contract import entry_points
-from popkit.errors import EnvironmentProblem, UsageError
+from popkit.errors import EnvironmentProblem, ExitCode, UsageError
 from popkit.results import RunReport
 from popkit.tasks import list_tasks, resolve_task, shadowed_tasks, task_roots
 from popkit.views import common
@@ -240,3 +240,29 @@ def tasks_show(
     """
     common.set_json(json)
     view.show_task(resolve_task(name, task_roots(tasks_root or [])), json=json)
+
+
+@tasks_app.command("check")
+def tasks_check(
+    directory: Annotated[Path, typer.Argument(help="The task folder (holding task.yml) to check.")],
+    root: Annotated[Optional[Path], typer.Option("--root", help="Problem-set root the task's sources must stay inside (default: the folder of the nearest problem-set yaml above DIR).")] = None,
+    run: Annotated[bool, typer.Option("--run/--no-run", help="Run the reference through test, benchmark, leaderboard and probe the checker (default), or only validate the folder.")] = True,
+    python: PythonOpt = None,
+    json: Annotated[bool, typer.Option("--json", help="Print JSON (schema popkit/taskcheck/1).")] = False,
+) -> None:
+    """For problem authors: check a task folder the way the runner will use it.
+
+    Validates task.yml, its files and a submission template; runs the reference as the submission
+    through test, benchmark and leaderboard (each mode's time against its timeout); flags a checker
+    that passes a zero output or the unmodified input. Exit codes: 0 good, 1 a finding, 3 bad task,
+    11 this machine cannot run the task (the folder checks still ran).
+
+    Example: popkit tasks check ~/reference-kernels/problems/pmpp_v2/vectoradd_py
+    """
+    common.set_json(json)
+    result = taskcheck.check_task_dir(directory, root=root, python=python, run=run,
+                                      progress=common.progress_printer(json))
+    view.show_taskcheck(result, json=json)
+    code = ExitCode.BAD_TASK if result.errors else ExitCode.ENVIRONMENT if result.environment else (
+        ExitCode.OK if result.ok else ExitCode.FAILED)
+    raise typer.Exit(int(code))

@@ -260,3 +260,36 @@ def show_task_check(tasks: Sequence[Task], verdicts: Sequence, system: dict, *, 
     con.print(table)
     runnable = sum(v.runnable for v in verdicts)
     con.print(f"{runnable} of {len(verdicts)} tasks can run here")
+
+
+def show_taskcheck(result, *, json: bool = False) -> None:
+    """`popkit tasks check DIR`: the folder's problems, the reference's time per mode, the checker probes."""
+    if json:
+        emit_json("taskcheck", result.to_json())
+        return
+    con = console()
+    con.print(f"[bold]popkit tasks check[/] · {escape(result.task)} · [dim]{escape(result.path)}[/]")
+    for error in result.errors:
+        con.print(f"  ❌ [red]{escape(error)}[/]")
+    if result.modes:
+        table = Table(title="the reference as the submission", title_justify="left", show_edge=False)
+        for col in ("mode", "outcome", "time", "timeout", "share"):
+            table.add_column(col, justify="left" if col in ("mode", "outcome") else "right")
+        for m in result.modes:
+            table.add_row(m.mode, m.outcome if m.outcome == "passed" else f"[red]{escape(m.summary or m.outcome)}[/]",
+                          f"{m.seconds:.1f} s", f"{m.timeout_s:g} s", f"{m.seconds / m.timeout_s:.0%}")
+        con.print(table)
+    for label, verdict in result.lax.items():
+        mark = "✅" if verdict == "rejected" else "❌"
+        says = ("the checker rejects it" if verdict == "rejected" else
+                "[red]the checker passes it: too lax[/]" if verdict == "passed" else escape(verdict))
+        con.print(f"  {mark} {label}: {says}")
+    if result.skipped:
+        con.print(f"[yellow]{escape(result.skipped)}[/]")
+    if result.environment:
+        con.print(f"[yellow]{escape(result.environment)}[/]")
+    for text in result.warnings:
+        con.print(f"[yellow]warning:[/] {escape(text)}")
+    verdict = "[bold red]PROBLEMS FOUND[/]" if not result.ok else (
+        "[bold yellow]FOLDER OK, NOT RUN HERE[/]" if result.skipped else "[bold green]OK[/]")
+    con.print(verdict)
