@@ -407,6 +407,8 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: runner.R
     state = _Rounds(cases, task.ranking_by, max_rounds)
     paths = {"A": Path(a_path), "B": Path(b_path)}
     contents = {side: runner.checked_submission(task, p, "benchmark", options) for side, p in paths.items()}
+    for content in contents.values():
+        options = runner.with_toolkit(options, content, progress)
     started, t0 = datetime.now(timezone.utc), clock()
     probe = runner.SystemProbe(options.python) if system is None else None
     runner.runnable.preflight(task, options.python, lambda: system if system is not None else probe.result())

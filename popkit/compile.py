@@ -31,7 +31,7 @@ from popkit.gpus import leaderboard_gpu
 from popkit.hipcheck import detect_target, hip_checks
 from popkit.resources import popkit_home
 from popkit.system import (  # noqa: F401  (cuda_home_problem and toolchain are patched in tests)
-    Toolchain, cuda_home_problem, default_extensions_root, toolchain,
+    Toolchain, cuda_home_problem, default_extensions_root, toolchain, toolkit_for_builds,
 )
 
 DEFAULT_TIMEOUT_S = 600.0
@@ -162,7 +162,10 @@ def compile_submission(path: Path | str, *, task: str | None = None, roots: Sequ
     tools = toolchain(python)
     if target == "hip" and not tools.hip:
         return _hip_device_build(text, str(path), arch, static, notes, tools, say, base)
-    _require_toolchain(tools, python)
+    toolkit, said = toolkit_for_builds(cuda_home_problem()) if tools.cuda else (None, "")
+    if said:
+        notes.append(said)
+    _require_toolchain(tools, python, toolkit is not None)
     arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST") or _arch_for_directive(text, tools)
     build_dir = popkit_home() / "build" / build_key(source, tools, arch_list)
     if clean and build_dir.exists():
@@ -175,6 +178,8 @@ def compile_submission(path: Path | str, *, task: str | None = None, roots: Sequ
     env = {"TORCH_EXTENSIONS_DIR": str(build_dir), "PYTHONUNBUFFERED": "1"}
     if arch_list and not tools.hip:
         env["TORCH_CUDA_ARCH_LIST"] = arch_list
+    if toolkit:
+        env["CUDA_HOME"] = toolkit
     with tempfile.TemporaryDirectory(prefix="popkit-compile-") as tmp:
         workdir = Path(tmp)
         name = _prepare(workdir, found_task, source)
@@ -257,13 +262,13 @@ def _find_task(path: Path, source: bytes, explicit: str | None,
                       f"build time is compared with the default test_timeout of {DEFAULT_TEST_TIMEOUT_S:.0f} s"]
 
 
-def _require_toolchain(tools: Toolchain, python: str) -> None:
+def _require_toolchain(tools: Toolchain, python: str, toolkit_found: bool = False) -> None:
     if tools.torch is None:
         raise EnvironmentProblem(f"torch is not installed for {python}", "install a CUDA build of torch")
     if not tools.cuda and not tools.hip:
         raise EnvironmentProblem(f"torch {tools.torch} is a CPU-only build; load_inline needs a CUDA (or ROCm) build",
                                  "install a CUDA build of torch (popkit doctor checks the environment)")
-    if tools.cuda:
+    if tools.cuda and not toolkit_found:
         problem = cuda_home_problem()
         if problem:
             raise EnvironmentProblem(problem[0], problem[1] + " (popkit doctor checks the whole environment)")

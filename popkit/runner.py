@@ -161,6 +161,17 @@ def check_runnable(task: Task, submission: Path, data: bytes, mode: str) -> None
             "(a pure-PyTorch submission runs on the CPU)")
 
 
+def with_toolkit(options: RunOptions, data: bytes, progress: Progress) -> RunOptions:
+    """A CUDA build gets the toolkit popkit found as CUDA_HOME when torch would guess one that cannot build."""
+    if not needs_gpu(data) or "CUDA_HOME" in options.env:
+        return options
+    home, said = system.toolkit_for_builds(system.cuda_home_problem())
+    if not home:
+        return options
+    progress(said)
+    return replace(options, env={**options.env, "CUDA_HOME": home})
+
+
 def task_spec_for(path: Path, content: bytes, explicit: str | None) -> str:
     """The task to run: --task if given, else the file's `#!POPCORN leaderboard` directive."""
     if explicit:
@@ -461,6 +472,7 @@ def run_submission(task: Task, submission: Path, mode: str, options: RunOptions 
     """
     progress = progress or (lambda _msg: None)
     data = checked_submission(task, submission, mode, options, content)
+    options = with_toolkit(options, data, progress)
     if mode != "test" and not task.benchmarks:
         raise TaskError(f"{task.yml}: no `benchmarks` to run in {mode} mode", "add benchmark cases to task.yml")
     if mode == "test" and not task.tests:

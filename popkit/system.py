@@ -195,6 +195,21 @@ def cuda_home_problem() -> tuple[str, str] | None:
     return None
 
 
+def toolkit_for_builds(problem: tuple[str, str] | None = None) -> tuple[str | None, str]:
+    """(CUDA_HOME to give builds, the line that says so) when torch would guess a toolkit that cannot build.
+
+    `problem` is cuda_home_problem()'s answer. Only when CUDA_HOME/CUDA_PATH are unset (a user's choice
+    is kept, and doctor reports it) and this machine has a toolkit with nvcc and libcudart; else (None, "").
+    """
+    if os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or problem is None:
+        return None, ""
+    found = toolkit_candidates()
+    if not found:
+        return None, ""
+    return found[0], (f"builds use the CUDA toolkit at {found[0]} (CUDA_HOME is unset, and torch would guess "
+                      f"{cuda_home()}, which cannot build an extension)")
+
+
 def _module_ninja(python: str) -> str | None:
     candidate = Path(python).parent / "ninja"
     return str(candidate) if candidate.is_file() else None
@@ -328,7 +343,10 @@ def _cuda_checks(info: Mapping[str, Any], nvcc: str | None) -> list[Check]:
     out = []
     problem = cuda_home_problem()
     home = cuda_home()
-    if problem:
+    found, said = toolkit_for_builds(problem)
+    if found:
+        out.append(Check("CUDA_HOME", "info", said, f"only for builds outside popkit: export CUDA_HOME={found}"))
+    elif problem:
         out.append(Check("CUDA_HOME", "problem", problem[0], problem[1]))
     elif os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH"):
         out.append(Check("CUDA_HOME", "ok", str(home)))

@@ -132,3 +132,61 @@ def test_bundled_name_wins_over_tasks_root_and_the_shadowing_is_said(cli, tmp_pa
     seen.clear()
     cli("test", sub, "--tasks-root", str(tmp_path / "set"), "--task", str(theirs), "--no-history")
     assert not seen[0].bundled and seen[0].path == theirs.resolve()
+
+
+GUESS_PROBLEM = ("CUDA_HOME is unset, so torch uses /usr/local, which has no lib64/libcudart.so: linking an "
+                 "extension fails with `cannot find -lcudart`", "export CUDA_HOME=/usr/local/cuda")
+
+
+def test_compile_builds_with_the_toolkit_it_found_and_says_so(tmp_path, monkeypatch):
+    from popkit import compile as compiler
+    from popkit import system
+    from tests.test_compile import cuda_tools, fake_import, rendered_file
+
+    monkeypatch.setenv("POPKIT_WIDTH", "200")
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("POPKIT_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.setattr(compiler, "toolchain", lambda python=None, timeout_s=30.0: cuda_tools())
+    monkeypatch.setattr(compiler, "cuda_home_problem", lambda: GUESS_PROBLEM)
+    monkeypatch.setattr(system, "toolkit_candidates", lambda: ["/opt/cuda-13.0"])
+    fake, calls = fake_import([{"ok": True, "seconds": 50.0, "has_custom_kernel": True},
+                               {"ok": True, "seconds": 1.0, "has_custom_kernel": True}])
+    monkeypatch.setattr(compiler, "_import", fake)
+    result = CliRunner().invoke(app, ["compile", str(rendered_file(tmp_path))])
+    assert result.exit_code == 0, result.output
+    assert calls[0]["env"]["CUDA_HOME"] == "/opt/cuda-13.0"
+    assert ("note: builds use the CUDA toolkit at /opt/cuda-13.0 (CUDA_HOME is unset, and torch would guess "
+            "/usr/local, which cannot build an extension)") in result.output
+    assert "export CUDA_HOME" not in result.output
+
+
+def test_a_users_cuda_home_is_kept(monkeypatch):
+    from popkit import system
+
+    monkeypatch.setenv("CUDA_HOME", "/mine")
+    monkeypatch.setattr(system, "toolkit_candidates", lambda: ["/opt/cuda-13.0"])
+    assert system.toolkit_for_builds(GUESS_PROBLEM) == (None, "")
+
+
+def test_test_passes_the_toolkit_to_the_pre_step_and_evals(tmp_path, monkeypatch):
+    from popkit import runner, system
+    from popkit.tasks import load_task
+
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.setattr(system, "has_gpu", lambda: True)
+    monkeypatch.setattr(system, "cuda_home_problem", lambda: GUESS_PROBLEM)
+    monkeypatch.setattr(system, "toolkit_candidates", lambda: ["/opt/cuda-13.0"])
+    seen = tmp_path / "seen.txt"
+    path = tmp_path / "mine.py"
+    path.write_text("# load_inline(cuda_sources=...) is faked here\nimport os\n\nif __name__ == '__main__':\n"
+                    f"    open({str(seen)!r}, 'w').write(os.environ.get('CUDA_HOME', 'unset'))\n\n\n"
+                    "def custom_kernel(data):\n    return 2 * data\n")
+    lines: list[str] = []
+    report = runner.run_submission(load_task(DOUBLE), path, "test", runner.RunOptions(), progress=lines.append,
+                                   system={"device": "test"})
+    assert report.outcome == "passed" and seen.read_text() == "/opt/cuda-13.0"
+    assert lines[0] == ("builds use the CUDA toolkit at /opt/cuda-13.0 (CUDA_HOME is unset, and torch would guess "
+                        f"{system.cuda_home()}, which cannot build an extension)")
