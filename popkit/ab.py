@@ -425,16 +425,16 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: runner.R
             compile_failure, stopped = dirs[failed_side].precompile, "failed"
             state.mark_failed(failed_side, "compile_failed")
         gpus = runner.eval_gpus(task, system, probe)
-        if probe is not None:
-            probe.result()  # its CUDA context must not be opened while a candidate is timed
 
         def evaluate(side: str, shapes: Sequence[Mapping[str, Any]], name: str) -> ModeRun:
             return run_eval(root / side, dirs[side].main, "benchmark", shapes, options=options, gpus=gpus,
                             timeout_s=task.timeout_for("benchmark"), cases_name=name)
 
-        if warmup and not failed_side:
+        if warmup and not failed_side:  # its timings are not used, so the system probe may still run beside it
             progress("warm-up eval of A (not counted)")
             evaluate("A", cases, "ab-warmup.txt")  # a failure shows again in round 1, where it counts
+        if probe is not None:
+            probe.result()  # its CUDA context must not be opened while a candidate is timed
         eval_s: list[float] = []
         while not failed_side:
             if not state.active:

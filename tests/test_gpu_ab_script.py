@@ -69,5 +69,6 @@ def test_dry_run_writes_both_files(tmp_path, capsys):
     assert gpu_ab.main(["--out", str(tmp_path), "--dry-run", "--minutes", "5"]) == 0
     doc = json.loads((tmp_path / "ab.json").read_text())
     assert doc["device"] == "cpu (dry run)" and {r["step"] for r in doc["runs"]} == {"speed", "calibrate"}
+    assert doc["build"]["double"]["exit_code"] == 0
     assert doc["summary"]["self_verdicts"] == 3 + gpu_ab.EXTRA_SHAPES
     assert (tmp_path / "ab.md").read_text() in capsys.readouterr().out
