@@ -270,7 +270,13 @@ class RunReport:
     secret_seeds: tuple[int, ...] = ()
     label: str = ""  # e.g. "reference" for a --baseline run, "hip-on-cuda" for a HIP logic check on NVIDIA
     notes: tuple[str, ...] = ()  # what the run is (e.g. a HIP-on-CUDA logic check) and its warnings
+    world_size: int | None = None  # set when --world-size scaled the task's cases down: not leaderboard-faithful
     schema: str = RUN_SCHEMA
+
+    @property
+    def leaderboard_faithful(self) -> bool:
+        """False when the cases were changed from the task's (a scaled-down world_size)."""
+        return self.world_size is None
 
     @property
     def outcome(self) -> str:
@@ -331,6 +337,7 @@ class RunReport:
         data["precompile"] = self.precompile.to_json() if self.precompile else None
         data["system"] = dict(self.system)
         data["outcome"] = self.outcome
+        data["leaderboard_faithful"] = self.leaderboard_faithful
         data["exit_code"] = int(self.exit_code)
         data["score_public_s"] = self.score_public_s
         data["scores_secret_s"] = list(self.scores_secret_s)

@@ -300,7 +300,8 @@ def blockers(need: Needs, here: Machine, world_size: int | None = None) -> list[
         reasons.append(f"{need.sm_why}; this GPU is {here.arch}")
     wanted = world_size or need.world_size
     if wanted > 1 and here.gpu_count < wanted:
-        reasons.append(f"cases need {wanted} GPUs (world_size); this machine has {here.gpu_count}")
+        reasons.append(f"cases need {wanted} GPUs (world_size); this machine has {here.gpu_count}"
+                       + ("" if world_size or not here.gpu_count else " (--world-size N runs them scaled down)"))
     for name, fname in need.packages:
         if name in here.missing:
             reasons.append(f"{fname} imports {name}, which is not installed (pip: {_pip(name)})")

@@ -32,8 +32,10 @@ from popkit.errors import EnvironmentProblem, SubmissionError, TaskError, UsageE
 from popkit.resources import data_dir
 from popkit.results import (COMPILE_MARKERS, TIMEOUT_EXIT_CODE, CaseResult, CompileStep, ModeRun, RunReport,
                             judge_physics)
-from popkit.tasks import MODES, SUBMISSION_SOURCE, Task
+from popkit.tasks import MODES, SUBMISSION_SOURCE, Task, scale_world_size
 
+# NVLink multicast (NVLS) off for multi-GPU evals: NCCL's and torch's symmetric memory's (the GPU hosts require it).
+MULTI_GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
 PRECOMPILE_TIMEOUT_S = 120.0
 PRECOMPILE_SEED = "1"
 POPKIT_EVAL_NAME = "popkit_eval.py"  # popkit's harness, when it replaces a task's own eval
@@ -57,6 +59,7 @@ class RunOptions:
     chain: bool = True  # leaderboard mode runs test and benchmark first; False runs the mode alone
     env: Mapping[str, str] = field(default_factory=dict)  # extra environment for every child
     label: str = ""
+    world_size: int | None = None  # run a multi-GPU task's cases at this world_size (scaled down, marked)
 
 
 # ------------------------------------------------------------------------------------ the pieces
@@ -284,6 +287,7 @@ def run_mode(workdir: Path, main: str, mode: str, cases: Sequence[Mapping[str, A
         extra["POPCORN_SEED"] = str(seed)
     if gpus is not None:
         extra["POPCORN_GPUS"] = str(gpus)
+        extra.update(MULTI_GPU_ENV)
     done = proc.run([options.python, main, mode, cases_file.name], workdir, child_env(options, **extra),
                     timeout_s, result_fd_env="POPCORN_FD")
     raw = parse_pipe(done.pipe.decode("utf-8", "replace"))
@@ -480,6 +484,12 @@ def run_submission(task: Task, submission: Path, mode: str, options: RunOptions 
     started = datetime.now(timezone.utc)
     t0 = time.monotonic()
     probe = SystemProbe(options.python) if system is None else None
+    notes: tuple[str, ...] = ()
+    if options.world_size is not None:
+        asked = sorted({c["world_size"] for c in task.tests + task.benchmarks if "world_size" in c})
+        task = scale_world_size(task, options.world_size)
+        notes = (f"world_size scaled to {options.world_size} (the task's cases ask for "
+                 f"{', '.join(map(str, asked))}): not leaderboard-faithful",)
     runnable.preflight(task, options.python, lambda: system if system is not None else probe.result())
     with proc.WorkDir("popkit-run-", keep=options.keep_workdir) as workdir:
         if options.keep_workdir:
@@ -489,7 +499,8 @@ def run_submission(task: Task, submission: Path, mode: str, options: RunOptions 
         if prepared.build_failed:
             # The runner would go on, and every eval would fail rebuilding the same source; the verdict
             # is the same, so popkit stops here and points the compiler's messages at the submission.
-            return _report(task, submission, data, mode, options, started, t0, system, probe, step, [], ())
+            return _report(task, submission, data, mode, options, started, t0, system, probe, step, [], (),
+                           notes=notes)
         gpus = eval_gpus(task, system, probe)
         runs = _run_chain(task, workdir, main, mode, options, None, gpus, progress, probe)
         secret_seeds = options.secret_seeds
@@ -500,19 +511,21 @@ def run_submission(task: Task, submission: Path, mode: str, options: RunOptions 
                 if not all(r.passed for r in secret_runs):
                     break
     return _report(task, submission, data, mode, options, started, t0, system, probe, step, runs, secret_seeds,
-                   prepared.skipped)
+                   prepared.skipped, notes=notes)
 
 
 def _report(task: Task, submission: Path, data: bytes, mode: str, options: RunOptions, started: datetime,
             t0: float, system: Mapping[str, Any] | None, probe: "SystemProbe | None", step: CompileStep | None,
-            runs: Sequence[ModeRun], secret_seeds: Sequence[int], skipped: str = "") -> RunReport:
+            runs: Sequence[ModeRun], secret_seeds: Sequence[int], skipped: str = "",
+            notes: Sequence[str] = ()) -> RunReport:
     return RunReport(
         task=task.name, task_path=str(task.path), leaderboard=task.leaderboard, ranking_by=task.ranking_by,
         submission=str(submission), sha256=hashlib.sha256(data).hexdigest(), mode=mode,
         harness=options.harness, started_at=started.isoformat(timespec="seconds"),
         duration_s=time.monotonic() - t0, system=system if system is not None else probe.result(),
         precompile=step, precompile_skipped=skipped, runs=tuple(runs), secret_seeds=tuple(secret_seeds),
-        label=options.label,
+        label=options.label or (f"world_size {options.world_size}, scaled" if options.world_size else ""),
+        notes=tuple(notes), world_size=options.world_size,
     )
 
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import difflib
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 import yaml
 
-from popkit.errors import TaskError
+from popkit.errors import TaskError, UsageError
 from popkit.resources import data_dir
 
 SUBMISSION_SOURCE = "@SUBMISSION@"
@@ -392,3 +392,17 @@ def list_tasks(roots: Sequence[Path] = ()) -> list[Task]:
         for problem in pset.problems:
             tasks.append(_from_problem(pset, problem))
     return tasks
+
+
+def scale_world_size(task: Task, world_size: int) -> Task:
+    """The task with every case's `world_size` replaced by `world_size` (a scaled-down run, not the leaderboard's)."""
+    if not any("world_size" in c for c in task.tests + task.benchmarks):
+        raise UsageError(f"{task.display_name}: no `world_size` in its cases, nothing to scale",
+                         "--world-size applies to multi-GPU tasks")
+    if world_size < 1:
+        raise UsageError(f"--world-size {world_size}: must be at least 1", "e.g. --world-size 2")
+
+    def scaled(cases):
+        return tuple({k: (world_size if k == "world_size" else v) for k, v in c.items()} for c in cases)
+
+    return replace(task, tests=scaled(task.tests), benchmarks=scaled(task.benchmarks))

@@ -50,7 +50,7 @@ def test_each_need_is_one_reason_naming_the_file_and_the_machine():
     assert verdict("flush", {**H100, "memory": 40 * 2**30}) == [
         "utils.py:clear_l2_cache_large allocates a 62.5 GiB buffer; this GPU has 40 GiB"]
     assert verdict("nccl", H100) == [
-        "cases need 8 GPUs (world_size); this machine has 1"]
+        "cases need 8 GPUs (world_size); this machine has 1 (--world-size N runs them scaled down)"]
     assert verdict("nccl", MI300) == []
     assert runnable.notes(runnable.needs(load_task(NEEDS / "rocm")), runnable.Machine.from_probe(H100)) == [
         "the leaderboard runs it on AMD GPUs: times here are not comparable"]

@@ -29,16 +29,17 @@ HarnessOpt = Annotated[str, typer.Option("--harness", help="`task`: the task's o
 SeedOpt = Annotated[Optional[List[int]], typer.Option("--secret-seed", help="Secret seed for a secret run (repeatable).")]
 KeepOpt = Annotated[bool, typer.Option("--keep-workdir", help="Keep the working directory and print where it is.")]
 HistoryOpt = Annotated[bool, typer.Option("--history/--no-history", help="Record the run in the history database.")]
+WorldSizeOpt = Annotated[Optional[int], typer.Option("--world-size", min=1, help="Multi-GPU tasks: run every case at this world_size, for a machine with fewer GPUs than the task asks for (scaled down: marked not leaderboard-faithful).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document (schema popkit/run/1) instead of the report.")]
 
 
 def _options(python: Optional[str], precompile: Optional[bool], harness: str, seeds: tuple[int, ...], keep: bool,
-             label: str = "") -> runner.RunOptions:
+             label: str = "", world_size: Optional[int] = None) -> runner.RunOptions:
     if harness not in ("task", "popkit"):
         raise UsageError(f"unknown harness `{harness}`", "use --harness task or --harness popkit")
     kwargs = {"python": python} if python else {}
     return runner.RunOptions(precompile=precompile, harness=harness, secret_seeds=seeds, keep_workdir=keep,
-                             label=label, **kwargs)
+                             label=label, world_size=world_size, **kwargs)
 
 
 def _record(report: RunReport, content: bytes, enabled: bool) -> str:
@@ -88,7 +89,7 @@ def _run(submission: Path, task_spec: Optional[str], roots: Optional[List[Path]]
     if baseline:
         # The reference is timed in the same mode, without the chain before it: it is the yardstick.
         base_opts = runner.RunOptions(python=options.python, precompile=False, harness=options.harness,
-                                      chain=False, label="reference")
+                                      chain=False, label="reference", world_size=options.world_size)
         base = runner.run_submission(task, Path("reference"), mode, base_opts, progress=progress,
                                      system=report.system, content=runner.reference_submission())
     warning = _record(report, content, history)
@@ -107,6 +108,7 @@ def test(
     secret_seed: SeedOpt = None,
     secret_runs: Annotated[int, typer.Option("--secret-runs", min=0, help="Also run the tests under K random secret seeds (each printed), after the public run.")] = 0,
     keep_workdir: KeepOpt = False,
+    world_size: WorldSizeOpt = None,
     hip_on_cuda: Annotated[bool, typer.Option("--hip-on-cuda", help="A HIP file on an NVIDIA GPU: build its kernels with nvcc through popkit's HIP-to-CUDA mapping and run the tests. A logic check, not AMD timing; code that depends on 64-lane wavefronts is flagged.")] = False,
     history: HistoryOpt = True,
     json: JsonOpt = False,
@@ -120,7 +122,7 @@ def test(
     """
     common.set_json(json)
     seeds = tuple(secret_seed or ()) + runner.random_secret_seeds(secret_runs)
-    options = _options(python, precompile, harness, seeds, keep_workdir)
+    options = _options(python, precompile, harness, seeds, keep_workdir, world_size=world_size)
     notes: tuple[str, ...] = ()
     if hip_on_cuda:
         text = runner.read_submission(submission, entry_points=None).decode("utf-8")
@@ -147,6 +149,7 @@ def bench(
     precompile: PrecompileOpt = None,
     harness: HarnessOpt = "task",
     keep_workdir: KeepOpt = False,
+    world_size: WorldSizeOpt = None,
     history: HistoryOpt = True,
     json: JsonOpt = False,
 ) -> None:
@@ -167,11 +170,11 @@ def bench(
     seeds = tuple(secret_seed or ())
     if leaderboard and not seeds:
         seeds = runner.random_secret_seeds(secret_runs)
-    options = _options(python, precompile, harness, seeds, keep_workdir)
+    options = _options(python, precompile, harness, seeds, keep_workdir, world_size=world_size)
     if len(submissions) == 2:
-        if leaderboard or profile or baseline:
-            raise UsageError("an A/B comparison runs benchmark mode only",
-                             "drop --leaderboard/--profile/--baseline for A/B")
+        if leaderboard or profile or baseline or world_size:
+            raise UsageError("an A/B comparison runs the task's own benchmarks in benchmark mode only",
+                             "drop --leaderboard/--profile/--baseline/--world-size for A/B")
         if rounds % 2:
             raise UsageError(f"--rounds {rounds}: the A/B runs rounds in pairs (ABBA)",
                              "give an even number, e.g. --rounds 8")
