@@ -190,3 +190,33 @@ def test_test_passes_the_toolkit_to_the_pre_step_and_evals(tmp_path, monkeypatch
     assert report.outcome == "passed" and seen.read_text() == "/opt/cuda-13.0"
     assert lines[0] == ("builds use the CUDA toolkit at /opt/cuda-13.0 (CUDA_HOME is unset, and torch would guess "
                         f"{system.cuda_home()}, which cannot build an extension)")
+
+
+HIP_ON_NVCC_LOG = """Traceback (most recent call last):
+  File "submission.py", line 9, in <module>
+    module = load_inline(name="softmax_hip", cpp_sources=HOST_SRC, cuda_sources=DEVICE_SRC,
+RuntimeError: Error building extension 'softmax_hip': [1/3] /usr/local/cuda/bin/nvcc --offload-arch=gfx942 -c cuda.cu
+FAILED: cuda.cuda.o
+nvcc fatal   : Unknown option '--offload-arch=gfx942'
+ninja: build stopped: subcommand failed.
+"""
+
+
+def test_hip_file_on_a_cuda_torch_shows_the_compilers_error_and_the_right_hint(monkeypatch, capsys):
+    from dataclasses import replace
+
+    from popkit.results import CompileStep
+    from popkit.tasks import load_task
+    from popkit.views import running as view
+    from tests.test_history import make_report
+
+    monkeypatch.setenv("POPKIT_WIDTH", "400")
+    monkeypatch.setenv("NO_COLOR", "1")
+    step = CompileStep(exit_code=1, duration_s=9.0, stderr=HIP_ON_NVCC_LOG)
+    report = replace(make_report(mode="test"), precompile=step, runs=(), system={"cuda": "13.0", "hip": None})
+    view.show_run(report, load_task(DOUBLE))
+    out = capsys.readouterr().out
+    assert "compiler errors:\nnvcc fatal   : Unknown option '--offload-arch=gfx942'\n" in out
+    assert ("hint: this is a HIP kernel and this torch is not a ROCm build, so nvcc built it and failed: "
+            "`popkit compile FILE` checks the HIP code here, `popkit test --hip-on-cuda FILE` runs it on an NVIDIA "
+            "GPU through popkit's HIP-to-CUDA mapping, and an AMD GPU with ROCm torch runs it as is") in out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
 from rich.table import Table
@@ -93,7 +94,7 @@ def _failure_details(report: RunReport, run: ModeRun) -> list[str]:
     lines = [f"[bold red]{escape(run.summary)}[/]"]
     if run.outcome == "compile_failed":
         log = (report.precompile.stderr if report.precompile and report.precompile.stderr else run.stderr)
-        lines += ["[dim]compiler output:[/]", escape(_tail(log, 40))]
+        lines += _compiler_output(log) + [_compile_hint(log, report.system)]
     elif run.outcome in ("crashed", "bad_submission"):
         if run.stderr.strip():
             lines += ["[dim]stderr (last lines):[/]", escape(_tail(run.stderr))]
@@ -104,8 +105,29 @@ def _failure_details(report: RunReport, run: ModeRun) -> list[str]:
     return lines
 
 
-def _compile_failure(step) -> list[str]:
-    """The pre-step could not build the extension: its errors at submission lines, else the log's tail."""
+_ERROR_LINE = re.compile(r"(^|\s|:)(fatal error|error)\b|nvcc fatal", re.IGNORECASE)
+
+
+def _compiler_output(log: str) -> list[str]:
+    """The compiler's own error lines first (torch puts them deep inside a traceback), then the log's tail."""
+    errors = [line.strip() for line in log.splitlines() if _ERROR_LINE.search(line)
+              and not line.lstrip().startswith(("Traceback", "File ", "raise ", "RuntimeError: Error building"))]
+    lines = ["[dim]compiler errors:[/]", escape("\n".join(dict.fromkeys(errors[:12])))] if errors else []
+    return lines + ["[dim]compiler output (last lines):[/]", escape(_tail(log, 40 if not errors else 12))]
+
+
+def _compile_hint(log: str, system) -> str:
+    """What to do next; a HIP build on a CUDA torch cannot work, whatever the code says."""
+    hip_build = any(m in log for m in ("offload-arch", "hip/hip_runtime", "hip_runtime.h", "__hip_"))
+    if hip_build and not (system or {}).get("hip"):
+        return ("[dim]hint: this is a HIP kernel and this torch is not a ROCm build, so nvcc built it and failed: "
+                "`popkit compile FILE` checks the HIP code here, `popkit test --hip-on-cuda FILE` runs it on an "
+                "NVIDIA GPU through popkit's HIP-to-CUDA mapping, and an AMD GPU with ROCm torch runs it as is[/]")
+    return "[dim]`popkit compile FILE` rebuilds without running anything; --json has the whole log[/]"
+
+
+def _compile_failure(step, system=None) -> list[str]:
+    """The pre-step could not build the extension: its errors at submission lines, else the compiler's lines."""
     lines = ["[bold red]compile failed: the compile pre-step could not build the extension[/]"]
     for d in step.diagnostics:
         lines.append(f"[red]{escape(d.location)}: {d.severity}: {escape(d.message)}[/]")
@@ -113,9 +135,10 @@ def _compile_failure(step) -> list[str]:
             lines.append(f"    {escape(d.source_line.strip())}")
         if d.hint:
             lines.append(f"    [dim]hint: {escape(d.hint)}[/]")
+    log = step.stderr + "\n" + step.stdout
     if not step.diagnostics:
-        lines += ["[dim]compiler output:[/]", escape(_tail(step.stderr or step.stdout, 40))]
-    lines.append("[dim]`popkit compile FILE` rebuilds without running anything; --json has the whole log[/]")
+        lines += _compiler_output(log)
+    lines.append(_compile_hint(log, system))
     return lines
 
 
@@ -162,7 +185,7 @@ def show_run(report: RunReport, task: Task, *, baseline: RunReport | None = None
         con.print(f"[dim]compile pre-step:[/] {state}, {step.duration_s:.1f} s")
         if step.build_failed and not report.runs:
             con.print()
-            for line in _compile_failure(step):
+            for line in _compile_failure(step, report.system):
                 con.print(line)
     elif report.precompile_skipped:
         con.print(f"[dim]compile pre-step:[/] skipped ({escape(report.precompile_skipped)})")
