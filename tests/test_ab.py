@@ -21,6 +21,7 @@ from popkit.errors import ExitCode
 from popkit.results import CaseResult, CompileStep, ModeRun
 from popkit.stats import Interval, Summary
 from popkit.tasks import load_task
+from popkit.views.remote import show_ab
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 TASK_DIR = FIXTURES / "tasks" / "double"
@@ -247,7 +248,7 @@ def test_a_failure_after_the_first_look_keeps_that_looks_intervals(tmp_path):
     assert report.shapes[0].rounds == 4 and report.shapes[0].ratio.defined  # cut to the look at round 4
 
 
-def test_compile_failure_names_the_side_and_the_mode(tmp_path, monkeypatch):
+def test_compile_failure_names_the_side_and_the_mode(tmp_path, monkeypatch, capsys):
     def fake_precompile(workdir, name, options, timeout_s=120.0):
         bad = Path(workdir).name == "B"
         return CompileStep(exit_code=1 if bad else 0, duration_s=0.1,
@@ -261,6 +262,11 @@ def test_compile_failure_names_the_side_and_the_mode(tmp_path, monkeypatch):
     assert report.exit_code == ExitCode.COMPILE_FAILED and report.verdict == ab.INCOMPLETE
     record = ab.side_report(report, "B", load_task(TASK_DIR))
     assert record.outcome == "compile_failed" and ab.side_report(report, "A", load_task(TASK_DIR)) is None
+    monkeypatch.setenv("POPKIT_WIDTH", "300")
+    show_ab(report)
+    shown = capsys.readouterr().out
+    assert "compile failed" in shown and f"popkit compile {report.b_path}" in shown
+    assert "compile failed on B" in shown.replace("_", " ")
 
 
 def test_side_reports_keep_a_failed_side_and_the_rounds_of_the_other(tmp_path):
@@ -397,7 +403,7 @@ def test_failed_a_b_is_recorded_and_its_hint_names_the_mode(tmp_path, cli_env):
                                 env=cli_env)
     assert result.exit_code == 1, result.output
     assert "did not pass in benchmark mode" in result.output and f"popkit bench {WRONG}" in result.output
-    assert "incomplete" in result.output
+    assert "failed on B" in result.output and "incomplete: 3 shapes not compared" in result.output
     rows = json.loads(CliRunner().invoke(app, ["history", "--json"], env=cli_env).stdout)["runs"]
     assert [(r["submission"], r["outcome"]) for r in rows] == [(str(WRONG), "failed")]
 

@@ -275,7 +275,7 @@ _STOPPED = {"settled": "every verdict settled", "max_rounds": "out of rounds", "
 
 def _series_verdict(s: Series, report: ABReport) -> str:
     if s.status == INCOMPLETE:
-        return "[yellow]incomplete[/]: " + escape(", ".join(s.missing)) + " not compared"
+        return f"[yellow]incomplete[/]: {_plural(len(s.missing), 'shape')} not compared"
     if s.status != "ok":
         return f"[red]{escape(s.status.replace('_', ' '))} on {s.status_side}[/]"
     text = _verdict_text(s.verdict, report.a_path, report.b_path)
