@@ -116,6 +116,25 @@ def _problem(path: Path, exc: sqlite3.Error) -> HistoryError:
                         " to start a new one")
 
 
+_MAX_ID = 2**63 - 1  # SQLite's largest integer
+
+
+def _is_empty_file(path: Path) -> bool:
+    try:
+        return path.stat().st_size == 0
+    except OSError:
+        return False
+
+
+def _refuse_foreign(path: Path, con: sqlite3.Connection) -> None:
+    """A database without popkit's schema version but with tables belongs to another program."""
+    tables = [row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+    if tables:
+        raise HistoryError(f"{path}: not a popkit history database (it holds the table{'s' if len(tables) > 1 else ''}"
+                           f" {', '.join(tables)})",
+                           "popkit never modifies it: move it aside, or set POPKIT_HOME to another folder")
+
+
 class History:
     """One history database file; every method opens, works in one transaction, and closes."""
 
@@ -124,7 +143,12 @@ class History:
         self.timeout_s = timeout_s
 
     def _open(self, create: bool) -> sqlite3.Connection | None:
-        if not self.path.exists():
+        """A connection to popkit's database; None for a read where there is none yet.
+
+        A missing or zero-length file (an empty database to SQLite) holds no history: a read leaves it
+        as it is. A database with tables and no popkit schema version is some other program's: never touched.
+        """
+        if not self.path.exists() or (not create and _is_empty_file(self.path)):
             if not create:
                 return None
             fresh = not self.path.parent.exists()
@@ -146,6 +170,10 @@ class History:
                 raise HistoryError(f"{self.path}: written by a newer popkit (schema {version})",
                                    "upgrade popkit to read it")
             if version == 0:
+                _refuse_foreign(self.path, con)
+                if not create:
+                    con.close()
+                    return None
                 with con:
                     con.executescript(_SCHEMA + f"PRAGMA user_version = {USER_VERSION};")
         except sqlite3.Error as exc:
@@ -221,21 +249,22 @@ class History:
         if task:
             where, args = "WHERE task = ? OR leaderboard = ?", (task, task)
         rows = self._query(f"SELECT {_SUMMARY_COLUMNS} FROM runs {where} ORDER BY id DESC LIMIT ?",
-                           (*args, int(limit)))
+                           (*args, min(int(limit), _MAX_ID)))
         return [_record(r) for r in rows]
 
     def get_run(self, run_id: int) -> RunRecord:
-        rows = self._query(f"SELECT {_SUMMARY_COLUMNS}, report_json, remote_json FROM runs WHERE id = ?",
-                           (int(run_id),))
-        if not rows:
-            raise UsageError(f"no run {run_id} in {self.path}", "`popkit history` lists the recorded runs")
-        return _record(rows[0], full=True)
+        return _record(self._row(f"{_SUMMARY_COLUMNS}, report_json, remote_json", run_id), full=True)
 
     def content(self, run_id: int) -> bytes:
-        rows = self._query("SELECT content FROM runs WHERE id = ?", (int(run_id),))
+        return bytes(self._row("content", run_id)["content"])
+
+    def _row(self, columns: str, run_id: int) -> sqlite3.Row:
+        rows = []
+        if abs(int(run_id)) <= _MAX_ID:  # a larger number is no SQLite integer, so no run's id
+            rows = self._query(f"SELECT {columns} FROM runs WHERE id = ?", (int(run_id),))
         if not rows:
             raise UsageError(f"no run {run_id} in {self.path}", "`popkit history` lists the recorded runs")
-        return bytes(rows[0]["content"])
+        return rows[0]
 
     def latest_local(self, sha256: str) -> RunRecord | None:
         """The newest test or bench run of exactly these bytes (for showing beside a remote result)."""

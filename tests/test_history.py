@@ -312,3 +312,47 @@ def test_every_command_help_has_an_example(command):
     result = CliRunner().invoke(app, [command, "--help"], env={"POPKIT_WIDTH": "200"})
     assert result.exit_code == 0
     assert f"popkit {command}" in result.output.split("Usage:", 1)[1].split("Options", 1)[0].split("Example", 1)[1]
+
+
+HUGE = "99999999999999999999"  # beyond SQLite's 64-bit integers
+
+
+@pytest.mark.parametrize("args,code,message", [
+    (["show", HUGE], 2, f"error: no run {HUGE} in "),
+    (["show", HUGE, "--source"], 2, f"error: no run {HUGE} in "),
+    (["compare", HUGE, "1"], 2, f"error: no run {HUGE} in "),
+    (["history", "-n", HUGE], 0, "vectoradd"),
+])
+def test_huge_run_ids_and_limits_are_ordinary_input(cli_env, args, code, message):
+    _db(cli_env).record_run(make_report(), b"1")
+    result = CliRunner().invoke(app, args, env=cli_env)
+    assert result.exit_code == code, result.output
+    assert message in result.output and "internal error" not in result.output
+
+
+def test_zero_length_database_is_no_history_yet_and_left_alone(cli_env):
+    path = history.db_path(cli_env)
+    path.parent.mkdir(parents=True)
+    path.touch()
+    for args in (["history"], ["show", "1"]):
+        result = CliRunner().invoke(app, args, env=cli_env)
+        assert "internal error" not in result.output
+    assert CliRunner().invoke(app, ["history"], env=cli_env).output.startswith("no runs recorded")
+    assert path.read_bytes() == b""
+
+
+def test_another_programs_sqlite_file_is_never_modified(cli_env):
+    path = history.db_path(cli_env)
+    path.parent.mkdir(parents=True)
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE notes (body TEXT)")
+    con.execute("INSERT INTO notes VALUES ('mine')")
+    con.commit()
+    con.close()
+    before = path.read_bytes()
+    result = CliRunner().invoke(app, ["history"], env=cli_env)
+    assert result.exit_code == 10, result.output
+    assert f"error: {path}: not a popkit history database (it holds the table notes)" in result.output
+    with pytest.raises(HistoryError, match="not a popkit history database"):
+        _db(cli_env).record_run(make_report(), b"1")
+    assert path.read_bytes() == before
