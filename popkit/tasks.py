@@ -22,6 +22,7 @@ MODES = ("test", "benchmark", "leaderboard", "profile")
 RANKINGS = ("last", "mean", "geom")
 LANGS = ("py", "cu")
 DEFAULT_TIMEOUT_S = 180
+MAX_TIMEOUT_S = 86400  # a day: finite, and far above any real task's limit (the largest is 900 s)
 _ALLOWED_KEYS = {
     "files", "lang", "description", "config", "templates", "tests", "benchmarks",
     "test_timeout", "benchmark_timeout", "ranked_timeout", "ranking_by", "multi_gpu", "seed", "gpus",
@@ -160,9 +161,15 @@ class _Checker:
 
     def number(self, raw: Mapping, key: str, default: float) -> float:
         value = raw.get(key, default)
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
-        self.expect(ok, key, "a positive number of seconds", value)
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= MAX_TIMEOUT_S
+        self.expect(ok, key, f"a positive number of seconds, at most {MAX_TIMEOUT_S}", value)
         return float(value)
+
+    def text(self, key: str, value: str) -> str:
+        """A string that becomes a path: a NUL character would stop the OS (and popkit) cold."""
+        if "\0" in value:
+            raise self.fail(f"key `{key}` holds a NUL character ({value!r})")
+        return value
 
     def cases(self, raw: Mapping, key: str, multi_gpu: bool) -> tuple[dict, ...]:
         value = raw.get(key) or []
@@ -180,8 +187,13 @@ class _Checker:
 
 
 def load_task(path: Path | str, *, leaderboard: str | None = None, gpus: Sequence[str] = (),
-              bundled: bool = False) -> Task:
-    """Load and validate the task in directory `path` (or the task.yml file itself)."""
+              bundled: bool = False, set_root: Path | None = None) -> Task:
+    """Load and validate the task in directory `path` (or the task.yml file itself).
+
+    Its files must lie inside `set_root`, the folder of the problem-set yaml that names it; for a task
+    loaded by its directory, that of a problem set beside it or one level up that names it, else the
+    task's parent folder.
+    """
     path = Path(path).expanduser()
     directory = path.parent if path.name in ("task.yml", "task.yaml") else path
     if not directory.is_dir():
@@ -206,12 +218,17 @@ def load_task(path: Path | str, *, leaderboard: str | None = None, gpus: Sequenc
         check.expect(isinstance(entry, Mapping), f"files[{i}]", "a mapping with name and source", entry)
         for k in ("name", "source"):
             check.expect(isinstance(entry.get(k), str) and entry.get(k), f"files[{i}].{k}", "a string", entry.get(k))
-        name, source = entry["name"], entry["source"]
+        name, source = check.text(f"files[{i}].name", entry["name"]), check.text(f"files[{i}].source", entry["source"])
         if "/" in name or "\\" in name or name in (".", ".."):
             raise check.fail(f"key `files[{i}].name` must be a plain file name (got {name!r})")
-        if source != SUBMISSION_SOURCE and not (directory / source).is_file():
-            raise check.fail(f"key `files[{i}].source`: file `{source}` not found",
-                             f"looked for {(directory / source).resolve()}")
+        if source != SUBMISSION_SOURCE:
+            set_root = set_root or _set_root(directory)
+            resolved = (directory / source).resolve()
+            if not resolved.is_relative_to(set_root):
+                raise check.fail(f"key `files[{i}].source`: `{source}` is outside the problem set ({set_root})",
+                                 "a task may use files of its own problem set only (the folder of its yaml)")
+            if not resolved.is_file():
+                raise check.fail(f"key `files[{i}].source`: file `{source}` not found", f"looked for {resolved}")
         files.append(TaskFile(name, source))
     names = [f.name for f in files]
     if len(set(names)) != len(names):
@@ -270,6 +287,28 @@ def load_task(path: Path | str, *, leaderboard: str | None = None, gpus: Sequenc
         leaderboard=leaderboard,
         bundled=bundled,
     )
+
+
+def _set_root(directory: Path) -> Path:
+    """The folder of a problem-set yaml beside the task's folder, or one level up, that names the task;
+    else the task's parent folder. Reads those few yaml files only."""
+    task_dir = directory.resolve()
+    for folder in (task_dir.parent, task_dir.parent.parent):
+        for path in sorted(folder.glob("*.y*ml")):
+            try:
+                pset = load_problem_set(path)
+            except TaskError:
+                continue
+            if any(_task_dir_of(pset, problem) == task_dir for problem in pset.problems):
+                return pset.path.parent
+    return task_dir.parent
+
+
+def _task_dir_of(pset: ProblemSet, problem: Problem) -> Path | None:
+    try:
+        return pset.task_dir(problem)
+    except (OSError, ValueError):  # a NUL in the directory, a loop of links
+        return None
 
 
 def load_problem_set(path: Path | str) -> ProblemSet:
@@ -341,7 +380,10 @@ def problem_sets(roots: Sequence[Path]) -> list[ProblemSet]:
 
 
 def _from_problem(pset: ProblemSet, problem: Problem, bundled: bool = False) -> Task:
-    return load_task(pset.task_dir(problem), leaderboard=problem.name, gpus=problem.gpus, bundled=bundled)
+    task_dir = pset.task_dir(problem)
+    inside = task_dir.is_relative_to(pset.path.parent)  # else a set naming a task elsewhere: that one's rule
+    return load_task(task_dir, leaderboard=problem.name, gpus=problem.gpus, bundled=bundled,
+                     set_root=pset.path.parent if inside else None)
 
 
 def resolve_task(spec: str, roots: Sequence[Path] = ()) -> Task:

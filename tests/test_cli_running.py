@@ -77,6 +77,12 @@ def test_failures_are_one_categorized_line_and_an_exit_code(cli, name, code, lin
     (["test", "good.py", "--task", "nosuchtask"], 3, "no task named `nosuchtask`"),
     (["test", "good.py", "--task", DOUBLE, "--harness", "other"], 2, "unknown harness `other`"),
     (["bench", "good.py", "--task", DOUBLE, "--leaderboard", "--profile"], 2, "--leaderboard and --profile"),
+    (["test", "good.py", "--task", DOUBLE, "--python", "/no/such/python"], 2,
+     "--python /no/such/python: no such interpreter"),
+    (["bench", "good.py", "--task", DOUBLE, "--python", str(FIX)], 2,
+     f"--python {FIX}: a folder, not an interpreter"),
+    (["bench", "good.py", "--task", DOUBLE, "--python", str(FIX / "tasks" / "double" / "task.yml")], 2,
+     f"--python {FIX / 'tasks' / 'double' / 'task.yml'}: not executable"),
 ])
 def test_bad_input_is_one_line_with_hint(cli, args, code, message):
     args = [sub(a) if a.endswith(".py") else a for a in args]

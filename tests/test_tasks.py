@@ -49,7 +49,26 @@ def test_defaults_follow_the_protocol(tmp_path):
     (lambda t: t.replace("source: eval.py", "source: ../nowhere.py"),
      "task.yml: key `files[1].source`: file `../nowhere.py` not found"),
     (lambda t: t + "ranking_by: median\n", "task.yml: key `ranking_by` must be `last`, `mean` or `geom` (got str 'median')"),
-    (lambda t: t + "test_timeout: -3\n", "task.yml: key `test_timeout` must be a positive number of seconds (got int -3)"),
+    (lambda t: t + "test_timeout: -3\n",
+     "task.yml: key `test_timeout` must be a positive number of seconds, at most 86400 (got int -3)"),
+    (lambda t: t + "test_timeout: .inf\n",
+     "task.yml: key `test_timeout` must be a positive number of seconds, at most 86400 (got float inf)"),
+    (lambda t: t + "benchmark_timeout: .nan\n",
+     "task.yml: key `benchmark_timeout` must be a positive number of seconds, at most 86400 (got float nan)"),
+    (lambda t: t + "ranked_timeout: 0\n",
+     "task.yml: key `ranked_timeout` must be a positive number of seconds, at most 86400 (got int 0)"),
+    (lambda t: t + "test_timeout: true\n",
+     "task.yml: key `test_timeout` must be a positive number of seconds, at most 86400 (got bool True)"),
+    (lambda t: t + "test_timeout: 1.0e+300\n",
+     "task.yml: key `test_timeout` must be a positive number of seconds, at most 86400 (got float 1e+300)"),
+    (lambda t: t.replace("{name: eval.py, source: eval.py}", '{name: "eval\\0.py", source: eval.py}'),
+     "task.yml: key `files[1].name` holds a NUL character ('eval\\x00.py')"),
+    (lambda t: t.replace("source: eval.py", 'source: "eval.py\\0"'),
+     "task.yml: key `files[1].source` holds a NUL character ('eval.py\\x00')"),
+    (lambda t: t.replace("source: eval.py", "source: ../../../../../../../../etc/passwd"),
+     "task.yml: key `files[1].source`: `../../../../../../../../etc/passwd` is outside the problem set"),
+    (lambda t: t.replace("source: eval.py", "source: /etc/passwd"),
+     "task.yml: key `files[1].source`: `/etc/passwd` is outside the problem set"),
     (lambda t: t.replace("{main: eval.py}", "{main: other.py}"),
      "task.yml: key `config.main`: `other.py` is not one of the names in `files`"),
     (lambda t: t.replace('"@SUBMISSION@"', "eval.py"),
@@ -106,3 +125,30 @@ def test_tasks_root_must_exist(tmp_path):
 def test_task_dir_path_and_task_yml_path_both_load():
     assert resolve_task(str(FIX / "double")).name == "double"
     assert resolve_task(str(FIX / "double" / "task.yml")).name == "double"
+
+
+def test_sources_are_confined_to_the_problem_set_folder(tmp_path):
+    """The layout of the public sets: linalg/eigh_py takes ../../pmpp_v2/utils.py beside the set's yaml."""
+    sets = tmp_path / "problems"
+    (sets / "shared").mkdir(parents=True)
+    (sets / "shared" / "utils.py").write_text("")
+    task_dir = write_task(sets / "linalg", GOOD.replace("source: eval.py", "source: ../../shared/utils.py"),
+                          name="eigh_py")
+    (sets / "linalg.yaml").write_text("name: l\nproblems:\n  - {directory: linalg/eigh_py, name: eigh}\n")
+    assert resolve_task("eigh", [sets]).files[1].source == "../../shared/utils.py"
+    assert load_task(task_dir).files[1].source == "../../shared/utils.py"  # by directory: its set is found
+    (sets / "linalg.yaml").unlink()  # no set names it: the task's own parent folder is the limit
+    with pytest.raises(TaskError) as info:
+        load_task(task_dir)
+    assert info.value.message.endswith(
+        "key `files[1].source`: `../../shared/utils.py` is outside the problem set (" + str(sets / "linalg") + ")")
+    assert info.value.exit_code == 3
+
+
+def test_a_symlink_out_of_the_problem_set_is_refused(tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("password")
+    task_dir = write_task(tmp_path / "set", GOOD.replace("source: eval.py", "source: link.py"))
+    (task_dir / "link.py").symlink_to(secret)
+    with pytest.raises(TaskError, match=r"key `files\[1\].source`: `link.py` is outside the problem set"):
+        load_task(task_dir)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -37,9 +38,22 @@ def _options(python: Optional[str], precompile: Optional[bool], harness: str, se
              label: str = "", world_size: Optional[int] = None) -> runner.RunOptions:
     if harness not in ("task", "popkit"):
         raise UsageError(f"unknown harness `{harness}`", "use --harness task or --harness popkit")
-    kwargs = {"python": python} if python else {}
+    kwargs = {"python": _interpreter(python)} if python else {}
     return runner.RunOptions(precompile=precompile, harness=harness, secret_seeds=seeds, keep_workdir=keep,
                              label=label, world_size=world_size, **kwargs)
+
+
+def _interpreter(python: str) -> str:
+    """--python as an absolute executable path (the eval runs elsewhere; a bare name is looked up on PATH)."""
+    import shutil
+
+    found = shutil.which(python)
+    if found:
+        return os.path.abspath(found)
+    path = Path(python)
+    what = ("a folder, not an interpreter" if path.is_dir() else "not executable" if path.exists()
+            else "no such interpreter" if os.sep in python else "no such interpreter on PATH")
+    raise UsageError(f"--python {python}: {what}", "give the path of a Python executable, e.g. --python python3")
 
 
 def _record(report: RunReport, content: bytes, enabled: bool) -> str:
