@@ -18,7 +18,7 @@ from typing import Callable
 from popkit import runner
 from popkit.contract import entry_points
 from popkit.errors import EnvironmentProblem
-from popkit.tasks import SUBMISSION_SOURCE, Task, load_task, problem_sets
+from popkit.tasks import Task, load_task
 
 SLOW_SHARE = 0.5  # a mode that uses more than this share of its timeout is flagged
 
@@ -97,25 +97,13 @@ class TaskCheck:
                 "modes": [m.__dict__ for m in self.modes], "checker": self.lax}
 
 
-def problem_set_root(directory: Path) -> Path:
-    """The folder of the nearest problem-set yaml at most three levels above `directory` (sources may reach
-    up to there), else the task folder's parent."""
-    for parent in directory.resolve().parents[:3]:
-        if any(ps.path.parent == parent for ps in problem_sets([parent])):
-            return parent
-    return directory.resolve().parent
-
-
 def check_task_dir(directory: Path | str, *, root: Path | None = None, python: str | None = None,
                    run: bool = True, progress: Callable[[str], None] | None = None) -> TaskCheck:
     """Validate the task folder, then (where this machine can) run the reference and the lax probes."""
     directory = Path(directory)
-    task = load_task(directory)  # TaskError (exit 3) names the file and the key
+    # TaskError (exit 3) names the file and the key, a source outside the problem-set root included
+    task = load_task(directory, set_root=root.resolve() if root else None)
     result = TaskCheck(path=str(task.path), task=task.name)
-    root = (root or problem_set_root(task.path)).resolve()
-    for f in task.files:
-        if f.source != SUBMISSION_SOURCE and not (task.path / f.source).resolve().is_relative_to(root):
-            result.errors.append(f"files: `{f.source}` is outside the problem-set root {root}")
     _check_templates(task, result)
     if not task.tests:
         result.errors.append("tests: no test cases (test mode would have nothing to run)")

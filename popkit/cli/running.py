@@ -262,7 +262,7 @@ def tasks_show(
 @tasks_app.command("check")
 def tasks_check(
     directory: Annotated[Path, typer.Argument(help="The task folder (holding task.yml) to check.")],
-    root: Annotated[Optional[Path], typer.Option("--root", help="Problem-set root the task's sources must stay inside (default: the folder of the nearest problem-set yaml above DIR).")] = None,
+    root: Annotated[Optional[Path], typer.Option("--root", help="Problem-set root the task's sources must stay inside (default: the folder of a problem-set yaml beside DIR or one level up that names it, else DIR's parent).")] = None,
     run: Annotated[bool, typer.Option("--run/--no-run", help="Run the reference through test, benchmark, leaderboard and probe the checker (default), or only validate the folder.")] = True,
     python: PythonOpt = None,
     json: Annotated[bool, typer.Option("--json", help="Print JSON (schema popkit/taskcheck/1).")] = False,
