@@ -15,7 +15,7 @@ import re
 import shutil
 import subprocess
 import tokenize
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -35,17 +35,19 @@ _MANGLED = re.compile(r"'(?P<sym>_Z\w+)'")
 
 @dataclass(frozen=True)
 class Diagnostic:
-    """One compiler (or loader, or static-check) message, placed in the submission where possible."""
+    """One problem found in a submission: a compiler, loader or static-check message, or a `popkit check`
+    rule, placed in the submission where possible. The one finding type of popkit."""
 
-    severity: str  # error, warning, note
-    tool: str  # nvcc, ptxas, gcc, clang, ld, loader, python, static
+    severity: str  # error, warning, note; an error of `popkit check` blocks a submission
+    tool: str  # nvcc, ptxas, gcc, clang, ld, loader, python, static, check
     message: str
-    file: str  # the submission, or the generated file when the line could not be mapped
-    line: int | None = None  # 1-based
+    file: str = ""  # the submission, or the generated file when the line could not be mapped
+    line: int | None = None  # 1-based; None when the problem has no place
     column: int | None = None  # 1-based
     source_line: str = ""  # the text of that line
     generated: str = ""  # where the compiler saw it ("cuda.cu:12:5"), empty for static checks
     hint: str = ""
+    rule: str = ""  # the `popkit check` rule that found it (stream, directive, ...); empty for compilers
 
     def to_json(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -60,24 +62,10 @@ class Diagnostic:
         return ":".join(parts)
 
 
-@dataclass(frozen=True)
-class Finding:
-    """One problem in a submission; line and column are 1-based (None when the rule has no place)."""
-
-    rule: str
-    severity: str  # "error" blocks a submission, "warning" informs
-    line: int | None
-    column: int | None
-    message: str
-    hint: str = ""
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Finding":
-        return cls(**{k: data.get(k) for k in ("rule", "severity", "line", "column", "message")},
-                   hint=data.get("hint", ""))
+def finding(rule: str, severity: str, line: int | None, column: int | None, message: str,
+            hint: str = "") -> Diagnostic:
+    """A `popkit check` rule's diagnostic (the report names the file)."""
+    return Diagnostic(severity, "check", message, line=line, column=column, hint=hint, rule=rule)
 
 
 @dataclass(frozen=True)

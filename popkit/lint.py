@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from popkit.diagnostics import ERROR, WARNING, Finding
+from popkit.diagnostics import ERROR, WARNING, Diagnostic, finding
 from popkit.directives import cli_directives, server_directives
 from popkit.errors import SubmissionError
 from popkit.lint_hacks import hack_findings
@@ -72,16 +72,16 @@ class LintReport:
     gpu: str | None
     mode: str | None
     offered_gpus: tuple[str, ...] | None = None  # None: the leaderboard's problem set is not known locally
-    findings: tuple[Finding, ...] = ()
+    findings: tuple[Diagnostic, ...] = ()
     guard: GuardVerdict | None = None
     schema: str = CHECK_SCHEMA
 
     @property
-    def errors(self) -> list[Finding]:
+    def errors(self) -> list[Diagnostic]:
         return [f for f in self.findings if f.severity == ERROR]
 
     @property
-    def warnings(self) -> list[Finding]:
+    def warnings(self) -> list[Diagnostic]:
         return [f for f in self.findings if f.severity == WARNING]
 
     @property
@@ -102,7 +102,7 @@ class LintReport:
         return cls(path=data["path"], sha256=data["sha256"], size_bytes=data["size_bytes"],
                    leaderboard=data.get("leaderboard"), gpu=data.get("gpu"), mode=data.get("mode"),
                    offered_gpus=tuple(offered) if offered is not None else None,
-                   findings=tuple(Finding.from_json(f) for f in data.get("findings", ())),
+                   findings=tuple(Diagnostic.from_json(f) for f in data.get("findings", ())),
                    guard=GuardVerdict.from_json(data["guard"]) if data.get("guard") else None,
                    schema=data.get("schema", CHECK_SCHEMA))
 
@@ -110,37 +110,37 @@ class LintReport:
 # ----------------------------------------------------------------------------------- server rules
 
 
-def _file_findings(content: bytes, name: str) -> tuple[list[Finding], str | None]:
+def _file_findings(content: bytes, name: str) -> tuple[list[Diagnostic], str | None]:
     """Size, emptiness, encoding, extension; returns the decoded text when it is UTF-8."""
     found = []
     suffix = Path(name).suffix.lower()
     if suffix not in EXTENSIONS:
-        found.append(Finding("extension", ERROR, None, None,
+        found.append(finding("extension", ERROR, None, None,
                              f"extension `{suffix or '(none)'}` is refused by the server",
                              "allowed: " + ", ".join(EXTENSIONS)))
     if len(content) > MAX_BYTES:
-        found.append(Finding("size", ERROR, None, None,
+        found.append(finding("size", ERROR, None, None,
                              f"{len(content):,} bytes is over the server's limit of {MAX_BYTES:,}",
                              "move generated tables or embedded binaries out of the file"))
     if not content.strip():
-        found.append(Finding("empty", ERROR, None, None, "the file is empty",
+        found.append(finding("empty", ERROR, None, None, "the file is empty",
                              "write a custom_kernel(data) function in it"))
     try:
         text = content.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = content[:exc.start].count(b"\n") + 1
         column = exc.start - (content.rfind(b"\n", 0, exc.start) + 1) + 1
-        found.append(Finding("utf8", ERROR, line, column, f"not UTF-8 (byte {exc.start}: "
+        found.append(finding("utf8", ERROR, line, column, f"not UTF-8 (byte {exc.start}: "
                              f"0x{content[exc.start]:02x})", "save the file as UTF-8"))
         return found, None
     return found, text
 
 
-def _stream_findings(text: str) -> list[Finding]:
+def _stream_findings(text: str) -> list[Diagnostic]:
     found = []
     for number, line in enumerate(text.splitlines(), start=1):
         for match in _STREAM.finditer(line):
-            found.append(Finding(
+            found.append(finding(
                 "stream", ERROR, number, match.start() + 1,
                 f"the server refuses any file containing `stream` (case-insensitive, comments included):"
                 f" `{match.group(0)}`",
@@ -155,12 +155,12 @@ def _first_token(value: str) -> tuple[str, bool]:
 
 
 def _directive_findings(text: str, leaderboard: str | None, gpu: str | None
-                        ) -> tuple[list[Finding], str | None, str | None]:
+                        ) -> tuple[list[Diagnostic], str | None, str | None]:
     """Directive rules; returns findings and the leaderboard and GPU popcorn-cli would send."""
-    found: list[Finding] = []
+    found: list[Diagnostic] = []
     server, client = server_directives(text), cli_directives(text)
     for problem in server.problems:
-        found.append(Finding("directive", ERROR, problem.line, 1, problem.message,
+        found.append(finding("directive", ERROR, problem.line, 1, problem.message,
                              "directives: `#!POPCORN leaderboard NAME` and `#!POPCORN gpu NAME`, once each"))
     for key, srv_value, srv_line, cli_value, cli_line in (
         ("leaderboard", server.leaderboard, server.leaderboard_line, client.leaderboard, client.leaderboard_line),
@@ -169,12 +169,12 @@ def _directive_findings(text: str, leaderboard: str | None, gpu: str | None
         if cli_value is None or cli_line == srv_line:
             continue
         if srv_value is None:
-            found.append(Finding("directive-outside-block", WARNING, cli_line, 1,
+            found.append(finding("directive-outside-block", WARNING, cli_line, 1,
                                  f"`{key}` directive outside the leading comment block: popcorn-cli uses it,"
                                  " the server ignores it",
                                  "move it into the comment lines at the top of the file (no blank line before)"))
         elif cli_value != srv_value:
-            found.append(Finding("directive-conflict", ERROR, cli_line, 1,
+            found.append(finding("directive-conflict", ERROR, cli_line, 1,
                                  f"`{key}` directive says `{cli_value}` but the one on line {srv_line} says"
                                  f" `{srv_value}`: popcorn-cli sends the last, the server reads the first",
                                  "keep one directive of each kind"))
@@ -182,13 +182,13 @@ def _directive_findings(text: str, leaderboard: str | None, gpu: str | None
     target_lb = leaderboard or client.leaderboard
     if target_lb and target_lb != target_lb.lower():
         line = None if leaderboard else client.leaderboard_line
-        found.append(Finding("leaderboard-case", ERROR, line, 1 if line else None,
+        found.append(finding("leaderboard-case", ERROR, line, 1 if line else None,
                              f"leaderboard `{target_lb}` has uppercase letters: popcorn-cli lowercases the name"
                              f" it sends (`{target_lb.lower()}`), and the server wants the directive to match"
                              " exactly",
                              f"write it lowercase: `{target_lb.lower()}`"))
     if leaderboard and server.leaderboard and server.leaderboard != leaderboard.lower():
-        found.append(Finding("leaderboard-mismatch", ERROR, server.leaderboard_line, 1,
+        found.append(finding("leaderboard-mismatch", ERROR, server.leaderboard_line, 1,
                              f"the directive names leaderboard `{server.leaderboard}` but the submission goes to"
                              f" `{leaderboard.lower()}`: the server refuses the mismatch",
                              "drop --leaderboard or change the directive"))
@@ -197,7 +197,7 @@ def _directive_findings(text: str, leaderboard: str | None, gpu: str | None
     if target_gpu:
         target_gpu, several = _first_token(target_gpu)
         if several and not gpu:
-            found.append(Finding("gpu-several", WARNING, client.gpu_line, 1,
+            found.append(finding("gpu-several", WARNING, client.gpu_line, 1,
                                  f"several GPUs named; popcorn-cli submits to one: `{target_gpu}`",
                                  "pass --gpu to choose, or name one GPU in the directive"))
     return found, (target_lb.lower() if target_lb else None), target_gpu
@@ -228,25 +228,25 @@ def offered_gpus_for(leaderboard: str | None, roots: Sequence[Path] = ()) -> tup
 
 
 def _target_findings(leaderboard: str | None, gpu: str | None, mode: str | None,
-                     offered: tuple[str, ...] | None) -> list[Finding]:
+                     offered: tuple[str, ...] | None) -> list[Diagnostic]:
     found = []
     if mode is not None and mode not in MODES:
-        found.append(Finding("mode", ERROR, None, None, f"mode `{mode}` is refused by the server",
+        found.append(finding("mode", ERROR, None, None, f"mode `{mode}` is refused by the server",
                              "modes: " + ", ".join(MODES)))
     if gpu and offered is not None and gpu not in offered:
         close = [g for g in offered if g.lower() == gpu.lower()]
         hint = f"did you mean `{close[0]}`?" if close else "offered: " + ", ".join(offered)
-        found.append(Finding("gpu-not-offered", ERROR, None, None,
+        found.append(finding("gpu-not-offered", ERROR, None, None,
                              f"GPU `{gpu}` is not offered for leaderboard `{leaderboard}`", hint))
     return found
 
 
-def _fd_findings(text: str) -> list[Finding]:
+def _fd_findings(text: str) -> list[Diagnostic]:
     """POPCORN_FD is the harness's result pipe; no kernel has a reason to name it."""
     found = []
     for number, line in enumerate(text.splitlines(), start=1):
         for match in _POPCORN_FD.finditer(line):
-            found.append(Finding("result-fd", ERROR, number, match.start() + 1,
+            found.append(finding("result-fd", ERROR, number, match.start() + 1,
                                  "names POPCORN_FD, the harness's result pipe",
                                  "a submission must never read or write the result pipe"))
     return found
@@ -292,16 +292,16 @@ def run_kernelguard(text: str) -> GuardVerdict | None:
         return GuardVerdict("error", False, via="cli", error=f"{type(exc).__name__}: {exc}")
 
 
-def _guard_findings(verdict: GuardVerdict | None) -> list[Finding]:
+def _guard_findings(verdict: GuardVerdict | None) -> list[Diagnostic]:
     if verdict is None or verdict.error or verdict.classification in ("valid", "default_reference"):
         return []
     names = ", ".join(sorted({p.pattern for p in verdict.patterns})) or verdict.classification
     if verdict.should_filter:
-        return [Finding("kernelguard", ERROR, None, None,
+        return [finding("kernelguard", ERROR, None, None,
                         f"KernelGuard classifies this file as `{verdict.classification}` ({names}):"
                         " the leaderboard marks such a submission hacked and does not rank it",
                         "see the patterns below; `kernelguard --api-mode < FILE` shows the evidence")]
-    return [Finding("kernelguard", WARNING, None, None,
+    return [finding("kernelguard", WARNING, None, None,
                     f"KernelGuard classifies this file as `{verdict.classification}` ({names})",
                     "reviewers look at such submissions; make sure the timed call does all the work")]
 
@@ -359,5 +359,5 @@ def check_file(path: Path | str, *, leaderboard: str | None = None, gpu: str | N
                        resolve_gpus=True, roots=roots, guard=guard, path=str(path))
 
 
-__all__ = ["Finding", "GuardPattern", "GuardVerdict", "LintReport", "check_bytes", "check_file",
+__all__ = ["GuardPattern", "GuardVerdict", "LintReport", "check_bytes", "check_file",
            "offered_gpus_for", "run_kernelguard", "read_bytes", "MAX_BYTES", "EXTENSIONS"]

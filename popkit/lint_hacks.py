@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 import re
 
-from popkit.diagnostics import ERROR, WARNING, Finding
+from popkit.diagnostics import ERROR, WARNING, Diagnostic, finding
 from popkit.lint_names import constant_names, fold, is_built
 
 ENTRY = "custom_kernel"
@@ -84,12 +84,12 @@ class _HackVisitor(ast.NodeVisitor):
         self.names = names  # names bound once, for folding built strings (lint_names.constant_names)
         self.functions: list[str] = []
         self.in_main_guard = False
-        self.found: list[Finding] = []
+        self.found: list[Diagnostic] = []
 
     # --------------------------------------------------------------------------- helpers
 
     def add(self, rule: str, severity: str, node: ast.AST, message: str, hint: str) -> None:
-        self.found.append(Finding(rule, severity, getattr(node, "lineno", None),
+        self.found.append(finding(rule, severity, getattr(node, "lineno", None),
                                   getattr(node, "col_offset", -1) + 1 if hasattr(node, "col_offset") else None,
                                   message, hint))
 
@@ -353,7 +353,7 @@ def _lookup_key(node: ast.AST) -> ast.AST | None:
     return None
 
 
-def _cache_findings(scope: ast.AST, body: list[ast.AST], name: str) -> list[Finding]:
+def _cache_findings(scope: ast.AST, body: list[ast.AST], name: str) -> list[Diagnostic]:
     nodes = [n for stmt in body for n in ast.walk(stmt)]
     tainted: set[str] = set()
     for _ in range(2):  # two passes let `k = x.data_ptr(); key = (k, n)` taint both names
@@ -369,16 +369,16 @@ def _cache_findings(scope: ast.AST, body: list[ast.AST], name: str) -> list[Find
     for n in nodes:
         if isinstance(n, ast.Return) and n.value is not None and (
                 id(n.value) in looked or (isinstance(n.value, ast.Name) and n.value.id in cached)):
-            return [Finding("output-cache", ERROR, n.lineno, n.col_offset + 1,
+            return [finding("output-cache", ERROR, n.lineno, n.col_offset + 1,
                             f"`{name}` returns a value cached by `data_ptr()`/`id()` of its input",
                             "the leaderboard reallocates and rechecks inputs; a replayed output is a hack")]
     first = lookups[0]
-    return [Finding("output-cache", WARNING, first.lineno, first.col_offset + 1,
+    return [finding("output-cache", WARNING, first.lineno, first.col_offset + 1,
                     f"a cache in `{name}` is keyed on `data_ptr()`/`id()`",
                     "freed memory is reused at the same address; key caches on shape and dtype instead")]
 
 
-def _replay_findings(tree: ast.Module) -> list[Finding]:
+def _replay_findings(tree: ast.Module) -> list[Diagnostic]:
     """custom_kernel returning something stored in a module-level container: a replayed output."""
     containers = set()
     for stmt in tree.body:
@@ -409,7 +409,7 @@ def _replay_findings(tree: ast.Module) -> list[Finding]:
             names |= {t.id for t in n.targets if isinstance(t, ast.Name)}
     for n in nodes:
         if isinstance(n, ast.Return) and n.value is not None and stored(n.value, names):
-            return [Finding("output-replay", WARNING, n.lineno, n.col_offset + 1,
+            return [finding("output-replay", WARNING, n.lineno, n.col_offset + 1,
                             f"`{ENTRY}` returns a value kept in a module-level container across calls",
                             "every call must compute its output from its own input; a stored result is a replay")]
     return []
@@ -448,12 +448,12 @@ def _binds_entry(tree: ast.Module) -> bool:
     return False
 
 
-def hack_findings(text: str, filename: str) -> list[Finding]:
+def hack_findings(text: str, filename: str) -> list[Diagnostic]:
     """Every reward-hack rule on one Python source; a syntax error is itself an error finding."""
     try:
         tree = ast.parse(text, filename=filename)
     except SyntaxError as exc:
-        return [Finding("syntax", ERROR, exc.lineno, exc.offset, f"syntax error: {exc.msg}",
+        return [finding("syntax", ERROR, exc.lineno, exc.offset, f"syntax error: {exc.msg}",
                         "the remote run would fail at import; `python -m py_compile FILE` shows the same")]
     docstrings = {id(n.body[0].value) for n in ast.walk(tree)
                   if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
@@ -470,11 +470,11 @@ def hack_findings(text: str, filename: str) -> list[Finding]:
     cached_lines = {f.line for f in found if f.rule == "output-cache"}
     found += [f for f in _replay_findings(tree) if f.line not in cached_lines]
     if not _binds_entry(tree):
-        found.append(Finding("no-custom-kernel", ERROR, None, None, f"no `{ENTRY}` defined at module level",
+        found.append(finding("no-custom-kernel", ERROR, None, None, f"no `{ENTRY}` defined at module level",
                              f"define `def {ENTRY}(data):` returning the output"))
     # One finding per rule and line: a patch seen as a store and as a name would otherwise repeat,
     # and a nested function's cache is seen from its own scope and its parent's.
-    unique: dict[tuple, Finding] = {}
+    unique: dict[tuple, Diagnostic] = {}
     for f in sorted(found, key=lambda f: f.severity != ERROR):
         unique.setdefault((f.rule, f.line), f)
     return list(unique.values())

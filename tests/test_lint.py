@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from popkit import lint
-from popkit.diagnostics import Finding
+from popkit.diagnostics import Diagnostic, finding
 from popkit.lint import LintReport, check_bytes
 
 OK_BODY = "import torch\n\n\ndef custom_kernel(data):\n    a, b = data\n    return a + b\n"
@@ -509,8 +509,9 @@ def test_report_round_trip(monkeypatch):
 
 
 def test_finding_round_trip():
-    finding = Finding("stream", "error", 3, 7, "m", "h")
-    assert Finding.from_json(finding.to_json()) == finding
+    found = finding("stream", "error", 3, 7, "m", "h")
+    assert (found.rule, found.tool, found.location) == ("stream", "check", ":3:7")
+    assert Diagnostic.from_json(found.to_json()) == found
 
 
 def test_check_file_reads_bytes_once(tmp_path):
