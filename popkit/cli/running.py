@@ -10,7 +10,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from popkit import ab, hiponcuda, history, runnable, runner, system, taskcheck
+from popkit import ab, hiponcuda, history, runnable, runner, spread, system, taskcheck
 from popkit.cli.app import app
 from popkit.contract import entry_points
 from popkit.errors import EnvironmentProblem, ExitCode, UsageError
@@ -164,6 +164,7 @@ def bench(
     harness: HarnessOpt = "task",
     keep_workdir: KeepOpt = False,
     world_size: WorldSizeOpt = None,
+    gpus: Annotated[Optional[str], typer.Option("--gpus", help="Independent runs of every file spread over these local GPUs (e.g. 0,1), one process per GPU; two files are then two runs, not an A/B.")] = None,
     history: HistoryOpt = True,
     json: JsonOpt = False,
 ) -> None:
@@ -173,10 +174,12 @@ def bench(
     Examples:
       popkit bench submissions/vectoradd/pytorch.py --leaderboard --baseline reference
       popkit bench v6.py v7.py     (A/B: counterbalanced rounds, ratios with 95% intervals over rounds)
+      popkit bench v1.py v2.py v3.py --gpus 0,1     (independent runs, one process per GPU)
     """
     common.set_json(json)
-    if len(submissions) > 2:
-        raise UsageError("bench takes one submission, or two for an A/B comparison", "popkit bench A.py B.py")
+    if len(submissions) > 2 and gpus is None:
+        raise UsageError("bench takes one submission, or two for an A/B comparison",
+                         "popkit bench A.py B.py; several independent runs: popkit bench a.py b.py c.py --gpus 0,1")
     if leaderboard and profile:
         raise UsageError("--leaderboard and --profile are different modes", "pick one")
     if baseline is not None and baseline != "reference":
@@ -185,6 +188,12 @@ def bench(
     if leaderboard and not seeds:
         seeds = runner.random_secret_seeds(secret_runs)
     options = _options(python, precompile, harness, seeds, keep_workdir, world_size=world_size)
+    mode = "leaderboard" if leaderboard else "profile" if profile else "benchmark"
+    if gpus is not None:
+        if baseline:
+            raise UsageError("--baseline reference runs with one submission", "drop --baseline with --gpus")
+        _spread(submissions, task, tasks_root, mode, options, spread.parse_gpus(gpus), json, history, allow_cpu)
+        return
     if len(submissions) == 2:
         if leaderboard or profile or baseline or world_size:
             raise UsageError("an A/B comparison runs the task's own benchmarks in benchmark mode only",
@@ -194,8 +203,22 @@ def bench(
                              "give an even number, e.g. --rounds 8")
         _ab(submissions[0], submissions[1], task, tasks_root, options, rounds, budget, json, history, allow_cpu)
         return
-    mode = "leaderboard" if leaderboard else "profile" if profile else "benchmark"
     _run(submissions[0], task, tasks_root, mode, options, json, history, baseline, allow_cpu)
+
+
+def _spread(files: List[Path], task_spec: Optional[str], roots: Optional[List[Path]], mode: str,
+            options: runner.RunOptions, gpus: tuple[str, ...], json: bool, history: bool, allow_cpu: bool) -> None:
+    """Independent runs over local GPUs; each is recorded as a single run would be."""
+    jobs = []
+    for path in files:  # every file and its task is checked before anything runs
+        content = runner.read_submission(path, entry_points=None)
+        found = _resolve(path, content, task_spec, roots)
+        _check_gpu_sized(found, mode, allow_cpu)
+        jobs.append(spread.Job(path, content, found))
+    outcomes = spread.run_spread(jobs, mode, options, gpus, progress=common.progress_printer(json))
+    warnings = [_record(o.report, o.job.content, history) if o.report is not None else "" for o in outcomes]
+    view.show_spread(outcomes, warnings, json=json)
+    raise typer.Exit(next((o.exit_code for o in outcomes if o.exit_code), 0))
 
 
 def _ab(a: Path, b: Path, task_spec, roots, options, rounds: int, budget: float, json: bool, history: bool,

@@ -316,3 +316,30 @@ def show_taskcheck(result, *, json: bool = False) -> None:
     verdict = "[bold red]PROBLEMS FOUND[/]" if not result.ok else (
         "[bold yellow]FOLDER OK, NOT RUN HERE[/]" if result.skipped else "[bold green]OK[/]")
     con.print(verdict)
+
+
+def show_spread(outcomes: Sequence, warnings: Sequence[str], *, json: bool = False) -> None:
+    """`popkit bench a.py b.py --gpus 0,1`: each run's report, then one line per run."""
+    if json:
+        emit_json("runs", {"runs": [{"submission": str(o.job.submission), "gpu": o.gpu,
+                                     **({"report": o.report.to_json()} if o.report is not None
+                                        else {"error": o.error.to_json()}),
+                                     **({"warning": w} if w else {})} for o, w in zip(outcomes, warnings)]})
+        return
+    con = console()
+    for outcome, warning in zip(outcomes, warnings):
+        con.print(f"[bold]── {escape(str(outcome.job.submission))} · GPU {outcome.gpu}[/]")
+        if outcome.report is not None:
+            show_run(outcome.report, outcome.job.task, warning=warning)
+        else:
+            con.print(f"[red]{escape(outcome.error.message)}[/]")
+        con.print()
+    table = Table(show_edge=False)
+    for col in ("submission", "GPU", "outcome", "score"):
+        table.add_column(col, justify="right" if col == "score" else "left")
+    for o in outcomes:
+        score = o.report.score_public_s if o.report is not None else None
+        state = o.report.outcome if o.report is not None else f"not run (exit {o.exit_code})"
+        table.add_row(escape(str(o.job.submission)), o.gpu, escape(state),
+                      format_time(score * 1e9) if score is not None else "-")
+    con.print(table)
