@@ -188,7 +188,8 @@ def compile_submission(path: Path | str, *, task: str | None = None, roots: Sequ
             cold, log = {"ok": True, "seconds": record["cold_s"], "torch_import_s": record.get("torch_import_s")}, record.get("log", "")
         else:
             say(f"building {path.name} ({target}) in {build_dir} ...")
-            cold, log = _import(workdir, name, env, tools, target, timeout_s, build_dir)
+            with runner.timed(say, f"building {path.name}"):
+                cold, log = _import(workdir, name, env, tools, target, timeout_s, build_dir)
         diagnostics = static + _diagnostics(cold, log, smap, build_dir, tools, names)
         if not cold["ok"]:
             status, code = _failure(cold)

@@ -22,7 +22,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from popkit import _watchdog
 
@@ -95,11 +95,13 @@ class Finished:
 
 
 def run(argv: Sequence[str], cwd: Path | str | None, env: Mapping[str, str], timeout_s: float,
-        result_fd_env: str | None = None) -> Finished:
+        result_fd_env: str | None = None, watch: Callable[[bytes], None] | None = None) -> Finished:
     """Run `argv` to its end or its timeout; its whole process tree is gone when this returns.
 
     With `result_fd_env`, the child also gets the write end of a result pipe, its number in that
     environment variable. Reading stops when the child exits: what its leftovers write later is lost.
+    `watch`, when given, gets each chunk of the result pipe as it arrives and b"" about once a second
+    (for live progress); it runs on the calling thread and must be quick.
     Raises OSError when argv[0] cannot be executed.
     """
     start = time.monotonic()
@@ -124,7 +126,7 @@ def run(argv: Sequence[str], cwd: Path | str | None, env: Mapping[str, str], tim
         for fd in (status_w, result_w):  # only the child's tree holds the write ends now
             if fd is not None:
                 os.close(fd)
-    reader = _Reader(watchdog, status_r, result_r)
+    reader = _Reader(watchdog, status_r, result_r, watch)
     try:
         reader.until(start + timeout_s)
     finally:
@@ -140,8 +142,10 @@ def run(argv: Sequence[str], cwd: Path | str | None, env: Mapping[str, str], tim
 class _Reader:
     """Reads a watchdog's pipes on the calling thread, with every wait bounded."""
 
-    def __init__(self, watchdog: subprocess.Popen, status_fd: int, result_fd: int | None):
+    def __init__(self, watchdog: subprocess.Popen, status_fd: int, result_fd: int | None,
+                 watch: Callable[[bytes], None] | None = None):
         self.watchdog = watchdog
+        self.watch = watch
         self.out, self.err = Buffer(), Buffer()
         self.result = Buffer(PIPE_BYTES, 0)
         self.status = bytearray()
@@ -173,6 +177,8 @@ class _Reader:
                 self._parse_status()
             else:
                 sink.add(data)
+                if sink is self.result and self.watch is not None:
+                    self.watch(data)
 
     def _parse_status(self) -> None:
         for line in bytes(self.status).decode("ascii", "replace").splitlines():
@@ -195,9 +201,11 @@ class _Reader:
             if left <= 0:
                 self.timed_out = True
                 break
-            for key, _ in self.sel.select(left):
+            for key, _ in self.sel.select(left if self.watch is None else min(left, 1.0)):
                 if not self._read(key.fd, key.data) and isinstance(key.data, bytearray):
                     status_open = False  # the watchdog is gone
+            if self.watch is not None:
+                self.watch(b"")
         self.ended = time.monotonic()
         self.stop()
 

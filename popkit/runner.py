@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import base64
 import binascii
+import contextlib
 import hashlib
 import os
 import random
@@ -232,13 +233,14 @@ def prepare_workdir(task: Task, submission: bytes, dest: Path, harness: str = "t
     return task.main
 
 
-def run_child(argv: Sequence[str], cwd: Path, env: Mapping[str, str], timeout_s: float) -> tuple[int, str, str, float, bool]:
+def run_child(argv: Sequence[str], cwd: Path, env: Mapping[str, str], timeout_s: float,
+              watch: Callable[[bytes], None] | None = None) -> tuple[int, str, str, float, bool]:
     """Run one child under popkit's watchdog (popkit/proc.py); its whole tree is gone when this returns.
 
     Returns (exit code, stdout, stderr, seconds, timed out). The exit code is 114 on timeout,
     as the runner sets it; a child killed by a signal reports -signal.
     """
-    done = proc.run(argv, cwd, env, timeout_s)
+    done = proc.run(argv, cwd, env, timeout_s, watch=watch)
     code = TIMEOUT_EXIT_CODE if done.timed_out else done.code
     return code, done.stdout, done.stderr, done.seconds, done.timed_out
 
@@ -270,15 +272,58 @@ def pre_step(workdir: Path, submission_name: str, content: bytes, options: RunOp
     if not plan.run:
         return None, plan
     progress(what)
-    step = precompile(workdir, submission_name, options)
+    with timed(progress, what):
+        step = precompile(workdir, submission_name, options)
     if step.ok:
         prestep.record(plan.key, env)
     return step, plan
 
 
+def timed(progress: Progress | None, label: str):
+    """The progress printer's elapsed-time spinner around a block (a build), when it has one (the CLI's does)."""
+    spinner = getattr(progress, "timed", None)
+    return spinner(label) if spinner is not None else contextlib.nullcontext()
+
+
+class LiveProgress:
+    """Live progress of one child from its result pipe as it arrives: step, case i/N and its spec, elapsed.
+
+    Calls `progress.live(text, key)` when the progress printer has one (the CLI's does); `key` changes
+    when the step or case does, so a printer for pipes can write a line per case, not per second.
+    """
+
+    def __init__(self, progress: Progress | None, label: str, total: int = 0, kind: str = ""):
+        self._live = getattr(progress, "live", None)
+        self.label, self.total, self.kind = label, total, kind
+        self.start = time.monotonic()
+        self.index, self.spec = -1, ""
+        self._partial = b""
+
+    def __call__(self, data: bytes) -> None:
+        if self._live is None:
+            return
+        if data:
+            text = self._partial + data
+            lines, _, self._partial = text.rpartition(b"\n")
+            for line in lines.decode("utf-8", "replace").splitlines():
+                key, _, value = line.partition(":")
+                parts = key.strip().split(".")
+                if len(parts) == 3 and parts[0] == self.kind and parts[1].isdigit() and parts[2] == "spec":
+                    self.index, self.spec = int(parts[1]), value.strip()
+        self._live(self.text(), f"{self.label}/{self.index}")
+
+    def text(self) -> str:
+        elapsed = f"{time.monotonic() - self.start:.0f} s"
+        if self.index >= 0:
+            of = f"/{self.total}" if self.total else ""
+            return f"{self.label} · case {self.index + 1}{of}: {self.spec} · {elapsed}"
+        cases = f" · {self.total} case{'s' if self.total != 1 else ''}" if self.total else ""
+        return f"{self.label}{cases} · {elapsed}"
+
+
 def run_mode(workdir: Path, main: str, mode: str, cases: Sequence[Mapping[str, Any]], *, timeout_s: float,
              options: RunOptions, seed: int | None = None, gpus: int | None = None,
-             cases_name: str | None = None) -> ModeRun:
+             cases_name: str | None = None, progress: Progress | None = None, label: str = "") -> ModeRun:
     """One eval process: `python <main> MODE CASES` with the result pipe; parse what it wrote."""
     cases_file = workdir / (cases_name or f"{mode}{'-secret' if seed is not None else ''}.txt")
     cases_file.write_text(render_cases(cases))
@@ -288,8 +333,11 @@ def run_mode(workdir: Path, main: str, mode: str, cases: Sequence[Mapping[str, A
     if gpus is not None:
         extra["POPCORN_GPUS"] = str(gpus)
         extra.update(MULTI_GPU_ENV)
+    watch = None
+    if progress is not None:
+        watch = LiveProgress(progress, label or mode, len(cases), "test" if mode == "test" else "benchmark")
     done = proc.run([options.python, main, mode, cases_file.name], workdir, child_env(options, **extra),
-                    timeout_s, result_fd_env="POPCORN_FD")
+                    timeout_s, result_fd_env="POPCORN_FD", watch=watch)
     raw = parse_pipe(done.pipe.decode("utf-8", "replace"))
     code = TIMEOUT_EXIT_CODE if done.timed_out else done.code
     run = ModeRun(mode=mode, secret=seed is not None, seed=seed, exit_code=code, duration_s=done.seconds,
@@ -402,14 +450,16 @@ def _run_chain(task: Task, workdir: Path, main: str, mode: str, options: RunOpti
         if step == "profile":
             # Profile runs once per benchmark line.
             for i, case in enumerate(task.cases_for(step)):
-                progress(f"{step} {i + 1}/{len(task.cases_for(step))}")
+                label = f"{step} {i + 1}/{len(task.cases_for(step))}"
+                progress(label)
                 runs.append(run_mode(workdir, main, step, [case], timeout_s=task.timeout_for(step),
-                                     options=options, seed=seed, gpus=gpus, cases_name=f"profile-{i}.txt"))
+                                     options=options, seed=seed, gpus=gpus, cases_name=f"profile-{i}.txt",
+                                     progress=progress, label=label))
             continue
         label = f"{step}" + (f" (secret seed {seed})" if seed is not None else "")
         progress(label)
         run = run_mode(workdir, main, step, task.cases_for(step), timeout_s=task.timeout_for(step),
-                       options=options, seed=seed, gpus=gpus)
+                       options=options, seed=seed, gpus=gpus, progress=progress, label=label)
         runs.append(run)
         if not run.passed:
             break

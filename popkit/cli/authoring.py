@@ -80,9 +80,10 @@ def compile_(
     Example: popkit compile vectoradd.py
     """
     common.set_json(json)
-    report = compiler.compile_submission(submission, task=task, roots=_roots(tasks_root), clean=clean,
-                                         timeout_s=timeout, python=python or sys.executable,
-                                         progress=common.progress_printer(json), arch=arch)
+    with common.progress_printer(json) as progress:
+        report = compiler.compile_submission(submission, task=task, roots=_roots(tasks_root), clean=clean,
+                                             timeout_s=timeout, python=python or sys.executable,
+                                             progress=progress, arch=arch)
     view.show_compile(report, json)
     raise typer.Exit(report.exit_code)
 

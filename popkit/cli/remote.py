@@ -85,9 +85,10 @@ def submit(
       popkit submit v7.py --gpu H100 --gate test
     """
     common.set_json(json)
-    result = workflow.submit(submission, mode=mode, gpu=gpu, leaderboard=leaderboard, gate=gate, dry_run=dry_run,
-                            task=task, roots=task_roots(tasks_root or []), timeout_s=timeout, guard=guard,
-                            progress=common.progress_printer(json))
+    with common.progress_printer(json) as progress:
+        result = workflow.submit(submission, mode=mode, gpu=gpu, leaderboard=leaderboard, gate=gate,
+                                 dry_run=dry_run, task=task, roots=task_roots(tasks_root or []), timeout_s=timeout,
+                                 guard=guard, progress=progress)
     view.show_submit(result, json=json)
     raise typer.Exit(int(result.exit_code))
 

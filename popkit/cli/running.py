@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, List, Optional
@@ -88,6 +89,7 @@ def _check_gpu_sized(task, mode: str, allow_cpu: bool) -> None:
 def _run(submission: Path, task_spec: Optional[str], roots: Optional[List[Path]], mode: str,
          options: runner.RunOptions, json: bool, history: bool, baseline: Optional[str] = None,
          allow_cpu: bool = False, notes: tuple[str, ...] = ()) -> None:
+    started = time.monotonic()  # the footer counts all of it: resolving, the run, the baseline, the ledger
     content = runner.read_submission(submission, entry_points=None)  # the task's names are checked in the run
     task = _resolve(submission, content, task_spec, roots)
     _check_gpu_sized(task, mode, allow_cpu)
@@ -95,19 +97,20 @@ def _run(submission: Path, task_spec: Optional[str], roots: Optional[List[Path]]
         raise UsageError(f"--baseline reference needs a task whose submissions define custom_kernel "
                          f"({task.name} asks for {', '.join(entry_points(task, options.harness))})",
                          "time the reference as a submission of its own instead")
-    progress = common.progress_printer(json)
-    report = runner.run_submission(task, submission, mode, options, progress=progress, content=content)
-    if notes:
-        report = replace(report, notes=report.notes + tuple(notes))
-    base = None
-    if baseline:
-        # The reference is timed in the same mode, without the chain before it: it is the yardstick.
-        base_opts = runner.RunOptions(python=options.python, precompile=False, harness=options.harness,
-                                      chain=False, label="reference", world_size=options.world_size)
-        base = runner.run_submission(task, Path("reference"), mode, base_opts, progress=progress,
-                                     system=report.system, content=runner.reference_submission())
+    with common.progress_printer(json) as progress:
+        report = runner.run_submission(task, submission, mode, options, progress=progress, content=content)
+        if notes:
+            report = replace(report, notes=report.notes + tuple(notes))
+        base = None
+        if baseline:
+            # The reference is timed in the same mode, without the chain before it: it is the yardstick.
+            base_opts = runner.RunOptions(python=options.python, precompile=False, harness=options.harness,
+                                          chain=False, label="reference", world_size=options.world_size)
+            progress("baseline: the task's reference")
+            base = runner.run_submission(task, Path("reference"), mode, base_opts, progress=progress,
+                                         system=report.system, content=runner.reference_submission())
     warning = _record(report, content, history)
-    view.show_run(report, task, baseline=base, json=json, warning=warning)
+    view.show_run(report, task, baseline=base, json=json, warning=warning, total_s=time.monotonic() - started)
     raise typer.Exit(int(report.exit_code))
 
 
@@ -226,8 +229,8 @@ def _ab(a: Path, b: Path, task_spec, roots, options, rounds: int, budget: float,
     contents = {"A": runner.read_submission(a, None), "B": runner.read_submission(b, None)}
     task = _resolve(a, contents["A"], task_spec, roots)
     _check_gpu_sized(task, "benchmark", allow_cpu)
-    report = ab.run_ab(task, a, b, options, max_rounds=rounds, budget_s=budget,
-                       progress=common.progress_printer(json))
+    with common.progress_printer(json) as progress:
+        report = ab.run_ab(task, a, b, options, max_rounds=rounds, budget_s=budget, progress=progress)
     warnings = []
     for side in ab.SIDES:  # each side goes to the history as a bench run; a failed side with its failure
         side_report = ab.side_report(report, side, task)
@@ -300,8 +303,8 @@ def tasks_check(
     Example: popkit tasks check ~/reference-kernels/problems/pmpp_v2/vectoradd_py
     """
     common.set_json(json)
-    result = taskcheck.check_task_dir(directory, root=root, python=python, run=run,
-                                      progress=common.progress_printer(json))
+    with common.progress_printer(json) as progress:
+        result = taskcheck.check_task_dir(directory, root=root, python=python, run=run, progress=progress)
     view.show_taskcheck(result, json=json)
     code = ExitCode.BAD_TASK if result.errors else ExitCode.ENVIRONMENT if result.environment else (
         ExitCode.OK if result.ok else ExitCode.FAILED)

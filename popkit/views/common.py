@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import sys
+import threading
+import time
 from typing import Any, Callable
 
 from rich.console import Console
@@ -45,12 +48,79 @@ def emit_json(kind: str, payload: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n")
 
 
-def progress_printer(json: bool) -> Callable[[str], None]:
-    """Progress lines on stderr for people; silence in JSON mode (stdout carries one document)."""
-    if json:
-        return lambda _msg: None
-    con = err_console()
-    return lambda msg: con.print(f"[dim]… {escape(msg)}[/]")
+class ProgressPrinter:
+    """Progress on stderr for people; silence in JSON mode (stdout carries one document).
+
+    Calling it prints a step line (`… test`). `live(text, key)` shows what a running step is doing
+    (case i/N, elapsed): on a terminal a spinner line updated in place (Rich status), in a pipe a plain
+    line each time `key` changes and every LIVE_EVERY_S seconds otherwise. Use it as a context manager
+    (or call close()) so the spinner is gone before the report prints.
+    """
+
+    LIVE_EVERY_S = 15.0
+
+    def __init__(self, enabled: bool = True, con: Console | None = None):
+        self.enabled = enabled
+        self.con = con or err_console()
+        self._status = None
+        self._key: str | None = None
+        self._printed_at = 0.0
+
+    def __call__(self, msg: str) -> None:
+        if not self.enabled:
+            return
+        self.close()
+        self.con.print(f"[dim]… {escape(msg)}[/]")
+
+    def live(self, text: str, key: str = "") -> None:
+        if not self.enabled:
+            return
+        if self.con.is_terminal:
+            if self._status is None:
+                self._status = self.con.status(escape(text), spinner="dots")
+                self._status.start()
+            else:
+                self._status.update(escape(text))
+            return
+        now = time.monotonic()
+        if key != self._key or now - self._printed_at >= self.LIVE_EVERY_S:
+            self._key, self._printed_at = key, now
+            self.con.print(f"[dim]  {escape(text)}[/]")
+
+    @contextlib.contextmanager
+    def timed(self, label: str):
+        """`label · N s`, updated every second while the block runs (a build, which writes no pipe)."""
+        done = threading.Event()
+        start = time.monotonic()
+
+        def tick() -> None:
+            while not done.wait(1.0):
+                self.live(f"{label} · {time.monotonic() - start:.0f} s", label)
+
+        thread = threading.Thread(target=tick, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join(2.0)
+            self.close()
+
+    def close(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
+
+    def __enter__(self) -> "ProgressPrinter":
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.close()
+
+
+def progress_printer(json: bool) -> ProgressPrinter:
+    """Progress on stderr (see ProgressPrinter); silent with --json."""
+    return ProgressPrinter(enabled=not json)
 
 
 def print_error(exc: PopkitError) -> None:

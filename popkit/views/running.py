@@ -162,7 +162,8 @@ def _speedups(report: RunReport, baseline: RunReport) -> Table | None:
 
 
 def show_run(report: RunReport, task: Task, *, baseline: RunReport | None = None, json: bool = False,
-             warning: str = "") -> None:
+             warning: str = "", total_s: float | None = None) -> None:
+    """The report; the footer's time is `total_s` (the whole command) when given, else the run's."""
     if json:
         payload = report.to_json()
         if baseline is not None:
@@ -215,7 +216,7 @@ def show_run(report: RunReport, task: Task, *, baseline: RunReport | None = None
     for text in report.warnings + ((warning,) if warning else ()):
         con.print(f"[yellow]warning:[/] {escape(text)}")
     verdict = "[bold green]PASSED[/]" if report.outcome == "passed" else f"[bold red]{report.outcome.upper().replace('_', ' ')}[/]"
-    con.print(f"{verdict} in {report.duration_s:.1f} s")
+    con.print(f"{verdict} in {total_s if total_s is not None else report.duration_s:.1f} s")
 
 
 def _task_row(task: Task) -> dict:
