@@ -196,6 +196,16 @@ class Series:
     def rounds(self) -> int:
         return min(len(self.a_ns), len(self.b_ns))
 
+    def values(self, side: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """Side "A" or "B": (each round's statistic, each round's eval mean)."""
+        return (self.a_ns, self.a_means_ns) if side == "A" else (self.b_ns, self.b_means_ns)
+
+    def extended(self, side: str, value: float, mean: float) -> "Series":
+        """This series with one more round on `side`."""
+        ns, means = self.values(side)
+        key = side.lower()
+        return replace(self, **{f"{key}_ns": ns + (value,), f"{key}_means_ns": means + (mean,)})
+
     @property
     def verdict(self) -> str:
         if self.status != OK:
@@ -332,19 +342,13 @@ class _Rounds:
         """One complete round: both sides' evals over the active shapes, every shape timed."""
         for side, run in runs.items():
             for i, case in zip(self.active, run.benchmarks):
-                s, key = self.shapes[i], side.lower()
-                self.shapes[i] = replace(s, **{f"{key}_ns": getattr(s, f"{key}_ns") + (self.value(case),),
-                                               f"{key}_means_ns": getattr(s, f"{key}_means_ns") + (case.mean_ns,)})
-        if self.score_open:
-            r = self.done
-            values = {side: [self.shapes[i].a_ns[r] if side == "A" else self.shapes[i].b_ns[r] for i in self.scoring]
-                      for side in SIDES}
-            means = {side: [self.shapes[i].a_means_ns[r] if side == "A" else self.shapes[i].b_means_ns[r]
-                            for i in self.scoring] for side in SIDES}
-            self.score = replace(self.score, a_ns=self.score.a_ns + (score_s(values["A"], self.ranking_by) * 1e9,),
-                                 b_ns=self.score.b_ns + (score_s(values["B"], self.ranking_by) * 1e9,),
-                                 a_means_ns=self.score.a_means_ns + (score_s(means["A"], self.ranking_by) * 1e9,),
-                                 b_means_ns=self.score.b_means_ns + (score_s(means["B"], self.ranking_by) * 1e9,))
+                self.shapes[i] = self.shapes[i].extended(side, self.value(case), float(case.mean_ns))  # type: ignore
+        if self.score_open:  # every scoring shape is still active: this round has them all
+            for side in SIDES:
+                rows = [self.shapes[i].values(side) for i in self.scoring]
+                value = score_s([ns[self.done] for ns, _ in rows], self.ranking_by)
+                mean = score_s([means[self.done] for _, means in rows], self.ranking_by)
+                self.score = self.score.extended(side, value * 1e9, mean * 1e9)  # type: ignore[operator]
         self.done += 1
         if self.done in self.alphas:
             self._look()
@@ -486,7 +490,7 @@ def side_report(report: ABReport, side: str, task: Task) -> RunReport | None:
     failed = side == report.failed_side
     cases = []
     for i, shape in enumerate(report.shapes):
-        means, values = (shape.a_means_ns, shape.a_ns) if side == "A" else (shape.b_means_ns, shape.b_ns)
+        values, means = shape.values(side)
         if means:
             cases.append(CaseResult(kind="benchmark", index=i, spec=shape.spec, passed=True, runs=len(means),
                                     mean_ns=stats.mean(means), std_ns=stats.std(means), err_ns=stats.err(means),
