@@ -103,6 +103,7 @@ def _popkit_on(tmp_path: Path, attack: str) -> tuple[subprocess.Popen, Path]:
     return popkit, log
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
 def test_a_stop_signal_ends_popkit_cleanly_with_its_children_and_workdir(tmp_path, sig):
     popkit, log = _popkit_on(tmp_path, "escape.py")
@@ -114,6 +115,7 @@ def test_a_stop_signal_ends_popkit_cleanly_with_its_children_and_workdir(tmp_pat
     assert_nothing_left(log)
 
 
+@pytest.mark.slow
 def test_sigkill_of_popkit_takes_its_children_and_workdir_with_it(tmp_path):
     popkit, log = _popkit_on(tmp_path, "escape.py")
     popkit.kill()

@@ -51,6 +51,7 @@ def by_name(report) -> dict:
     return {c.name: c for c in report.checks}
 
 
+@pytest.mark.slow
 def test_probe_of_this_interpreter_has_the_contract_keys():
     info = system.probe()
     assert set(system.PROBE_KEYS) <= set(info)

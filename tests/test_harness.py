@@ -267,6 +267,7 @@ def test_passing_test_mode_writes_the_protocol_keys(tmp_path):
     assert set(raw["trust.checks"].split(",")) == set(ev.TRUST_CHECKS)
 
 
+@pytest.mark.slow
 def test_failed_check_exits_112_with_an_old_style_message(tmp_path):
     run = run_eval(DOUBLER, "def custom_kernel(data):\n    return data['x'] * 3\n", "test", SMALL, tmp_path)
     assert run.exit_code == 112 and run.raw["check"] == "fail"
@@ -275,6 +276,7 @@ def test_failed_check_exits_112_with_an_old_style_message(tmp_path):
     assert run.tests[0].error == "values differ\nsecond line of the message"
 
 
+@pytest.mark.slow
 def test_secret_seed_changes_every_case_seed(tmp_path):
     run = run_eval(DOUBLER, GOOD_DOUBLER, "test", SMALL, tmp_path, seed=99)
     assert run.exit_code == 0
@@ -282,6 +284,7 @@ def test_secret_seed_changes_every_case_seed(tmp_path):
     assert run.raw["test.1.spec"] == f"size: 33; seed: {ev.combine_seed(12, 99)}"
 
 
+@pytest.mark.slow
 def test_exception_in_the_kernel_names_type_and_message_and_keeps_the_traceback(tmp_path):
     sub = "def custom_kernel(data):\n    raise ValueError('no luck\\nat all')\n"
     run = run_eval(DOUBLER, sub, "test", SMALL[:1], tmp_path)
@@ -290,6 +293,7 @@ def test_exception_in_the_kernel_names_type_and_message_and_keeps_the_traceback(
     assert "Traceback" in run.tests[0].message and "submission.py" in run.tests[0].message
 
 
+@pytest.mark.slow
 def test_cuda_api_failure_exits_110(tmp_path):
     sub = ("def custom_kernel(data):\n"
            "    raise RuntimeError('CUDA error: an illegal memory access was encountered')\n")
@@ -299,6 +303,7 @@ def test_cuda_api_failure_exits_110(tmp_path):
     assert "test.1.status" not in run.raw  # the context is gone; nothing more runs
 
 
+@pytest.mark.slow
 def test_benchmark_mode_writes_statistics_computed_from_the_samples(tmp_path):
     run = run_eval(DOUBLER, GOOD_DOUBLER, "benchmark", [{"size": 64, "seed": 3}], tmp_path)
     raw = run.raw
@@ -313,12 +318,14 @@ def test_benchmark_mode_writes_statistics_computed_from_the_samples(tmp_path):
     assert len(samples) <= 100
 
 
+@pytest.mark.slow
 def test_leaderboard_mode_rechecks_fresh_inputs_and_passes_an_honest_kernel(tmp_path):
     run = run_eval(DOUBLER, GOOD_DOUBLER, "leaderboard", [{"size": 64, "seed": 3}], tmp_path, seed=5)
     assert run.exit_code == 0 and run.raw["check"] == "pass"
     assert run.benchmarks[0].runs >= 3
 
 
+@pytest.mark.slow
 def test_profile_mode_writes_a_base64_profiler_table(tmp_path):
     run = run_eval(DOUBLER, GOOD_DOUBLER, "profile", [{"size": 64, "seed": 3}], tmp_path)
     assert run.exit_code == 0 and run.raw["check"] == "pass"
@@ -326,6 +333,7 @@ def test_profile_mode_writes_a_base64_profiler_table(tmp_path):
     assert "Name" in table and "Self CPU" in table and "aten::mul" in table
 
 
+@pytest.mark.slow
 def test_trust_checks_can_be_turned_off_for_fidelity_runs(tmp_path):
     passthrough_view = "def custom_kernel(data):\n    data['x'].mul_(data['scale'])\n    return data['x']\n"
     on = run_eval(DOUBLER, passthrough_view, "test", SMALL[:1], tmp_path)
@@ -334,6 +342,7 @@ def test_trust_checks_can_be_turned_off_for_fidelity_runs(tmp_path):
     assert off.exit_code == 0 and off.raw["trust.checks"] == ""
 
 
+@pytest.mark.slow
 def test_import_failures_fail_every_case(tmp_path):
     run = run_eval(DOUBLER, "def kernel(data):\n    return data\n", "benchmark", SMALL, tmp_path)
     assert run.exit_code == 112
@@ -342,6 +351,7 @@ def test_import_failures_fail_every_case(tmp_path):
     assert run.tests[0].error.startswith("ModuleNotFoundError: No module named 'no_such_module_anywhere'")
 
 
+@pytest.mark.slow
 def test_the_submission_never_sees_the_pipe_the_seed_or_the_trust_switch(tmp_path):
     """A probe kernel fails the case if it can see POPCORN_*/POPKIT_* or holds the result pipe."""
     probe = textwrap.dedent("""\
@@ -377,6 +387,7 @@ def test_the_submission_never_sees_the_pipe_the_seed_or_the_trust_switch(tmp_pat
     assert raw["test.0.status"] == "pass" and raw["check"] == "pass"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["test", "benchmark", "leaderboard"])
 def test_in_out_buffers_are_not_poisoned(mode, tmp_path):
     """accumulate's reference reads acc before writing it: an honest in-place kernel must pass
@@ -386,6 +397,7 @@ def test_in_out_buffers_are_not_poisoned(mode, tmp_path):
     assert run.exit_code == 0, [c.error for c in run.tests + run.benchmarks]
 
 
+@pytest.mark.slow
 def test_returning_a_view_is_fine_when_the_reference_does_the_same(tmp_path):
     sub = "def custom_kernel(x):\n    return x.view(-1, 2), x + x\n"
     run = run_eval(FIXTURES / "reshape", sub, "test", SMALL, tmp_path)
@@ -396,6 +408,7 @@ def test_returning_a_view_is_fine_when_the_reference_does_the_same(tmp_path):
     assert run.tests[0].error == "output aliases input 0 (same storage)"
 
 
+@pytest.mark.slow
 def test_a_thread_left_running_by_the_import_fails_every_case(tmp_path):
     sub = textwrap.dedent("""\
         import threading

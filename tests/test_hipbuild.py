@@ -163,6 +163,7 @@ def test_compile_error_maps_to_the_submission_line(monkeypatch, tmp_path):
     assert errors[0].column == errors[0].source_line.index("BROKEN") + 1
 
 
+@pytest.mark.slow
 @pytest.mark.hip
 def test_cli_reports_registers_per_kernel(monkeypatch, tmp_path):
     _no_rocm_torch(monkeypatch)

@@ -24,6 +24,7 @@ def _fresh_cases(task, rng: random.Random, runs: int) -> list[dict]:
     return [{**case, "seed": rng.randrange(1, 2**31)} for _ in range(runs) for case in task.tests]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task_name", TASKS)
 def test_honest_example_passes_ten_fresh_runs(task_name, tmp_path):
     task = load_task(ROOT / "tasks" / task_name)

@@ -62,6 +62,7 @@ def test_possible_times_and_unknown_devices_leave_the_run_alone():
         assert judge_physics(run) == run
 
 
+@pytest.mark.slow
 def test_the_runner_fails_an_impossible_time(tmp_path, monkeypatch):
     """The CPU gets an absurdly low 'peak' here, so the doubler's honest time beats it."""
     monkeypatch.setattr(gpus, "GPUS", (gpus.Gpu("cpu", "none", "", 1.0, None, "CPU", leaderboard=False),))

@@ -226,6 +226,7 @@ def test_a_pre_step_failure_that_is_not_a_build_is_not_fatal(tmp_path):
     assert report.outcome == "passed"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", ["chain", "ab"])
 def test_the_system_probe_ends_before_a_timed_mode_starts(tmp_path, entry):
     """The probe opens a CUDA context; it may overlap the test run, never a timed one (chain or A/B)."""
