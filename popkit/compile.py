@@ -36,7 +36,7 @@ from popkit.system import (  # noqa: F401  (cuda_home_problem and toolchain are 
 
 DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_TEST_TIMEOUT_S = 180.0  # the protocol's default when no task is known
-PRECOMPILE_TIMEOUT_S = 120.0  # the runner's compile pre-step (protocol §2)
+PRECOMPILE_TIMEOUT_S = 120.0  # the runner's compile pre-step (docs/protocol-notes.md §2)
 BUILD_SHARE_WARNING = 0.5  # warn when the cold build takes this share of test_timeout
 RECORD = "popkit-build.json"
 

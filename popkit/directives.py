@@ -1,8 +1,9 @@
 """`#!POPCORN` directives, read the way the server reads them and the way popcorn-cli reads them.
 
-Server (§6): only the leading block of lines starting with `#` or `//` counts; a blank line ends it;
-known directives are `leaderboard` and `gpu` (alias `gpus`); a directive without a value, an unknown
-or a repeated one is an error. popcorn-cli (§7): every comment line anywhere counts, the last wins.
+Server (docs/protocol-notes.md §6): only the leading block of lines starting with `#` or `//` counts;
+a blank line ends it; known directives are `leaderboard` and `gpu` (alias `gpus`); a directive without a
+value, an unknown or a repeated one is an error. popcorn-cli (same notes, §7): every comment line anywhere
+counts, the last wins.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`popkit check`: what the leaderboard server refuses (§6 of the protocol), plus reward-hack rules.
+"""`popkit check`: what the leaderboard server refuses (docs/protocol-notes.md §6), plus reward-hack rules.
 
 Server rules are textual where the server is textual (size, encoding, the word `stream`); the
 directive rules use popkit.directives, which reads directives both as the server and as

@@ -1,6 +1,6 @@
 """When the compile pre-step can be skipped without changing a verdict or a time.
 
-The runner's pre-step (`python submission.py`, protocol §2) only warms the build cache of
+The runner's pre-step (`python submission.py`, docs/protocol-notes.md §2) only warms the build cache of
 `torch.utils.cpp_extension`. It is skipped when
 
 - the submission has nothing to build: no `load_inline`, no `cpp_extension`, and no `__main__` block

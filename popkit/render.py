@@ -25,7 +25,7 @@ from popkit.kernelspec import (  # noqa: F401  (re-exported: render is where cal
 from popkit.kernelspec import _REDUCE_OPS
 from popkit.resources import data_dir
 
-FORBIDDEN = "str" + "eam"  # the server refuses any file containing it, in any case (protocol §6)
+FORBIDDEN = "str" + "eam"  # the server refuses any file containing it, in any case (docs/protocol-notes.md §6)
 _RUNTIME = {  # launch-error API per target
     "cuda": {"error_t": "cudaError_t", "success": "cudaSuccess", "last_error": "cudaGetLastError",
              "error_string": "cudaGetErrorString", "runtime_header": "<cuda_runtime.h>", "label": "CUDA"},

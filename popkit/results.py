@@ -18,7 +18,7 @@ RUN_SCHEMA = "popkit/run/1"
 # Markers of a failed extension build in a child's output (load_inline, ninja, nvcc, ptxas, the linker).
 COMPILE_MARKERS = ("Error building extension", "ninja: build stopped", "nvcc fatal", "ptxas fatal",
                    "collect2: error")
-SUCCESS_EXIT_CODES = (0, 112)  # §2.5: a run succeeded when its exit code is 0 or 112
+SUCCESS_EXIT_CODES = (0, 112)  # docs/protocol-notes.md §2: a run succeeded when its exit code is 0 or 112
 TIMEOUT_EXIT_CODE = 114
 
 # What went wrong, most specific first; each maps to one documented exit code.
@@ -234,7 +234,7 @@ class CompileStep:
 
 
 def score_s(means_ns: list[float] | None, ranking_by: str) -> float | None:
-    """The leaderboard score in seconds (§5): last value, arithmetic mean or geometric mean."""
+    """The leaderboard score in seconds (docs/protocol-notes.md §5): last value, arithmetic mean or geometric mean."""
     if not means_ns:
         return None
     values = [m / 1e9 for m in means_ns]

@@ -1,4 +1,4 @@
-"""The leaderboard's protocol, run locally (§2 of the protocol).
+"""The leaderboard's protocol, run locally (docs/protocol-notes.md §2).
 
 One working directory per run holds the task's files flat and the user's file under the task's
 submission name. The compile pre-step runs `python submission.py` once; then each mode runs
@@ -86,7 +86,7 @@ def parse_pipe(text: str) -> dict[str, str]:
 
 
 def secret_case_seed(case_seed: int, secret: int) -> int:
-    """How the standard eval combines a case seed `a` with the secret seed `b` (§4)."""
+    """How the standard eval combines a case seed `a` with the secret seed `b` (docs/protocol-notes.md §4)."""
     a, b = case_seed, secret
     return a + (a + b) * (a + b + 1) // 2
 

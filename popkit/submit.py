@@ -1,4 +1,4 @@
-"""`popkit submit`: check, gate, hand off, record, in that order (§ "popkit submit" of the README).
+"""`popkit submit`: check, gate, hand off, record, in that order (README: Submitting).
 
 1. check: lint the exact bytes, resolve leaderboard and GPU (flags, then directives), stage a copy;
 2. gate (optional): run the staged bytes locally in test or leaderboard mode, submit only if they pass;

@@ -1,4 +1,4 @@
-"""Tasks and problem sets in the leaderboard's format (§1 of the protocol), validated on load.
+"""Tasks and problem sets in the leaderboard's format (docs/protocol-notes.md §1), validated on load.
 
 A task is a directory holding task.yml and the files it names. A problem set is a yaml file whose
 `problems` list maps leaderboard names to task directories. Every error names the file and the key.

@@ -1,6 +1,6 @@
 """The six bundled tasks and their example submissions.
 
-CPU tests check task.yml against the protocol (§1), the references (deterministic, never all-zero
+CPU tests check task.yml against the protocol (docs/protocol-notes.md §1), the references (deterministic, never all-zero
 inputs, checks that pass the right answer and reject a wrong one with a useful message) and the
 PyTorch examples on every test case. `nvcc` tests build each CUDA example; `gpu` tests run them.
 """
@@ -30,7 +30,7 @@ TASKS = ("identity", "vectoradd", "grayscale", "vectorsum", "softmax", "matmul")
 HIP_TASKS = ("identity", "vectoradd", "softmax")
 GPUS = ["H100", "A100", "L4", "T4", "B200", "MI300"]
 
-# §1: the runner rejects any other top-level key.
+# docs/protocol-notes.md §1: the runner rejects any other top-level key.
 ALLOWED_KEYS = {
     "files", "lang", "description", "config", "templates", "tests", "benchmarks",
     "test_timeout", "benchmark_timeout", "ranked_timeout", "ranking_by", "multi_gpu", "seed", "gpus",

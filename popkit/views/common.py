@@ -145,7 +145,7 @@ def print_internal_error(exc: BaseException) -> None:
 
 
 def format_time(ns: float, err_ns: float | None = None) -> str:
-    """The leaderboard's time format (§5): ns, µs above 2000 ns, ms above 2,000,000 ns.
+    """The leaderboard's time format (docs/protocol-notes.md §5): ns, µs above 2000 ns, ms above 2,000,000 ns.
 
     Value below 10: 2 decimals (error 3); below 100: 1 decimal (error 2); else none (error 1).
     The error is omitted when it is zero or absent.
