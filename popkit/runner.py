@@ -13,6 +13,7 @@ import base64
 import binascii
 import contextlib
 import hashlib
+import math
 import os
 import random
 import re
@@ -360,6 +361,31 @@ def _number(raw: Mapping[str, str], key: str) -> float | None:
         return None
 
 
+MALFORMED = "the eval wrote a malformed result"
+
+
+def _case_numbers(raw: Mapping[str, str], p: str) -> tuple[dict[str, float | None], tuple[float, ...], str]:
+    """One case's timing numbers and samples, and what is malformed among them ('' when nothing is).
+
+    A value that is not a number (or a run count or sample that is not finite) fails the case by name:
+    a result popkit cannot read is never a pass, nor a crash of popkit.
+    """
+    numbers, problems = {}, []
+    for key in ("runs", "mean", "std", "err", "best", "worst", "median"):
+        value = numbers[key] = _number(raw, p + key)
+        if p + key in raw and (value is None or key == "runs" and not math.isfinite(value)):
+            numbers[key] = None
+            problems.append(f"`{p}{key}` is {raw[p + key][:40]!r}, not a number")
+    try:
+        samples = tuple(float(s) for s in raw.get(p + "samples", "").split(",") if s.strip())
+        if not all(map(math.isfinite, samples)):
+            raise ValueError
+    except ValueError:
+        samples = ()
+        problems.append(f"`{p}samples` is {raw[p + 'samples'][:40]!r}, not a list of numbers")
+    return numbers, samples, f"{MALFORMED}: {problems[0]}" if problems else ""
+
+
 def _cases(raw: Mapping[str, str], kind: str) -> tuple[CaseResult, ...]:
     try:
         count = int(raw.get(f"{kind}-count", "0"))
@@ -368,7 +394,7 @@ def _cases(raw: Mapping[str, str], kind: str) -> tuple[CaseResult, ...]:
     cases = []
     for i in range(count):
         p = f"{kind}.{i}."
-        samples = tuple(float(s) for s in raw.get(p + "samples", "").split(",") if s.strip())
+        numbers, samples, malformed = _case_numbers(raw, p)
         report = raw.get(p + "report", "")
         if report:
             try:
@@ -376,16 +402,14 @@ def _cases(raw: Mapping[str, str], kind: str) -> tuple[CaseResult, ...]:
                 report = base64.b64decode(report, altchars=b"+*").decode("utf-8", "replace")
             except (binascii.Error, ValueError):
                 pass
-        runs = _number(raw, p + "runs")
         # A benchmark without a status passed when it has a timing or (profile mode) a report.
         implied = "pass" if kind == "benchmark" and (p + "mean" in raw or report) else ""
         cases.append(CaseResult(
             kind=kind, index=i, spec=raw.get(p + "spec", ""),
-            passed=raw.get(p + "status", implied) == "pass",
-            error=_unescape(raw.get(p + "error", "")), message=_unescape(raw.get(p + "message", "")),
-            runs=int(runs) if runs is not None else 0, mean_ns=_number(raw, p + "mean"),
-            std_ns=_number(raw, p + "std"), err_ns=_number(raw, p + "err"), best_ns=_number(raw, p + "best"),
-            worst_ns=_number(raw, p + "worst"), median_ns=_number(raw, p + "median"), samples_ns=samples,
+            passed=raw.get(p + "status", implied) == "pass" and not malformed,
+            error=malformed or _unescape(raw.get(p + "error", "")), message=_unescape(raw.get(p + "message", "")),
+            runs=int(numbers["runs"] or 0), mean_ns=numbers["mean"], std_ns=numbers["std"], err_ns=numbers["err"],
+            best_ns=numbers["best"], worst_ns=numbers["worst"], median_ns=numbers["median"], samples_ns=samples,
             stop=raw.get(p + "stop", ""), timer=raw.get(p + "timer", ""), report=report,
             bytes=int(raw[p + "bytes"]) if raw.get(p + "bytes", "").isdigit() else None,
         ))
@@ -403,13 +427,15 @@ def classify(run: ModeRun) -> tuple[str, str]:
     if run.timed_out:
         return "timed_out", f"timed out: {where} ran past its {run.timeout_s:g} s timeout"
     if run.succeeded:
-        if run.check == "pass":
-            return "passed", ""
-        failed = [c for c in run.tests + run.benchmarks if not c.passed]
+        # The eval's `check` is the verdict; a case whose numbers popkit cannot read fails it anyway.
+        failed = [c for c in run.tests + run.benchmarks
+                  if not c.passed and (run.check != "pass" or c.error.startswith(MALFORMED))]
         if failed:
             first = failed[0]
             detail = ((first.error or first.message).splitlines() or ["failed"])[0]
             return "failed", f"check failed: {where}, {first.kind} {first.spec or first.index}: {detail}"
+        if run.check == "pass":
+            return "passed", ""
         if run.check is None:
             return "crashed", f"crashed: {where} exited {run.exit_code} without writing a `check` line"
         return "failed", f"check failed: {where}"

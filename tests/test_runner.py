@@ -253,3 +253,25 @@ def test_the_system_probe_ends_before_a_timed_mode_starts(tmp_path, entry):
         # The warm-up's timings are thrown away, so it may overlap the probe; the timed evals may not.
         expected = ["benchmark-start", "probe-done"] + ["benchmark-start"] * 2 * ab.FIRST_LOOK
     assert log.read_text().split() == expected
+
+
+@pytest.mark.parametrize("key,value", [("samples", "abc,1"), ("samples", "1,nan"), ("runs", "inf"),
+                                       ("runs", "nan"), ("runs", "ten"), ("mean", "fast")])
+def test_a_malformed_number_from_the_eval_fails_the_case_naming_it(tmp_path, key, value):
+    lines = {"runs": "3", "mean": "1000", "samples": "999,1000,1001", key: value}
+    (tmp_path / "eval.py").write_text(textwrap.dedent(f"""
+        import os
+        out = os.fdopen(int(os.environ["POPCORN_FD"]), "w")
+        out.write("check: pass\\nbenchmark-count: 1\\nbenchmark.0.spec: size: 1\\nbenchmark.0.status: pass\\n")
+        for k, v in {lines!r}.items():
+            out.write(f"benchmark.0.{{k}}: {{v}}\\n")
+    """))
+    (tmp_path / "task.yml").write_text(
+        "files: [{name: submission.py, source: '@SUBMISSION@'}, {name: eval.py, source: eval.py}]\n"
+        "lang: py\ndescription: d\nconfig: {main: eval.py}\nbenchmarks: [{size: 1}]\n")
+    report = runner.run_submission(load_task(tmp_path), SUBS / "good.py", "benchmark",
+                                   runner.RunOptions(precompile=False), system=NO_PROBE)
+    assert report.outcome == "failed" and int(report.exit_code) == 1
+    wanted = "a list of numbers" if key == "samples" else "a number"
+    assert report.runs[0].summary == (f"check failed: benchmark, benchmark size: 1: the eval wrote a malformed"
+                                      f" result: `benchmark.0.{key}` is {value!r}, not {wanted}")
