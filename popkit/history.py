@@ -1,7 +1,8 @@
 """The run history: every test, bench and submit in one SQLite file.
 
-The database lives in `.popkit/history.sqlite3` under the current working directory, or under
-POPKIT_HOME. Each row keeps the exact bytes that ran, the whole RunReport as JSON (raw samples
+The database is `history.sqlite3` in popkit_home(): the per-user data folder
+(`$XDG_DATA_HOME/popkit`, else `~/.local/share/popkit`), POPKIT_HOME, or a `.popkit` folder that
+already exists in the working directory. Each row keeps the exact bytes that ran, the whole RunReport as JSON (raw samples
 included) and indexed columns for listing. popkit only ever inserts: it never deletes, rewrites
 or recreates the file, so a corrupt or locked database is an error that names the file, and the
 runs already in it stay where they are.
@@ -331,7 +332,7 @@ def compare_runs(a_id: int, b_id: int,
     return a, b, comparison
 
 
-# Module-level entry points on the default database (POPKIT_HOME or ./.popkit). Every run popkit records
+# Module-level entry points on the default database (popkit_home()). Every run popkit records
 # goes through record_run or record_submission: a history problem comes back as a warning, since the
 # result it would store is already in hand and is shown anyway.
 

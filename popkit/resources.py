@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Mapping
 
 HOME_ENV = "POPKIT_HOME"
+LEGACY_DIR = ".popkit"  # the per-folder ledger of earlier versions, still used where it exists
 
 _PACKAGE = Path(__file__).resolve().parent
 
@@ -25,7 +26,26 @@ def data_dir(name: str) -> Path:
 
 
 def popkit_home(env: Mapping[str, str] | None = None) -> Path:
-    """POPKIT_HOME (`~` expanded), else `.popkit` in the working directory: history and builds live there."""
-    env = os.environ if env is None else env
+    """Where popkit keeps its ledger and builds: one folder per user by default.
+
+    POPKIT_HOME (`~` expanded) when set; else a `.popkit` folder that already exists in the working
+    directory (where popkit kept it before, so such ledgers keep working); else the per-user data folder,
+    `$XDG_DATA_HOME/popkit` or `~/.local/share/popkit`.
+    """
+    return _home(os.environ if env is None else env)[0]
+
+
+def popkit_home_source(env: Mapping[str, str] | None = None) -> str:
+    """Why popkit_home() is where it is: `POPKIT_HOME`, `working directory` or `per-user`."""
+    return _home(os.environ if env is None else env)[1]
+
+
+def _home(env: Mapping[str, str]) -> tuple[Path, str]:
     home = env.get(HOME_ENV)
-    return Path(home).expanduser() if home else Path.cwd() / ".popkit"
+    if home:
+        return Path(home).expanduser(), HOME_ENV
+    local = Path.cwd() / LEGACY_DIR
+    if local.is_dir():
+        return local, "working directory"
+    data = env.get("XDG_DATA_HOME") or str(Path(env.get("HOME") or Path.home()) / ".local" / "share")
+    return Path(data).expanduser() / "popkit", "per-user"

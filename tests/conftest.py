@@ -46,3 +46,9 @@ def pytest_collection_modifyitems(config, items):
 def _private_popkit_cache(tmp_path_factory, monkeypatch):
     """popkit's build-cache index (prestep.py) per test: a pre-step recorded by one test never skips another's."""
     monkeypatch.setenv("POPKIT_CACHE_DIR", str(tmp_path_factory.mktemp("popkit-cache")))
+
+
+@pytest.fixture(autouse=True)
+def _private_user_data(tmp_path_factory, monkeypatch):
+    """The per-user ledger ($XDG_DATA_HOME/popkit) of a test is its own, never the real user's."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("xdg-data")))

@@ -48,15 +48,42 @@ def db(tmp_path):
     return History(tmp_path / "h" / "history.sqlite3", timeout_s=0.2)
 
 
-def test_default_location_is_cwd_dot_popkit(tmp_path, monkeypatch):
+def test_default_location_is_one_ledger_per_user(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("POPKIT_HOME", raising=False)
-    assert history.db_path() == tmp_path / ".popkit" / "history.sqlite3"
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    assert history.db_path() == tmp_path / "data" / "popkit" / "history.sqlite3"
     recorded = history.record_run(make_report(), b"print(1)\n")
     assert recorded.warning == ""
-    assert (tmp_path / ".popkit" / "history.sqlite3").is_file()
-    assert (tmp_path / ".popkit" / ".gitignore").read_text().strip().endswith("*")
+    assert (tmp_path / "data" / "popkit" / "history.sqlite3").is_file()
+    assert not (tmp_path / ".popkit").exists()
     assert history.get_run(recorded.run_id).report == make_report()
+    other = tmp_path / "other-project"
+    other.mkdir()
+    monkeypatch.chdir(other)  # another folder, the same ledger
+    assert history.get_run(recorded.run_id).report == make_report()
+    monkeypatch.delenv("XDG_DATA_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "me"))
+    assert history.db_path() == tmp_path / "me" / ".local" / "share" / "popkit" / "history.sqlite3"
+
+
+def test_an_existing_dot_popkit_folder_keeps_working_and_history_says_so(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from popkit.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("POPKIT_HOME", raising=False)
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("POPKIT_WIDTH", "200")
+    (tmp_path / ".popkit").mkdir()
+    assert history.db_path() == tmp_path / ".popkit" / "history.sqlite3"
+    history.record_run(make_report(), b"print(1)\n")
+    result = CliRunner().invoke(app, ["history"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0] == (
+        f"ledger: {tmp_path / '.popkit' / 'history.sqlite3'} (the .popkit folder in this directory; without it "
+        "popkit uses your per-user ledger)")
 
 
 def test_popkit_home_moves_it(tmp_path, monkeypatch):
@@ -337,7 +364,8 @@ def test_zero_length_database_is_no_history_yet_and_left_alone(cli_env):
     for args in (["history"], ["show", "1"]):
         result = CliRunner().invoke(app, args, env=cli_env)
         assert "internal error" not in result.output
-    assert CliRunner().invoke(app, ["history"], env=cli_env).output.startswith("no runs recorded")
+    lines = CliRunner().invoke(app, ["history"], env=cli_env).output.splitlines()
+    assert lines[0].startswith("ledger: ") and lines[1].startswith("no runs recorded")
     assert path.read_bytes() == b""
 
 

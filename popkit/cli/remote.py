@@ -11,6 +11,7 @@ from popkit import history as ledger
 from popkit import lint, popcorn, runner, submit as workflow
 from popkit.cli.app import app
 from popkit.errors import ExitCode, TaskError
+from popkit.resources import popkit_home_source
 from popkit.tasks import resolve_task, task_roots
 from popkit.views import common
 from popkit.views import remote as view
@@ -99,13 +100,13 @@ def history(
     limit: Annotated[int, typer.Option("-n", "--limit", min=1, help="How many runs, newest first.")] = 20,
     json: _json_opt("history") = False,
 ) -> None:
-    """List recorded test, bench and submit runs (database: ./.popkit/history.sqlite3 or POPKIT_HOME).
+    """List recorded test, bench and submit runs (your per-user ledger, or POPKIT_HOME, or ./.popkit where it exists).
 
     Example: popkit history --task vectoradd -n 5
     """
     common.set_json(json)
     db = ledger.History()
-    view.show_history(db.list_runs(task, limit), db.path, json=json)
+    view.show_history(db.list_runs(task, limit), db.path, json=json, source=popkit_home_source())
 
 
 @app.command()

@@ -157,11 +157,21 @@ def _record_row(r: RunRecord) -> list[str]:
             f"[{color}]{escape(outcome)}[/]", _score(r.score_s), escape(where), escape(r.submission)]
 
 
-def show_history(records: Sequence[RunRecord], path: Path, *, json: bool = False) -> None:
+_LEDGER_SOURCE = {
+    "POPKIT_HOME": "POPKIT_HOME",
+    "working directory": "the .popkit folder in this directory; without it popkit uses your per-user ledger",
+    "per-user": "per-user",
+}
+
+
+def show_history(records: Sequence[RunRecord], path: Path, *, json: bool = False, source: str = "") -> None:
     if json:
-        emit_json("history", {"database": str(path), "runs": [r.to_json(summary=True) for r in records]})
+        emit_json("history", {"database": str(path), "database_source": source,
+                              "runs": [r.to_json(summary=True) for r in records]})
         return
     con = console()
+    if source:
+        con.print(f"ledger: {escape(str(path))} ({escape(_LEDGER_SOURCE.get(source, source))})", soft_wrap=True)
     if not records:
         con.print(f"no runs recorded in {escape(str(path))} (`popkit test` and `popkit bench` record them)")
         return
