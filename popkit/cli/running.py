@@ -11,7 +11,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from popkit import ab, hiponcuda, history, runnable, runner, spread, system, taskcheck
+from popkit import ab, hiponcuda, history, ncu, runnable, runner, spread, system, taskcheck
 from popkit.cli.app import app
 from popkit.contract import entry_points
 from popkit.errors import EnvironmentProblem, ExitCode, UsageError
@@ -167,6 +167,7 @@ def bench(
     harness: HarnessOpt = "task",
     keep_workdir: KeepOpt = False,
     world_size: WorldSizeOpt = None,
+    profiler: Annotated[str, typer.Option("--profiler", help="With --profile: `torch` (the eval's profile mode) or `ncu` (Nsight Compute on the last benchmark case: per kernel time, DRAM and SM % of peak, registers, occupancy). `--profile ncu` works too.")] = "torch",
     gpus: Annotated[Optional[str], typer.Option("--gpus", help="Independent runs of every file spread over these local GPUs (e.g. 0,1), one process per GPU; two files are then two runs, not an A/B.")] = None,
     history: HistoryOpt = True,
     json: JsonOpt = False,
@@ -180,6 +181,15 @@ def bench(
       popkit bench v1.py v2.py v3.py --gpus 0,1     (independent runs, one process per GPU)
     """
     common.set_json(json)
+    if profile and len(submissions) > 1 and submissions[-1] == Path("ncu") and not submissions[-1].exists():
+        profiler, submissions = "ncu", submissions[:-1]  # `--profile ncu`, as the hosted --profile is spelled
+    if profiler not in ("torch", "ncu"):
+        raise UsageError(f"unknown profiler `{profiler}`", "use --profiler torch or --profiler ncu")
+    if profile and profiler == "ncu":
+        if len(submissions) != 1 or gpus or leaderboard or baseline:
+            raise UsageError("--profiler ncu profiles one submission", "popkit bench FILE --profile ncu")
+        _ncu(submissions[0], task, tasks_root, python, json)
+        return
     if len(submissions) > 2 and gpus is None:
         raise UsageError("bench takes one submission, or two for an A/B comparison",
                          "popkit bench A.py B.py; several independent runs: popkit bench a.py b.py c.py --gpus 0,1")
@@ -207,6 +217,18 @@ def bench(
         _ab(submissions[0], submissions[1], task, tasks_root, options, rounds, budget, json, history, allow_cpu)
         return
     _run(submissions[0], task, tasks_root, mode, options, json, history, baseline, allow_cpu)
+
+
+def _ncu(submission: Path, task_spec: Optional[str], roots: Optional[List[Path]], python: Optional[str],
+         json: bool) -> None:
+    content = runner.read_submission(submission, entry_points=None)
+    task = _resolve(submission, content, task_spec, roots)
+    if "custom_kernel" not in (entry_points(task) or ("custom_kernel",)):
+        raise UsageError(f"--profiler ncu calls custom_kernel; {task.name} asks for "
+                         f"{', '.join(entry_points(task))}", "profile with --profiler torch")
+    runner.validate_submission(submission, content, entry_points(task))
+    report = ncu.profile(task, submission, content, python or sys.executable)
+    view.show_ncu(report, json=json)
 
 
 def _spread(files: List[Path], task_spec: Optional[str], roots: Optional[List[Path]], mode: str,

@@ -344,3 +344,27 @@ def show_spread(outcomes: Sequence, warnings: Sequence[str], *, json: bool = Fal
         table.add_row(escape(str(o.job.submission)), o.gpu, escape(state),
                       format_time(score * 1e9) if score is not None else "-")
     con.print(table)
+
+
+def show_ncu(report, *, json: bool = False) -> None:
+    """`--profile ncu`: one row per kernel of one call, from Nsight Compute."""
+    if json:
+        emit_json("ncu", report.to_json())
+        return
+    con = console()
+    case = "; ".join(f"{k}: {v}" for k, v in report.case.items())
+    con.print(f"[bold]popkit bench --profile ncu[/] · task [bold]{escape(report.task)}[/] · {escape(report.submission)}")
+    con.print(f"[dim]one call of custom_kernel (after a warm-up call) on:[/] {escape(case)}")
+    table = Table(show_edge=False)
+    for col in ("kernel", "time", "DRAM", "DRAM % peak", "SM % peak", "regs", "occupancy"):
+        table.add_column(col, justify="left" if col == "kernel" else "right", overflow="fold")
+
+    def pct(value):
+        return f"{value:.1f}%" if value is not None else "-"
+
+    for k in report.kernels:
+        table.add_row(escape(k.name.split("(")[0][:60]), format_time(k.duration_ns) if k.duration_ns else "-",
+                      f"{k.dram_bytes_per_s / 1e9:,.0f} GB/s" if k.dram_bytes_per_s is not None else "-",
+                      pct(k.dram_pct), pct(k.sm_pct), f"{k.registers:.0f}" if k.registers is not None else "-",
+                      pct(k.occupancy_pct))
+    con.print(table)
