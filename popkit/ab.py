@@ -266,6 +266,7 @@ class ABReport:
     failed_side: str = ""  # "A" or "B" when a run or the pre-step did not pass
     failure: ModeRun | None = None  # the eval that did not pass
     compile_failure: CompileStep | None = None  # or the pre-step whose build failed
+    eval_s: tuple[float, ...] = ()  # wall time of each counted eval, in order (where an A/B's time goes)
     schema: str = AB_SCHEMA
 
     @property
@@ -294,6 +295,7 @@ class ABReport:
         data = {k: getattr(self, k) for k in (
             "schema", "task", "a_path", "b_path", "a_sha256", "b_sha256", "harness", "ranking_by", "statistic",
             "max_rounds", "budget_s", "rounds", "stopped", "started_at", "duration_s", "failed_side")}
+        data["eval_s"] = list(self.eval_s)
         data.update(system=dict(self.system), shapes=[s.to_json() for s in self.shapes],
                     score=self.score.to_json() if self.score is not None else None, verdict=self.verdict,
                     failure=self.failure.to_json() if self.failure else None,
@@ -311,7 +313,7 @@ class ABReport:
                    system=dict(data.get("system") or {}), failed_side=data.get("failed_side", ""),
                    failure=ModeRun.from_json(data["failure"]) if data.get("failure") else None,
                    compile_failure=CompileStep.from_json(data["compile_failure"]) if data.get("compile_failure")
-                   else None, schema=data.get("schema", AB_SCHEMA))
+                   else None, eval_s=tuple(data.get("eval_s", ())), schema=data.get("schema", AB_SCHEMA))
 
 
 def _spec(case: Mapping[str, Any]) -> str:
@@ -417,6 +419,7 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: runner.R
     probe = runner.SystemProbe(options.python) if system is None else None
     runner.runnable.preflight(task, options.python, lambda: system if system is not None else probe.result())
     failed_side, failure, compile_failure, stopped = "", None, None, "max_rounds"
+    eval_s: list[float] = []
     with proc.WorkDir("popkit-ab-", keep=options.keep_workdir) as root:
         if options.keep_workdir:
             progress(f"working directories kept: {root}")
@@ -439,7 +442,6 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: runner.R
             evaluate("A", cases, "ab-warmup.txt")  # a failure shows again in round 1, where it counts
         if probe is not None:
             probe.result()  # its CUDA context must not be opened while a candidate is timed
-        eval_s: list[float] = []
         while not failed_side:
             if not state.active:
                 stopped = "settled"
@@ -476,7 +478,7 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: runner.R
                     budget_s=budget_s, rounds=state.done, stopped=stopped,
                     started_at=started.isoformat(timespec="seconds"), duration_s=clock() - t0, shapes=shapes_out,
                     score=score, system=probe.result() if probe else dict(system or {}), failed_side=failed_side,
-                    failure=failure, compile_failure=compile_failure)
+                    failure=failure, compile_failure=compile_failure, eval_s=tuple(eval_s))
 
 
 def side_report(report: ABReport, side: str, task: Task) -> RunReport | None:

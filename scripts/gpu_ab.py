@@ -243,7 +243,9 @@ def summary(results: dict) -> dict:
     own = shape_rows(results, "self")
     slow = [r for r in shape_rows(results, "slow") if r["large"]]
     speeds = [{"task": r["task"], "kind": r["kind"], "wall_s": r["wall_s"], "rounds": r["report"].get("rounds"),
-               "stopped": r["report"].get("stopped")} for r in results["runs"] if r["step"] == "speed"]
+               "stopped": r["report"].get("stopped"), "evals": len(r["report"].get("eval_s", [])),
+               "eval_s": sum(r["report"].get("eval_s", [])) / max(1, len(r["report"].get("eval_s", [])))}
+              for r in results["runs"] if r["step"] == "speed"]
     winners = sum(r["verdict"] in (ab.A_FASTER, ab.B_FASTER) for r in own)
     named = sum(r["verdict"] == ab.A_FASTER for r in slow)  # A is the original: the slow B takes longer
     return {"self_verdicts": len(own), "self_winners": winners,
@@ -270,9 +272,11 @@ def markdown(results: dict) -> str:
         lines.append(f"| {r['task']} | {r['step']} | {r['spec']} | {'yes' if r['large'] else ''} | "
                      f"{_ratio(r['ratio'])} | {r['verdict']} | {r['rounds']} |")
     lines += ["", "**Speed**: `popkit bench A B` with its defaults (four shapes, warm build cache), whole command:",
-              "", "| task | pair | wall time | rounds | stopped |", "|---|---|---|---|---|"]
+              "", "| task | pair | wall time | rounds | stopped | counted evals, mean time each |",
+              "|---|---|---|---|---|---|"]
     for sp in s["speeds"]:
-        lines.append(f"| {sp['task']} | {sp['kind']} | {sp['wall_s']:.1f} s | {sp['rounds']} | {sp['stopped']} |")
+        lines.append(f"| {sp['task']} | {sp['kind']} | {sp['wall_s']:.1f} s | {sp['rounds']} | {sp['stopped']} | "
+                     f"{sp['evals']} × {sp['eval_s']:.1f} s |")
     verdict = lambda ok: "PASS" if ok else "FAIL"  # noqa: E731
     lines += ["", f"Calibration {verdict(s['self_ok'])} · sensitivity {verdict(s['slow_ok'])} · "
               f"speed {verdict(s['speed_ok'])}"]

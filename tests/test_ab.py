@@ -218,7 +218,7 @@ def test_budget_stops_at_a_look_and_never_before_the_first(tmp_path):
     fake = FakeEval({"A": 1.0, "B": 1.0}, jitter=_noisy(), clock=clock, eval_s=10.0)
     report = _ab(tmp_path, fake, max_rounds=10, budget_s=120, clock=lambda: clock[0])
     assert report.stopped == "budget" and report.rounds == 6  # at 80 s a block of 40 s fits; at 120 s none
-    assert report.duration_s == pytest.approx(120.0)
+    assert report.duration_s == pytest.approx(120.0) and report.eval_s == (10.0,) * 12
 
 
 def test_a_failed_shape_is_shown_and_the_score_is_incomplete(tmp_path):
