@@ -131,10 +131,12 @@ def test_every_hip_template_and_example_builds_through_the_mapping(tmp_path):
 
 @pytest.mark.gpu
 @pytest.mark.slow
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.parent.name)
-def test_hip_examples_pass_their_tests_on_nvidia(path, tmp_path, monkeypatch):
+@pytest.mark.parametrize("path", EXAMPLES + [t for t in TEMPLATES if t.stem != "_skeleton"],
+                         ids=lambda p: "/".join(p.parts[-3:]))
+def test_hip_examples_and_templates_pass_their_tests_on_nvidia(path, tmp_path, monkeypatch):
     monkeypatch.setenv("POPKIT_HOME", str(tmp_path / "home"))
-    result = CliRunner().invoke(app, ["test", str(path), "--hip-on-cuda", "--json", "--no-history"])
+    task = path.parent.name if path in EXAMPLES else path.stem
+    result = CliRunner().invoke(app, ["test", str(path), "--task", task, "--hip-on-cuda", "--json", "--no-history"])
     doc = json.loads(result.output)
     assert result.exit_code == 0, doc.get("outcome")
     assert doc["label"] == "hip-on-cuda" and doc["notes"][0].startswith("HIP on CUDA: a logic check")
