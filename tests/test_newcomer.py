@@ -113,7 +113,8 @@ def _problem_set(root: Path) -> Path:
     task = root / "theirs"
     task.mkdir(parents=True)
     (task / "task.yml").write_text((FIX / "tasks" / "double" / "task.yml").read_text()
-                                   .replace("../common/tiny_eval.py", str(FIX / "tasks" / "common" / "tiny_eval.py")))
+                                   .replace("../common/tiny_eval.py", "tiny_eval.py"))
+    (task / "tiny_eval.py").write_text((FIX / "tasks" / "common" / "tiny_eval.py").read_text())
     (root / "set.yaml").write_text("name: s\ndeadline: ''\ndescription: ''\nproblems:\n"
                                    "  - {directory: theirs, name: vectoradd, deadline: '', gpus: []}\n")
     return task

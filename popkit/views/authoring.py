@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 
-from rich.table import Table
 
-from popkit.views.common import console, emit_json, escape
+from popkit.views.common import console, emit_json, escape, table as common_table
 
 LOG_TAIL_LINES = 20  # lines of a failed build's log shown when no diagnostic explains it
 _STATUS = {"ok": "[green]ok[/]", "info": "[cyan]info[/]", "warn": "[yellow]warn[/]", "problem": "[bold red]problem[/]"}
@@ -34,9 +33,8 @@ def show_catalog(catalog, json: bool) -> None:
     con.print("[bold]targets and styles[/] (default style: inline)")
     for target, styles in catalog.targets:
         con.print(f"  {target}: {', '.join(styles)}")
-    table = Table(title="tasks", title_justify="left", show_edge=False, pad_edge=False, box=None)
-    for column in ("task", "leaderboard", "spec", "geometry"):
-        table.add_column(column)
+    table = common_table(("task", "leaderboard", "spec", "geometry"), title="tasks", title_justify="left",
+                         show_edge=False, pad_edge=False, box=None)
     for info in catalog.tasks:
         if info.error:
             spec = f"[red]invalid:[/] {escape(info.error)}"
@@ -95,9 +93,9 @@ def show_compile(report, json: bool) -> None:
 def _kernel_table(con, kernels) -> None:
     """Per kernel of a HIP device build: registers per lane, LDS bytes per block, scratch bytes per lane,
     spilled registers, waves per SIMD."""
-    table = Table(show_edge=False, pad_edge=False, box=None, padding=(0, 1, 0, 0))
-    for name in ("kernel", "line", "VGPR", "AGPR", "SGPR", "LDS", "scratch", "spill", "waves"):
-        table.add_column(name, justify="left" if name == "kernel" else "right", no_wrap=True)
+    names = ("kernel", "line", "VGPR", "AGPR", "SGPR", "LDS", "scratch", "spill", "waves")
+    table = common_table(names, right=names[1:], no_wrap=names[1:], show_edge=False, pad_edge=False, box=None,
+                         padding=(0, 1, 0, 0))
     for k in kernels:
         spills = k.get("vgpr_spills", 0) + k.get("sgpr_spills", 0)
         table.add_row(escape(k["name"]), str(k.get("line") or ""), str(k["vgprs"]), str(k["agprs"]), str(k["sgprs"]),
@@ -123,10 +121,7 @@ def show_doctor(report, json: bool) -> None:
         emit_json("doctor", report.to_json())
         return
     con = console()
-    table = Table(show_header=False, show_edge=False, pad_edge=False, box=None)
-    table.add_column("status")
-    table.add_column("check")
-    table.add_column("value")
+    table = common_table(("status", "check", "value"), show_header=False, show_edge=False, pad_edge=False, box=None)
     for c in report.checks:
         table.add_row(_STATUS.get(c.status, c.status), escape(c.name), escape(c.value))
     con.print(table)

@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 
 from popkit.errors import PopkitError
 
@@ -40,6 +41,20 @@ def console() -> Console:
 
 def err_console() -> Console:
     return Console(file=sys.stderr, width=_width(), highlight=False, soft_wrap=True, emoji=False)
+
+
+def table(columns, *, right=(), no_wrap=(), **options) -> Table:
+    """A table that reads at 80 columns and in pipes: no word is broken inside.
+
+    Cells wrap at spaces; a single word too long for its column is cut with `…` (--json keeps the full
+    value); a column is never narrower than its header's longest word. `right` names the right-justified
+    columns, `no_wrap` those kept on one line.
+    """
+    out = Table(**options)
+    for name in columns:
+        out.add_column(name, justify="right" if name in right else "left", overflow="ellipsis",
+                       no_wrap=name in no_wrap, min_width=max(len(w) for w in name.split()))
+    return out
 
 
 def emit_json(kind: str, payload: dict[str, Any]) -> None:

@@ -16,7 +16,7 @@ from popkit.results import RemoteResult
 from popkit.stats import Interval
 from popkit.submit import SubmitResult
 from popkit.tasks import Task
-from popkit.views.common import console, emit_json, escape, format_time
+from popkit.views.common import console, emit_json, escape, format_time, table as common_table
 from popkit.views.running import show_run, system_line
 
 _MARK = {"error": "[bold red]error[/]", "warning": "[yellow]warning[/]"}
@@ -154,7 +154,13 @@ def _record_row(r: RunRecord) -> list[str]:
     if r.remote_id is not None:
         what += f" #{r.remote_id}"
     return [str(r.id), escape(r.created_at.replace("T", " ")[:16]), escape(what), escape(r.task or "-"),
-            f"[{color}]{escape(outcome)}[/]", _score(r.score_s), escape(where), escape(r.submission)]
+            f"[{color}]{escape(outcome)}[/]", _score(r.score_s), escape(where), escape(_short_path(r.submission))]
+
+
+def _short_path(path: str, keep: int = 24) -> str:
+    """A long path as `…/name`: the file name is what tells runs apart (`popkit show` and --json have it all)."""
+    name = path.rsplit("/", 1)[-1]
+    return path if len(path) <= keep or name == path else f"…/{name}"
 
 
 _LEDGER_SOURCE = {
@@ -175,10 +181,8 @@ def show_history(records: Sequence[RunRecord], path: Path, *, json: bool = False
     if not records:
         con.print(f"no runs recorded in {escape(str(path))} (`popkit test` and `popkit bench` record them)")
         return
-    table = Table(box=None, header_style="bold")
-    for col in ("run", "when (UTC)", "what", "task", "outcome", "score", "device", "submission"):
-        table.add_column(col, justify="right" if col in ("run", "score") else "left",
-                         no_wrap=col in ("run", "outcome", "score"), overflow="fold")
+    table = common_table(("run", "when (UTC)", "what", "task", "outcome", "score", "device", "submission"),
+                         right=("run", "score"), no_wrap=("run", "outcome", "score"), box=None, header_style="bold")
     for r in records:
         table.add_row(*_record_row(r))
     con.print(table)
@@ -236,9 +240,8 @@ def _verdict_text(code: str, a_label: str, b_label: str) -> str:
 
 def _comparison_table(comparison: Comparison) -> Table:
     a, b = comparison.a_label, comparison.b_label
-    table = Table(show_edge=False)
-    for col in ("shape", "A", "B", "B / A (95% CI)", "verdict", "n (A/B)"):
-        table.add_column(col, justify="left" if col in ("shape", "verdict") else "right")
+    table = common_table(("shape", "A", "B", "B / A (95% CI)", "verdict", "n (A/B)"),
+                         right=("A", "B", "B / A (95% CI)", "n (A/B)"), show_edge=False)
     for s in comparison.shapes:
         n = f"{s.a.n}/{s.b.n}" + ("" if s.from_samples else "*")
         table.add_row(escape(s.spec), format_time(s.a.mean), format_time(s.b.mean), _interval(s.ratio),
@@ -295,9 +298,8 @@ def _series_verdict(s: Series, report: ABReport) -> str:
 
 
 def _ab_table(report: ABReport) -> Table:
-    table = Table(show_edge=False)
-    for col in ("shape", "A", "B", "B / A [95% CI]", "verdict", "rounds"):
-        table.add_column(col, justify="left" if col in ("shape", "verdict") else "right")
+    table = common_table(("shape", "A", "B", "B / A [95% CI]", "verdict", "rounds"),
+                         right=("A", "B", "B / A [95% CI]", "rounds"), show_edge=False)
     rows = list(report.shapes) + ([report.score] if report.score is not None else [])
     for s in rows:
         name = f"[bold]score ({escape(report.ranking_by)})[/]" if s is report.score else escape(s.spec)

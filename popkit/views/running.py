@@ -10,7 +10,8 @@ from rich.table import Table
 from popkit import stats
 from popkit.results import CaseResult, ModeRun, RunReport
 from popkit.tasks import Task
-from popkit.views.common import console, emit_json, escape, format_interval, format_time
+from popkit.views.common import (console, emit_json, escape, format_interval, format_time,
+                                  table as common_table)
 
 TAIL_LINES = 25  # lines of a log shown on screen; the JSON keeps the whole log
 
@@ -148,9 +149,8 @@ def _speedups(report: RunReport, baseline: RunReport) -> Table | None:
     ref = next((r for r in baseline.runs_of(mode, secret=False) if r.passed), None)
     if mine is None or ref is None:
         return None
-    table = Table(title="speedup over the reference", title_justify="left", show_edge=False)
-    for col in ("shape", "submission", "reference", "speedup"):
-        table.add_column(col, justify="left" if col == "shape" else "right")
+    table = common_table(("shape", "submission", "reference", "speedup"), right=("submission", "reference", "speedup"),
+                         title="speedup over the reference", title_justify="left", show_edge=False)
     for a, b in zip(mine.benchmarks, ref.benchmarks):
         if a.mean_ns and b.mean_ns:
             table.add_row(escape(a.spec), format_time(a.mean_ns), format_time(b.mean_ns), f"{b.mean_ns / a.mean_ns:.2f}×")
@@ -231,9 +231,7 @@ def show_task_list(tasks: Sequence[Task], *, json: bool = False) -> None:
     if json:
         emit_json("tasks", {"tasks": [_task_row(t) for t in tasks]})
         return
-    table = Table(show_edge=False)
-    for col in ("task", "leaderboard", "gpus", "ranking", "tests", "benchmarks", "source"):
-        table.add_column(col)
+    table = common_table(("task", "leaderboard", "gpus", "ranking", "tests", "benchmarks", "source"), show_edge=False)
     for t in tasks:
         table.add_row(escape(t.name), escape(t.leaderboard or "-"), escape(", ".join(t.gpus) or "-"), t.ranking_by,
                       str(len(t.tests)), str(len(t.benchmarks)), "bundled" if t.bundled else escape(str(t.path)))
@@ -274,9 +272,7 @@ def show_task_check(tasks: Sequence[Task], verdicts: Sequence, system: dict, *, 
         return
     con = console()
     con.print(f"[dim]this machine:[/] {escape(system_line(system))}")
-    table = Table(show_edge=False)
-    for col in ("task", "leaderboard", "runnable here", "reason"):
-        table.add_column(col)
+    table = common_table(("task", "leaderboard", "runnable here", "reason"), show_edge=False)
     for t, v in zip(tasks, verdicts):
         why = "; ".join(v.reasons) if v.reasons else "; ".join(v.notes)
         table.add_row(escape(t.name), escape(t.leaderboard or "-"), "[green]yes[/]" if v.runnable else "[red]no[/]",
@@ -296,9 +292,8 @@ def show_taskcheck(result, *, json: bool = False) -> None:
     for error in result.errors:
         con.print(f"  ❌ [red]{escape(error)}[/]")
     if result.modes:
-        table = Table(title="the reference as the submission", title_justify="left", show_edge=False)
-        for col in ("mode", "outcome", "time", "timeout", "share"):
-            table.add_column(col, justify="left" if col in ("mode", "outcome") else "right")
+        table = common_table(("mode", "outcome", "time", "timeout", "share"), right=("time", "timeout", "share"),
+                             title="the reference as the submission", title_justify="left", show_edge=False)
         for m in result.modes:
             table.add_row(m.mode, m.outcome if m.outcome == "passed" else f"[red]{escape(m.summary or m.outcome)}[/]",
                           f"{m.seconds:.1f} s", f"{m.timeout_s:g} s", f"{m.seconds / m.timeout_s:.0%}")
@@ -335,9 +330,7 @@ def show_spread(outcomes: Sequence, warnings: Sequence[str], *, json: bool = Fal
         else:
             con.print(f"[red]{escape(outcome.error.message)}[/]")
         con.print()
-    table = Table(show_edge=False)
-    for col in ("submission", "GPU", "outcome", "score"):
-        table.add_column(col, justify="right" if col == "score" else "left")
+    table = common_table(("submission", "GPU", "outcome", "score"), right=("score",), show_edge=False)
     for o in outcomes:
         score = o.report.score_public_s if o.report is not None else None
         state = o.report.outcome if o.report is not None else f"not run (exit {o.exit_code})"
