@@ -359,6 +359,7 @@ def cli_env(tmp_path, monkeypatch):
     return {**CLI_ENV, "POPKIT_HOME": str(tmp_path / "h")}
 
 
+@pytest.mark.slow
 def test_bench_a_b_command(tmp_path, cli_env):
     copy = _tmp_sub(tmp_path, "v7.py")
     args = ["bench", str(GOOD), str(copy), "--task", str(TASK_DIR), "--no-precompile"]

@@ -1,4 +1,5 @@
-"""The shape of the package: popkit's modules import each other without a cycle.
+"""The shape of the package: popkit's modules import each other without a cycle, each only from its own
+layer or lower ones, as the module table of docs/design.md says.
 
 The import graph is read from the source with `ast`: imports at module level and inside functions both
 count, so a cycle cannot hide behind an import placed late in a function.
@@ -7,9 +8,13 @@ count, so a cycle cannot hide behind an import placed late in a function.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "popkit"
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "popkit"
+DESIGN = ROOT / "docs" / "design.md"
+_TABLE_ROW = re.compile(r"^\| `([\w/.]+\.py)` \| (\d+) \| (.+) \|$", re.MULTILINE)
 
 
 def module_files(package: Path = PACKAGE) -> dict[str, Path]:
@@ -137,6 +142,34 @@ def test_no_popkit_import_inside_a_function():
             if any(n == "popkit" or n.startswith("popkit.") for n in names):
                 late.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {ast.unparse(node)}")
     assert not late, "imports of popkit modules inside functions (move them to the top):\n" + "\n".join(sorted(late))
+
+
+def design_layers(text: str) -> dict[str, int]:
+    """The module table of docs/design.md: path under popkit/ -> layer."""
+    return {path: int(layer) for path, layer, _owns in _TABLE_ROW.findall(text)}
+
+
+def test_design_lists_every_module_and_only_those():
+    listed = design_layers(DESIGN.read_text(encoding="utf-8"))
+    present = {str(path.relative_to(PACKAGE)) for path in module_files().values()}
+    assert not present - set(listed), f"modules missing from docs/design.md's table: {sorted(present - set(listed))}"
+    assert not set(listed) - present, f"docs/design.md lists modules that do not exist: {sorted(set(listed) - present)}"
+
+
+def test_no_module_imports_from_a_higher_layer():
+    listed = design_layers(DESIGN.read_text(encoding="utf-8"))
+    modules = module_files()
+    layer = {name: listed.get(str(path.relative_to(PACKAGE))) for name, path in modules.items()}
+    upward = [f"{modules[a].relative_to(PACKAGE)} (layer {layer[a]}, line {line}) imports "
+              f"{modules[b].relative_to(PACKAGE)} (layer {layer[b]})"
+              for a, imported in import_graph().items() for b, line in imported.items()
+              if None not in (layer[a], layer[b]) and layer[b] > layer[a]]
+    assert not upward, "imports against the layers of docs/design.md:\n" + "\n".join(sorted(upward))
+
+
+def test_the_layer_table_is_read_as_written():
+    text = "| module | layer | owns |\n|---|---|---|\n| `errors.py` | 0 | the error tree |\n| `cli/app.py` | 9 | app |\n"
+    assert design_layers(text) == {"errors.py": 0, "cli/app.py": 9}
 
 
 def test_the_cycle_finder_names_a_cycle():

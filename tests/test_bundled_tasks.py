@@ -261,6 +261,7 @@ def test_vectorsum_single_float32_accumulator_fails_at_benchmark_size():
     assert ref.check_implementation(x, x.sum())[0]
 
 
+@pytest.mark.slow
 def test_matmul_float16_accumulation_fails_for_large_k():
     ref = _reference("matmul")
     a, b = ref.generate_input(m=256, n=256, k=8192, seed=5)

@@ -70,6 +70,7 @@ def test_nothing_to_build_skips_the_pre_step_and_says_so(env):
     assert "compile pre-step: skipped (nothing to build)" in lines
 
 
+@pytest.mark.slow
 def test_warm_build_cache_skips_the_pre_step_until_the_cache_changes(env):
     path = env / "mine.py"
     path.write_text(FAKE_BUILD)

@@ -22,6 +22,7 @@ def _no_probe(monkeypatch):
     monkeypatch.setattr("popkit.system.probe", lambda python=None, timeout=60.0: NO_GPU_SYSTEM)
 
 
+@pytest.mark.slow
 def test_a_good_task_runs_the_reference_through_the_ranked_chain_and_rejects_the_probes():
     result = taskcheck.check_task_dir(AUTH / "good")
     assert result.errors == [] and result.ok, result
@@ -30,6 +31,7 @@ def test_a_good_task_runs_the_reference_through_the_ranked_chain_and_rejects_the
     assert result.lax == {"zero output": "rejected", "unmodified input": "rejected"}
 
 
+@pytest.mark.slow
 def test_a_lax_checker_is_flagged():
     result = taskcheck.check_task_dir(AUTH / "lax")
     assert result.lax == {"zero output": "passed", "unmodified input": "passed"} and not result.ok
@@ -55,6 +57,7 @@ def test_folder_problems_are_listed_without_running(tmp_path):
         taskcheck.check_task_dir(root / "good")
 
 
+@pytest.mark.slow
 def test_the_cli_reports_times_and_exit_codes(monkeypatch):
     monkeypatch.setenv("POPKIT_WIDTH", "160")
     monkeypatch.setenv("NO_COLOR", "1")
