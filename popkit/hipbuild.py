@@ -29,7 +29,7 @@ import tempfile
 import time
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 from popkit.diagnostics import Diagnostic, SourceMap, demangle, map_diagnostics, parse_log
 

@@ -6,9 +6,9 @@ Run from the repository root with popkit installed (no network needed):
     python3 scripts/gpu_hip.py --out results/
 
 It renders every bundled task's HIP template in both styles (`popkit new --target hip`) and its CUDA
-library template, takes the HIP examples (submissions/*/hip.py), and then
-  1. builds them all in parallel (each file run once, as the compile pre-step does; HIP files
-     through popkit's HIP-to-CUDA mapping), MAX_JOBS per build;
+library template, takes the HIP examples (submissions/*/hip.py), and then, for --jobs files at a time:
+  1. builds the file (run once, as the compile pre-step does; HIP files through popkit's HIP-to-CUDA
+     mapping), MAX_JOBS=2 per build;
   2. runs `popkit test --hip-on-cuda` on every HIP file and `popkit test` on every CUDA one: the
      bundled tasks' own checks, a logic check of the HIP kernels, not AMD timing;
   3. runs torch.library.opcheck on the operator of every library-style file and compares
@@ -25,6 +25,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -89,12 +90,20 @@ with open(out, "w") as fh:
 
 
 class Proof:
+    """The results document; workers add to it and write it under one lock."""
+
     def __init__(self, out: Path):
         self.out = out
         self.doc: dict = {"card": None, "started": time.strftime("%Y-%m-%d %H:%M:%S"), "files": []}
+        self.lock = threading.Lock()
 
     def save(self) -> None:
         (self.out / "hip.json").write_text(json.dumps(self.doc, indent=1, default=str))
+
+    def add(self, entry: dict, key: str, value: dict) -> None:
+        with self.lock:
+            entry[key] = value
+            self.save()
 
 
 def log(msg: str) -> None:
@@ -136,13 +145,13 @@ def env_for(entry: dict) -> dict[str, str]:
     return env
 
 
-def build(entry: dict) -> None:
+def build(entry: dict) -> dict:
     path = Path(entry["path"])
     code, output, secs = run([sys.executable, str(path)], env_for(entry), cwd=path.parent)
-    entry["build"] = {"exit_code": code, "seconds": round(secs, 1), "tail": "" if code == 0 else output[-2000:]}
+    return {"exit_code": code, "seconds": round(secs, 1), "tail": "" if code == 0 else output[-2000:]}
 
 
-def test(entry: dict) -> None:
+def test(entry: dict) -> dict:
     argv = [sys.executable, "-m", "popkit", "test", entry["path"], "--task", entry["task"], "--json", "--no-history"]
     if entry["target"] == "hip":
         argv.append("--hip-on-cuda")
@@ -151,12 +160,11 @@ def test(entry: dict) -> None:
         doc = json.loads(output[output.index("{"):])
     except ValueError:
         doc = {}
-    entry["test"] = {"exit_code": code, "outcome": doc.get("outcome"), "label": doc.get("label"),
-                     "notes": doc.get("notes", []), "seconds": round(secs, 1),
-                     "tail": "" if code == 0 else output[-2000:]}
+    return {"exit_code": code, "outcome": doc.get("outcome"), "label": doc.get("label"),
+            "notes": doc.get("notes", []), "seconds": round(secs, 1), "tail": "" if code == 0 else output[-2000:]}
 
 
-def library_check(entry: dict, scratch: Path) -> None:
+def library_check(entry: dict, scratch: Path) -> dict:
     task = tasks.resolve_task(entry["task"], [])
     out = scratch / (Path(entry["path"]).stem + ".check.json")
     case = json.dumps(dict(task.tests[-1]))
@@ -164,10 +172,10 @@ def library_check(entry: dict, scratch: Path) -> None:
     code, output, secs = run([sys.executable, "-c", LIBRARY_CHECK, entry["path"], str(task.path), case, str(out)],
                              env, cwd=Path(entry["path"]).parent)
     try:
-        entry["library"] = json.loads(out.read_text())
+        result = json.loads(out.read_text())
     except (OSError, ValueError):
-        entry["library"] = {"opcheck": None, "compile_equal": None, "error": f"exit {code}: {output[-2000:]}"}
-    entry["library"]["seconds"] = round(secs, 1)
+        result = {"opcheck": None, "compile_equal": None, "error": f"exit {code}: {output[-2000:]}"}
+    return {**result, "seconds": round(secs, 1)}
 
 
 def opcheck_passed(result: dict | None) -> bool | None:
@@ -231,20 +239,19 @@ def main(argv: list[str] | None = None) -> int:
     proof.save()
     if not args.dry_run:
         proof.doc["card"] = device_name()
-        log(f"{proof.doc['card']}: building {len(proof.doc['files'])} files, {args.jobs} at a time")
+        log(f"{proof.doc['card']}: {len(proof.doc['files'])} files, {args.jobs} at a time (build, test, opcheck)")
+
+        def prove(entry: dict) -> None:
+            proof.add(entry, "build", build(entry))
+            if entry["build"]["exit_code"] == 0:
+                proof.add(entry, "test", test(entry))
+                if entry["style"] == "library" and entry["kind"] == "template":
+                    proof.add(entry, "library", library_check(entry, args.out))
+            log(f"{Path(entry['path']).name}: build {entry['build']['exit_code']}, "
+                f"test {(entry.get('test') or {}).get('outcome')}, library {entry.get('library', {}).get('compile_equal')}")
+
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            for _ in pool.map(build, proof.doc["files"]):
-                proof.save()
-        built = [f for f in proof.doc["files"] if f["build"]["exit_code"] == 0]
-        log(f"built {len(built)}/{len(proof.doc['files'])}; testing")
-        with ThreadPoolExecutor(max_workers=4) as pool:
-            for _ in pool.map(test, built):
-                proof.save()
-        library = [f for f in built if f["style"] == "library" and f["kind"] == "template"]
-        log(f"opcheck and torch.compile on {len(library)} library templates")
-        with ThreadPoolExecutor(max_workers=4) as pool:
-            for _ in pool.map(lambda f: library_check(f, args.out), library):
-                proof.save()
+            list(pool.map(prove, proof.doc["files"]))
     text = markdown(proof.doc)
     (args.out / "hip.md").write_text(text)
     proof.save()

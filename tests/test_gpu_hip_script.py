@@ -63,6 +63,5 @@ def test_the_library_check_child_is_valid_python(gpu_hip):
 @pytest.mark.parametrize("task", ["identity", "vectoradd", "grayscale", "vectorsum", "softmax", "matmul"])
 def test_library_template_passes_opcheck_and_compiles_to_eager(gpu_hip, tmp_path, target, task):
     (entry,) = [f for f in gpu_hip.plan(tmp_path, (task,)) if f["target"] == target and f["style"] == "library"]
-    gpu_hip.library_check(entry, tmp_path)
-    result = entry["library"]
+    result = gpu_hip.library_check(entry, tmp_path)
     assert gpu_hip.opcheck_passed(result) and result["compile_equal"] is True, result
