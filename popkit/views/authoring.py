@@ -4,6 +4,8 @@ from __future__ import annotations
 
 
 
+from popkit.compile import CompileReport
+from popkit.system import DoctorReport
 from popkit.views.common import console, emit_json, escape, table as common_table
 
 LOG_TAIL_LINES = 20  # lines of a failed build's log shown when no diagnostic explains it
@@ -45,7 +47,7 @@ def show_catalog(catalog, json: bool) -> None:
     con.print("render one: popkit new --task NAME --target cuda|hip --style inline|library -o FILE")
 
 
-def show_compile(report, json: bool) -> None:
+def show_compile(report: CompileReport, json: bool) -> None:
     if json:
         emit_json("compile", report.to_json())
         return
@@ -116,7 +118,7 @@ def _diagnostic(con, d) -> None:
         con.print(f"  [dim]hint:[/] {escape(d.hint)}")
 
 
-def show_doctor(report, json: bool) -> None:
+def show_doctor(report: DoctorReport, json: bool) -> None:
     if json:
         emit_json("doctor", report.to_json())
         return

@@ -8,6 +8,7 @@ from typing import Sequence
 from rich.table import Table
 
 from popkit import stats
+from popkit.ncu import NcuReport
 from popkit.results import CaseResult, ModeRun, RunReport
 from popkit.tasks import Task
 from popkit.views.common import (console, emit_json, escape, format_interval, format_time,
@@ -339,7 +340,7 @@ def show_spread(outcomes: Sequence, warnings: Sequence[str], *, json: bool = Fal
     con.print(table)
 
 
-def show_ncu(report, *, json: bool = False) -> None:
+def show_ncu(report: NcuReport, *, json: bool = False) -> None:
     """`--profile ncu`: one row per kernel of one call, from Nsight Compute."""
     if json:
         emit_json("ncu", report.to_json())
