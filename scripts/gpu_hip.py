@@ -111,14 +111,15 @@ def log(msg: str) -> None:
 
 
 def run(argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None,
-        timeout: float = 600) -> tuple[int, str, float]:
+        timeout: float = 600) -> tuple[int, str, str, float]:
+    """(exit code, stdout, stderr, seconds); 124 on timeout."""
     start = time.monotonic()
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=cwd or ROOT,
                               env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
-        return done.returncode, done.stdout + done.stderr, time.monotonic() - start
+        return done.returncode, done.stdout, done.stderr, time.monotonic() - start
     except subprocess.TimeoutExpired as exc:
-        return 124, str(exc.stdout or "") + str(exc.stderr or ""), time.monotonic() - start
+        return 124, str(exc.stdout or ""), str(exc.stderr or ""), time.monotonic() - start
 
 
 def plan(work: Path, task_names: tuple[str, ...]) -> list[dict]:
@@ -147,21 +148,21 @@ def env_for(entry: dict) -> dict[str, str]:
 
 def build(entry: dict) -> dict:
     path = Path(entry["path"])
-    code, output, secs = run([sys.executable, str(path)], env_for(entry), cwd=path.parent)
-    return {"exit_code": code, "seconds": round(secs, 1), "tail": "" if code == 0 else output[-2000:]}
+    code, out, err, secs = run([sys.executable, str(path)], env_for(entry), cwd=path.parent)
+    return {"exit_code": code, "seconds": round(secs, 1), "tail": "" if code == 0 else (out + err)[-2000:]}
 
 
 def test(entry: dict) -> dict:
     argv = [sys.executable, "-m", "popkit", "test", entry["path"], "--task", entry["task"], "--json", "--no-history"]
     if entry["target"] == "hip":
         argv.append("--hip-on-cuda")
-    code, output, secs = run(argv)
+    code, out, err, secs = run(argv)
     try:
-        doc = json.loads(output[output.index("{"):])
+        doc = json.loads(out)
     except ValueError:
         doc = {}
     return {"exit_code": code, "outcome": doc.get("outcome"), "label": doc.get("label"),
-            "notes": doc.get("notes", []), "seconds": round(secs, 1), "tail": "" if code == 0 else output[-2000:]}
+            "notes": doc.get("notes", []), "seconds": round(secs, 1), "tail": "" if code == 0 else (out + err)[-3000:]}
 
 
 def library_check(entry: dict, scratch: Path) -> dict:
@@ -169,8 +170,9 @@ def library_check(entry: dict, scratch: Path) -> dict:
     out = scratch / (Path(entry["path"]).stem + ".check.json")
     case = json.dumps(dict(task.tests[-1]))
     env = env_for(entry)
-    code, output, secs = run([sys.executable, "-c", LIBRARY_CHECK, entry["path"], str(task.path), case, str(out)],
-                             env, cwd=Path(entry["path"]).parent)
+    code, stdout, stderr, secs = run([sys.executable, "-c", LIBRARY_CHECK, entry["path"], str(task.path), case,
+                                      str(out)], env, cwd=Path(entry["path"]).parent)
+    output = stdout + stderr
     try:
         result = json.loads(out.read_text())
     except (OSError, ValueError):
@@ -217,8 +219,8 @@ def markdown(doc: dict) -> str:
 
 
 def device_name() -> str | None:
-    code, output, _ = run([sys.executable, "-c", "import torch; print(torch.cuda.get_device_name())"], timeout=120)
-    return output.strip().splitlines()[-1] if code == 0 and output.strip() else None
+    code, out, _, _ = run([sys.executable, "-c", "import torch; print(torch.cuda.get_device_name())"], timeout=120)
+    return out.strip().splitlines()[-1] if code == 0 and out.strip() else None
 
 
 def main(argv: list[str] | None = None) -> int:

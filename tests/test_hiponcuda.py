@@ -137,6 +137,6 @@ def test_hip_examples_and_templates_pass_their_tests_on_nvidia(path, tmp_path, m
     monkeypatch.setenv("POPKIT_HOME", str(tmp_path / "home"))
     task = path.parent.name if path in EXAMPLES else path.stem
     result = CliRunner().invoke(app, ["test", str(path), "--task", task, "--hip-on-cuda", "--json", "--no-history"])
-    doc = json.loads(result.output)
+    doc = json.loads(result.stdout)
     assert result.exit_code == 0, doc.get("outcome")
     assert doc["label"] == "hip-on-cuda" and doc["notes"][0].startswith("HIP on CUDA: a logic check")
