@@ -92,9 +92,13 @@ def secret_case_seed(case_seed: int, secret: int) -> int:
     return a + (a + b) * (a + b + 1) // 2
 
 
+# A secret seed b turns case seed a into a + (a+b)(a+b+1)/2: below 2**31 that stays a 64-bit seed.
+MAX_SECRET_SEED = 2**31 - 1
+
+
 def random_secret_seeds(count: int) -> tuple[int, ...]:
     rng = random.SystemRandom()
-    return tuple(rng.randrange(1, 2**31) for _ in range(count))
+    return tuple(rng.randrange(1, MAX_SECRET_SEED + 1) for _ in range(count))
 
 
 def read_submission(path: Path, entry_points: Sequence[str] | None = ("custom_kernel",)) -> bytes:

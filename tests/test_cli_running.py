@@ -154,6 +154,10 @@ def test_usage_errors_are_json_for_every_command(cli, path):
     (["history", "-n", "x", "--json"], "Invalid value for '-n' / '--limit': Input should be a valid integer"),
     (["tasks", "show", "--json"], "Missing argument 'name'."),
     (["nosuch", "--json"], "No such command 'nosuch'."),
+    (["test", "x.py", "--secret-seed", str(2**64), "--json"],
+     "Invalid value for '--secret-seed': Input should be less than or equal to 2147483647"),
+    (["bench", "x.py", "--secret-seed", "-1", "--json"],
+     "Invalid value for '--secret-seed': Input should be greater than or equal to 0"),
     (["--json", "test", "x.py"], "No such option: --json"),  # --json before the command: still JSON
 ])
 def test_missing_arguments_and_bad_numbers_are_json_errors(cli, args, message):

@@ -28,7 +28,7 @@ RootsOpt = Annotated[Optional[List[Path]], typer.Option("--tasks-root", help="Fo
 PythonOpt = Annotated[Optional[str], typer.Option("--python", help="Interpreter for the eval (default: the one running popkit).")]
 PrecompileOpt = Annotated[Optional[bool], typer.Option("--precompile/--no-precompile", help="Force or skip the compile pre-step (`python submission.py`). Default: run it unless there is nothing to build or the build cache already holds this source.")]
 HarnessOpt = Annotated[str, typer.Option("--harness", help="`task`: the task's own eval (fidelity). `popkit`: popkit's harness with trust checks.")]
-SeedOpt = Annotated[Optional[List[int]], typer.Option("--secret-seed", help="Secret seed for a secret run (repeatable).")]
+SeedOpt = Annotated[Optional[List[int]], typer.Option("--secret-seed", min=0, max=runner.MAX_SECRET_SEED, help="Secret seed for a secret run, 0 to 2147483647 (repeatable).")]
 KeepOpt = Annotated[bool, typer.Option("--keep-workdir", help="Keep the working directory and print where it is.")]
 HistoryOpt = Annotated[bool, typer.Option("--history/--no-history", help="Record the run in the history database.")]
 WorldSizeOpt = Annotated[Optional[int], typer.Option("--world-size", min=1, help="Multi-GPU tasks: run every case at this world_size, for a machine with fewer GPUs than the task asks for (scaled down: marked not leaderboard-faithful).")]
