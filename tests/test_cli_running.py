@@ -174,3 +174,13 @@ def test_a_task_with_its_own_entry_points_runs_from_the_cli(cli):
     result = cli("test", sub("good.py"), "--task", pair, "--no-history")  # defines only custom_kernel
     assert result.exit_code == 4, result.output
     assert "no `forward` defined" in result.output
+
+
+@pytest.mark.parametrize("width", ["0", "12", "-5", "wide", "1e3"])
+def test_a_bad_popkit_width_falls_back_with_one_warning(cli, monkeypatch, width):
+    monkeypatch.setenv("POPKIT_WIDTH", width)
+    result = cli("tasks")
+    assert result.exit_code == 0, result.output
+    assert "vectoradd" in result.stdout
+    assert result.stderr.count(f"warning: POPKIT_WIDTH={width} ignored: it must be a whole number of columns,"
+                               " at least 40") == 1

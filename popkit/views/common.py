@@ -29,9 +29,22 @@ def json_mode() -> bool:
     return _state["json"]
 
 
+MIN_WIDTH = 40  # narrower, and tables have no room for their columns (0 printed nothing at all)
+_warned_width: set[str] = set()
+
+
 def _width() -> int | None:
+    """POPKIT_WIDTH when it is a usable width; else the terminal's, with one warning per bad value."""
     value = os.environ.get("POPKIT_WIDTH")
-    return int(value) if value and value.isdigit() else None
+    if not value:
+        return None
+    if value.strip().isdigit() and int(value) >= MIN_WIDTH:
+        return int(value)
+    if value not in _warned_width:
+        _warned_width.add(value)
+        sys.stderr.write(f"warning: POPKIT_WIDTH={value} ignored: it must be a whole number of columns,"
+                         f" at least {MIN_WIDTH}\n")
+    return None
 
 
 def console() -> Console:
