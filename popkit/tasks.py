@@ -365,8 +365,24 @@ def _problem_set_files(root: Path, max_depth: int = 3) -> list[Path]:
     return sorted(found)
 
 
-def problem_sets(roots: Sequence[Path]) -> list[ProblemSet]:
-    """Every problem set under `roots` (yaml files with a `problems` key); other yaml files are ignored."""
+@dataclass(frozen=True)
+class Skipped:
+    """A problem set, or one entry of it, that `popkit tasks` could not load: the rest still lists."""
+
+    problem_set: Path
+    leaderboard: str | None  # None: the whole set
+    error: TaskError
+
+    def to_json(self) -> dict:
+        return {"problem_set": str(self.problem_set), "leaderboard": self.leaderboard,
+                "error": self.error.message, "hint": self.error.hint}
+
+
+def problem_sets(roots: Sequence[Path], skipped: list[Skipped] | None = None) -> list[ProblemSet]:
+    """Every problem set under `roots` (yaml files with a `problems` key); other yaml files are ignored.
+
+    With a `skipped` list, a set that does not load goes there instead of raising.
+    """
     sets = []
     for root in roots:
         for path in _problem_set_files(root):
@@ -375,7 +391,12 @@ def problem_sets(roots: Sequence[Path]) -> list[ProblemSet]:
             except (OSError, UnicodeDecodeError, yaml.YAMLError):
                 continue
             if isinstance(raw, Mapping) and "problems" in raw:
-                sets.append(load_problem_set(path))
+                try:
+                    sets.append(load_problem_set(path))
+                except TaskError as exc:
+                    if skipped is None:
+                        raise
+                    skipped.append(Skipped(path, None, exc))
     return sets
 
 
@@ -424,15 +445,23 @@ def shadowed_tasks(spec: str, roots: Sequence[Path] = ()) -> list[Path]:
     return [ps.task_dir(p) for ps in problem_sets(roots) for p in ps.problems if p.name == spec]
 
 
-def list_tasks(roots: Sequence[Path] = ()) -> list[Task]:
-    """Bundled tasks, then every task named by a problem set under `roots`."""
+def list_tasks(roots: Sequence[Path] = (), skipped: list[Skipped] | None = None) -> list[Task]:
+    """Bundled tasks, then every task named by a problem set under `roots`.
+
+    With a `skipped` list, a set or entry under `roots` that does not load goes there instead of raising.
+    """
     tasks = []
     bundled = bundled_problem_set()
     for problem in bundled.problems:
         tasks.append(_from_problem(bundled, problem, bundled=True))
-    for pset in problem_sets(roots):
+    for pset in problem_sets(roots, skipped):
         for problem in pset.problems:
-            tasks.append(_from_problem(pset, problem))
+            try:
+                tasks.append(_from_problem(pset, problem))
+            except TaskError as exc:
+                if skipped is None:
+                    raise
+                skipped.append(Skipped(pset.path, problem.name, exc))
     return tasks
 
 

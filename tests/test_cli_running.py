@@ -184,3 +184,18 @@ def test_a_bad_popkit_width_falls_back_with_one_warning(cli, monkeypatch, width)
     assert "vectoradd" in result.stdout
     assert result.stderr.count(f"warning: POPKIT_WIDTH={width} ignored: it must be a whole number of columns,"
                                " at least 40") == 1
+
+
+def test_one_bad_problem_set_entry_hides_no_other_task(cli, tmp_path):
+    (tmp_path / "set.yaml").write_text(
+        f"name: s\nproblems:\n  - {{directory: {DOUBLE}, name: dbl}}\n  - {{directory: nowhere, name: ghost}}\n")
+    (tmp_path / "broken.yaml").write_text("name: b\nproblems: 5\n")
+    result = cli("tasks", "--tasks-root", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    assert "dbl" in result.stdout and "vectoradd" in result.stdout
+    assert f"warning: skipped `ghost` of set.yaml: {tmp_path / 'nowhere'}: not a task directory" in result.stderr
+    assert "warning: skipped a problem set: broken.yaml: key `problems` must be a list (got int 5)" in result.stderr
+    doc = json.loads(cli("tasks", "--tasks-root", str(tmp_path), "--json").stdout)
+    assert "dbl" in [t["leaderboard"] for t in doc["tasks"]]
+    assert [(s["problem_set"], s["leaderboard"]) for s in doc["skipped"]] == [
+        (str(tmp_path / "broken.yaml"), None), (str(tmp_path / "set.yaml"), "ghost")]

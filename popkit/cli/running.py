@@ -284,10 +284,12 @@ def tasks_list(
     if ctx.invoked_subcommand is not None:
         return
     common.set_json(json)
-    tasks = list_tasks(task_roots(tasks_root or []))
+    skipped: list = []
+    tasks = list_tasks(task_roots(tasks_root or []), skipped)
     if not check:
-        view.show_task_list(tasks, json=json)
+        view.show_task_list(tasks, skipped, json=json)
         return
+    view.show_skipped(skipped)
     python = python or sys.executable
     probed = system.probe(python)
     view.show_task_check(tasks, runnable.check_tasks(tasks, python, probed), probed, json=json)

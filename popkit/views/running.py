@@ -10,8 +10,8 @@ from rich.table import Table
 from popkit import stats
 from popkit.ncu import NcuReport
 from popkit.results import CaseResult, ModeRun, RunReport
-from popkit.tasks import Task
-from popkit.views.common import (console, emit_json, escape, format_interval, format_time,
+from popkit.tasks import Skipped, Task, display_path
+from popkit.views.common import (console, emit_json, err_console, escape, format_interval, format_time,
                                   table as common_table)
 
 TAIL_LINES = 25  # lines of a log shown on screen; the JSON keeps the whole log
@@ -228,15 +228,24 @@ def _task_row(task: Task) -> dict:
     }
 
 
-def show_task_list(tasks: Sequence[Task], *, json: bool = False) -> None:
+def show_task_list(tasks: Sequence[Task], skipped: Sequence[Skipped] = (), *, json: bool = False) -> None:
     if json:
-        emit_json("tasks", {"tasks": [_task_row(t) for t in tasks]})
+        emit_json("tasks", {"tasks": [_task_row(t) for t in tasks], "skipped": [s.to_json() for s in skipped]})
         return
+    show_skipped(skipped)
     table = common_table(("task", "leaderboard", "gpus", "ranking", "tests", "benchmarks", "source"), show_edge=False)
     for t in tasks:
         table.add_row(escape(t.name), escape(t.leaderboard or "-"), escape(", ".join(t.gpus) or "-"), t.ranking_by,
                       str(len(t.tests)), str(len(t.benchmarks)), "bundled" if t.bundled else escape(str(t.path)))
     console().print(table)
+
+
+def show_skipped(skipped: Sequence[Skipped]) -> None:
+    """Problem sets or entries that did not load, one warning line each on stderr (stdout keeps its document)."""
+    con = err_console()
+    for s in skipped:
+        what = "a problem set" if s.leaderboard is None else f"`{s.leaderboard}` of {display_path(s.problem_set)}"
+        con.print(f"warning: skipped {escape(what)}: {escape(s.error.message)}")
 
 
 def show_task(task: Task, *, json: bool = False) -> None:
