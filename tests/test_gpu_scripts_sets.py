@@ -67,3 +67,50 @@ def test_multi_table_marks_a_disagreement():
     text = gpu_multi.markdown([row("right", True, True), row("wrong", False, True)], "NVIDIA H100", 2, 2)
     assert "2× NVIDIA H100" in text and "world_size 2" in text
     assert "| gemm-rs | right | pass | pass | yes |" in text and "| gemm-rs | wrong | fail (exit 112) | pass | **no** |" in text
+
+
+fidelity_sweep = _load("fidelity_sweep")
+
+
+def test_sweep_picks_the_sets_submission_when_its_imports_are_here(tmp_path):
+    from popkit.tasks import load_task
+
+    task_dir = tmp_path / "t"
+    shutil.copytree(FIX / "tasks" / "double", task_dir)
+    shutil.copytree(FIX / "tasks" / "common", tmp_path / "common")
+    subs = fidelity_sweep.submissions_for(load_task(task_dir))
+    assert subs["right"][0] == "ref_kernel wrapper" and subs["wrong"][0] == "ref_kernel + 1"
+    (task_dir / "submission.py").write_text("import json\n\ndef custom_kernel(x):\n    return 2 * x\n")
+    assert fidelity_sweep.submissions_for(load_task(task_dir))["right"][0] == "the set's submission.py"
+    (task_dir / "submission.py").write_text("import popkit_no_such_package\n")
+    assert fidelity_sweep.submissions_for(load_task(task_dir))["right"][0] == "ref_kernel wrapper"
+    pair = fidelity_sweep.submissions_for(load_task(FIX / "tasks" / "pair"))  # contract: forward/backward
+    assert set(pair) == {"wrong"} and "cross_entropy_forward" in pair["wrong"][1]
+
+
+def test_sweep_table_counts_agreements_and_lists_what_cannot_run():
+    row = {"set": "pmpp_v2", "task": "vectoradd_py", "kind": "right", "submission": "the set's submission.py",
+           "bare_passed": True, "bare_exit": 0, "popkit_passed": True, "popkit_exit": 0, "popkit_outcome": "passed"}
+    wrong = {**row, "kind": "wrong", "submission": "ref_kernel + 1", "bare_passed": False, "bare_exit": 112,
+             "popkit_passed": False, "popkit_exit": 1, "popkit_outcome": "failed"}
+    doc = {"card": "NVIDIA H100", "total": 42, "runnable": ["vectoradd_v2"], "tests": [row, wrong],
+           "leaderboard": [{"task": "vectoradd_py", "bare_score_s": 1e-5, "popkit_score_s": 1.01e-5}],
+           "not_runnable": [{"task": "mxfp4-mm", "leaderboard": "amd-mxfp4-mm", "reasons": ["needs an AMD GPU"]}]}
+    text = fidelity_sweep.markdown(doc)
+    assert "1 of 42 public tasks runnable here; test-mode verdicts identical in 2 of 2 runs" in text
+    assert "| pmpp_v2 | vectoradd_py | wrong: ref_kernel + 1 | fail (112) | failed (1) | yes |" in text
+    assert "| vectoradd_py | 10.00 µs | 10.10 µs | 1.010 |" in text
+    assert "- mxfp4-mm (amd-mxfp4-mm): needs an AMD GPU" in text
+
+
+def test_sweep_dry_run_plans_nothing_it_cannot_run(tmp_path, monkeypatch):
+    monkeypatch.setattr("popkit.runnable.gpu_devices_visible", lambda: False)
+    problems = tmp_path / "problems"
+    shutil.copytree(FIX / "needs", problems / "needs")
+    shutil.copytree(FIX / "tasks", problems / "tasks")
+    shutil.copyfile(FIX / "needs.yaml", problems / "needs.yaml")
+    assert fidelity_sweep.main([str(problems), "--out", str(tmp_path / "out"), "--dry-run"]) == 0
+    doc = json.loads((tmp_path / "out" / "sweep.json").read_text())
+    planned = {name for name, _, _ in doc["plan"]}
+    assert "gpu" not in planned and "nccl" not in planned
+    assert {r["task"] for r in doc["not_runnable"]} >= {"gpu", "nccl", "rocm"}

@@ -15,6 +15,7 @@ from popkit.tasks import load_task
 
 FIX = Path(__file__).parent / "fixtures"
 NEEDS = FIX / "needs"
+NEEDS_SET = FIX / "needs.yaml"  # the problem set naming them (beside tasks/common, whose eval they share)
 H100 = {"device": "NVIDIA H100 80GB HBM3", "cuda": "13.0", "arch": "sm_90", "gpu_count": 1, "memory": 85 * 10**9}
 MI300 = {"device": "AMD Instinct MI300X", "hip": "7.1", "arch": "gfx942", "gpu_count": 8, "memory": 192 * 2**30}
 CPU = {"device": "cpu", "gpu_count": 0}
@@ -86,13 +87,13 @@ def test_tasks_check_lists_every_task_with_its_reasons(monkeypatch, tmp_path):
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setattr("popkit.system.probe", lambda python=None, timeout=60.0: H100)
     monkeypatch.setattr(runnable, "missing_packages", lambda python, names, timeout=30.0: {"aiter"} & set(names))
-    result = CliRunner().invoke(app, ["tasks", "--check", "--tasks-root", str(NEEDS), "--json"])
+    result = CliRunner().invoke(app, ["tasks", "--check", "--tasks-root", str(NEEDS_SET), "--json"])
     assert result.exit_code == 0, result.output
     rows = {r["leaderboard"]: r for r in json.loads(result.stdout)["tasks"]}
     assert rows["needs-gpu"]["runnable"] and rows["needs-nothing"]["runnable"]
     assert not rows["needs-fp4"]["runnable"] and "sm_100" in rows["needs-fp4"]["reasons"][0]
     assert len(rows["needs-rocm"]["reasons"]) == 2
-    result = CliRunner().invoke(app, ["tasks", "--check", "--tasks-root", str(NEEDS)])
+    result = CliRunner().invoke(app, ["tasks", "--check", "--tasks-root", str(NEEDS_SET)])
     assert result.exit_code == 0, result.output
     assert "needs-8-gpus" in result.output and "cases need 8 GPUs" in result.output
     assert "NVIDIA H100 80GB HBM3" in result.output  # the machine the verdicts are for
