@@ -26,6 +26,7 @@ def test_gpu_lists_are_checked():
             spread.parse_gpus(bad)
 
 
+@pytest.mark.slow
 def test_run_j_goes_to_gpu_j_mod_n_and_results_keep_the_files_order():
     jobs = [spread.Job(SUBS / name, (SUBS / name).read_bytes(), load_task(DOUBLE))
             for name in ("good.py", "wrong.py", "good.py")]
