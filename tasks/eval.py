@@ -61,7 +61,7 @@ Trust checks (on unless POPKIT_TRUST=0; each failure names its class in the case
                           are not the submission's code
     device-sync           the device is synchronized before any verdict is read
     unsynchronized-work   GPU: after every timed call's end event completes, a device-wide synchronize
-                          is timed ("drain"); a case where at least max(3, 5%) of the calls left more
+                          is timed ("drain"); a case where at least max(3, half) of the calls left more
                           than 50 µs of work running (on another queue) fails: the event time missed it
     mode-probe            a check failing outside test mode is retried with sys.argv saying test
     pipe-guard            the result fd is non-inheritable and this process is made non-dumpable,
@@ -109,9 +109,10 @@ MAX_REMEMBERED_OUTPUTS = 100_000  # fingerprints kept to name a replayed output
 # idle once its end event completed, so timing a device-wide synchronize then costs only the call itself
 # (3-10 µs on an H100; tens on ROCm). 50 µs is well above that and below any escaped work worth having.
 DRAIN_MARGIN_NS = 50_000
-# A host stall (the eval descheduled inside those few µs) can lengthen one measurement; a cheat lengthens
-# every call it cheats on. A case fails only when at least this many calls, and this share of them, drained late.
-DRAIN_MIN_CALLS, DRAIN_MIN_SHARE = 3, 0.05
+# Host stalls (the eval descheduled inside those few µs) lengthen some measurements: on an H100 VM an honest
+# CUDA example drained late on 21 of 100 calls of one case (docs/benchmarks.md); a cheat lengthens every call
+# it cheats on (88-100 of 100 there). A case fails when at least this many calls, and half of them, drained late.
+DRAIN_MIN_CALLS, DRAIN_MIN_SHARE = 3, 0.5
 
 
 @dataclass(frozen=True)
