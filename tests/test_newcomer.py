@@ -108,15 +108,15 @@ def test_cu_file_for_a_python_task_is_refused_with_exit_4(cli, tmp_path, monkeyp
     assert "`popkit new --target cuda --task vectoradd` writes one" in result.output
 
 
-def _problem_set(root: Path) -> Path:
-    """A problem set naming a leaderboard `vectoradd`, like a checkout of the public sets does."""
+def _problem_set(root: Path, board: str = "vectoradd", gpus: str = "[]") -> Path:
+    """A problem set naming a leaderboard `board` (`vectoradd`, as a checkout of the public sets does); its task."""
     task = root / "theirs"
     task.mkdir(parents=True)
     (task / "task.yml").write_text((FIX / "tasks" / "double" / "task.yml").read_text()
                                    .replace("../common/tiny_eval.py", "tiny_eval.py"))
     (task / "tiny_eval.py").write_text((FIX / "tasks" / "common" / "tiny_eval.py").read_text())
     (root / "set.yaml").write_text("name: s\ndeadline: ''\ndescription: ''\nproblems:\n"
-                                   "  - {directory: theirs, name: vectoradd, deadline: '', gpus: []}\n")
+                                   f"  - {{directory: theirs, name: {board}, deadline: '', gpus: {gpus}}}\n")
     return task
 
 

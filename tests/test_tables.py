@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 
 from popkit.cli import app
 from tests.test_history import make_report
+from tests.test_newcomer import _problem_set
 
-FIX = Path(__file__).parent / "fixtures"
 LONG_BOARD = "amd-mixture-of-experts-with-a-very-long-leaderboard-name"
 
 
@@ -21,17 +21,6 @@ def narrow(monkeypatch, tmp_path):
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("POPKIT_HOME", str(tmp_path / "home"))
     return tmp_path
-
-
-def _problem_set(root: Path) -> Path:
-    task = root / "moe_py"
-    task.mkdir(parents=True)
-    (task / "task.yml").write_text((FIX / "tasks" / "double" / "task.yml").read_text()
-                                   .replace("../common/tiny_eval.py", "tiny_eval.py"))
-    (task / "tiny_eval.py").write_text((FIX / "tasks" / "common" / "tiny_eval.py").read_text())
-    (root / "set.yaml").write_text("name: s\ndeadline: ''\ndescription: ''\nproblems:\n"
-                                   f"  - {{directory: moe_py, name: {LONG_BOARD}, deadline: '', gpus: [MI300]}}\n")
-    return root
 
 
 def _no_broken_words(output: str, headers: tuple[str, ...], long_value: str) -> None:
@@ -46,7 +35,8 @@ def _no_broken_words(output: str, headers: tuple[str, ...], long_value: str) -> 
 
 
 def test_tasks_table_at_80_columns_in_a_pipe(narrow):
-    root = _problem_set(narrow / "set")
+    root = narrow / "set"
+    _problem_set(root, LONG_BOARD, "[MI300]")
     result = CliRunner().invoke(app, ["tasks", "--tasks-root", str(root)])
     assert result.exit_code == 0, result.output
     _no_broken_words(result.output, ("task", "leaderboard", "gpus", "ranking", "tests", "benchmarks", "source"),
