@@ -318,7 +318,7 @@ def _torch_checks(info: Mapping[str, Any]) -> list[Check]:
     else:
         out.append(Check("gpu", "warn", "none visible" + (f" ({info['error']})" if info.get("error") else ""),
                          "kernels cannot run here; `popkit compile` still builds them, and `popkit test` runs "
-                         "the bundled tasks' references on the CPU"))
+                         "pure-PyTorch submissions of the bundled tasks on the CPU"))
     return out
 
 

@@ -92,6 +92,7 @@ def _run(submission: Path, task_spec: Optional[str], roots: Optional[List[Path]]
     started = time.monotonic()  # the footer counts all of it: resolving, the run, the baseline, the ledger
     content = runner.read_submission(submission, entry_points=None)  # the task's names are checked in the run
     task = _resolve(submission, content, task_spec, roots)
+    runner.check_runnable(task, submission, content, mode)  # a CUDA build without a GPU says so first
     _check_gpu_sized(task, mode, allow_cpu)
     if baseline and "custom_kernel" not in (entry_points(task, options.harness) or ("custom_kernel",)):
         raise UsageError(f"--baseline reference needs a task whose submissions define custom_kernel "
