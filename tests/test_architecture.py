@@ -195,3 +195,8 @@ def test_imports_inside_functions_and_relative_imports_count(tmp_path):
     assert graph["popkit.cli.app"] == {"popkit": 1, "popkit.cli.helper": 2}
     assert graph["popkit.cli.helper"] == {}
     assert find_cycles(graph) == [["popkit.high", "popkit.low", "popkit.high"]]
+
+
+def test_popcorn_only_talks_to_popcorn_cli():
+    """The submit workflow (check, gate, record) lives in popkit.submit; popkit.popcorn needs none of it."""
+    assert set(import_graph()["popkit.popcorn"]) <= {"popkit.errors", "popkit.results"}
