@@ -291,8 +291,9 @@ def _pip(name: str) -> str:
 def blockers(need: Needs, here: Machine, world_size: int | None = None) -> list[str]:
     """Why the task cannot run here, most basic first; empty when it can."""
     reasons = []
-    if need.gpu and not here.vendor:
-        reasons.append(f"needs a GPU ({need.gpu}); this machine has none")
+    why_gpu = need.gpu or need.vendor_why or need.sm_why  # a vendor or an architecture implies a GPU
+    if why_gpu and not here.vendor:
+        reasons.append(f"needs a GPU ({why_gpu}); this machine has none")
     elif need.vendor and here.vendor and need.vendor != here.vendor:
         reasons.append(f"needs an {_VENDOR[need.vendor]} GPU "
                        f"({need.vendor_why}); this one is {here.device}")

@@ -45,6 +45,8 @@ def test_each_need_is_one_reason_naming_the_file_and_the_machine():
     assert verdict("rocm", H100, missing={"aiter"}) == [
         "needs an AMD GPU (imports aiter (ROCm only)); this one is NVIDIA H100 80GB HBM3",
         "reference.py imports aiter, which is not installed (pip: aiter (ROCm; built from github.com/ROCm/aiter))"]
+    assert verdict("fp4", CPU) == [  # no tensor on "cuda" in its files, yet fp4 needs an NVIDIA GPU
+        "needs a GPU (reference.py uses fp4 (torch.float4_e2m1fn_x2), which needs sm_100 (B200)); this machine has none"]
     assert verdict("fp4", H100) == [
         "reference.py uses fp4 (torch.float4_e2m1fn_x2), which needs sm_100 (B200); this GPU is sm_90"]
     assert verdict("fp4", {**H100, "arch": "sm_100"}) == []
