@@ -133,6 +133,11 @@ def _file_findings(content: bytes, name: str) -> tuple[list[Diagnostic], str | N
         found.append(finding("utf8", ERROR, line, column, f"not UTF-8 (byte {exc.start}: "
                              f"0x{content[exc.start]:02x})", "save the file as UTF-8"))
         return found, None
+    if text.startswith("\ufeff"):
+        found.append(finding("bom", WARNING, 1, 1,
+                             "the file starts with a UTF-8 byte-order mark (BOM): Python skips it, but the server"
+                             " and popcorn-cli read it as part of line 1, so no `#!POPCORN` directive there counts",
+                             "save the file as UTF-8 without a BOM"))
     return found, text
 
 

@@ -451,7 +451,7 @@ def _binds_entry(tree: ast.Module) -> bool:
 def hack_findings(text: str, filename: str) -> list[Diagnostic]:
     """Every reward-hack rule on one Python source; a syntax error is itself an error finding."""
     try:
-        tree = ast.parse(text, filename=filename)
+        tree = ast.parse(text.removeprefix("\ufeff"), filename=filename)  # Python skips a leading BOM too
     except SyntaxError as exc:
         return [finding("syntax", ERROR, exc.lineno, exc.offset, f"syntax error: {exc.msg}",
                         "the remote run would fail at import; `python -m py_compile FILE` shows the same")]

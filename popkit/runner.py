@@ -123,10 +123,15 @@ def validate_submission(path: Path, data: bytes, entry_points: Sequence[str] | N
         raise SubmissionError(f"{path}: not UTF-8 (byte {exc.start})", "save the file as UTF-8") from None
     if Path(path).suffix == ".py":
         try:
-            tree = ast.parse(text, filename=str(path))
+            tree = ast.parse(text.removeprefix(BOM), filename=str(path))  # Python skips a leading BOM too
         except SyntaxError as exc:
             raise SubmissionError(f"{path}:{exc.lineno}:{exc.offset or 0}: syntax error: {exc.msg}",
                                   "fix the syntax; `python -m py_compile FILE` shows the same") from None
+        for name in entry_points or ():
+            bound = _bound_to_data(tree, name)
+            if bound:
+                raise SubmissionError(f"{path}: {name} is not a function (it is bound to {bound})",
+                                      f"define `def {name}(data):` returning the output")
         missing = [name for name in entry_points or () if not _defines(tree, name)]
         if missing:
             hint = f"the task's eval takes {', '.join(entry_points)} from the submission"
@@ -191,6 +196,29 @@ def task_spec_for(path: Path, content: bytes, explicit: str | None) -> str:
         raise UsageError(f"{path}: no `#!POPCORN leaderboard NAME` directive and no --task",
                          "add `#!POPCORN leaderboard vectoradd` as the file's first line, or pass --task")
     return name
+
+
+BOM = "\ufeff"  # a UTF-8 byte-order mark, as decoded text
+
+
+def _bound_to_data(tree: ast.Module, name: str) -> str:
+    """`an int at line 3` when the module's last top-level binding of `name` is a literal; else ''."""
+    last = None
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+            last = None
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and any(
+                isinstance(t, ast.Name) and t.id == name
+                for t in (node.targets if isinstance(node, ast.Assign) else [node.target])):
+            last = node.value
+    if isinstance(last, ast.Constant):
+        kind = type(last.value).__name__
+    elif isinstance(last, (ast.List, ast.Tuple, ast.Dict, ast.Set, ast.JoinedStr)):
+        kind = {"JoinedStr": "str"}.get(type(last).__name__, type(last).__name__.lower())
+    else:
+        return ""
+    article = "an" if kind[0] in "aeiou" else "a"
+    return f"{article} {kind} at line {last.lineno}"
 
 
 def _defines(tree: ast.Module, name: str) -> bool:

@@ -49,6 +49,15 @@ def test_empty_file():
     assert "empty" not in _rules(_check(OK_BODY))
 
 
+def test_a_utf8_bom_runs_but_is_warned_about_for_the_servers_directive_block():
+    report = check_bytes(b"\xef\xbb\xbf" + OK_BODY.encode(), "sub.py", guard=False)
+    assert report.ok and "syntax" not in _rules(report)
+    (bom,) = [f for f in report.findings if f.rule == "bom"]
+    assert (bom.severity, bom.line, bom.column) == ("warning", 1, 1)
+    assert bom.message == ("the file starts with a UTF-8 byte-order mark (BOM): Python skips it, but the server"
+                           " and popcorn-cli read it as part of line 1, so no `#!POPCORN` directive there counts")
+
+
 def test_not_utf8_names_line_and_column():
     report = check_bytes(OK_BODY.encode() + b"# caf\xe9\n", "sub.py", guard=False)
     (finding,) = [f for f in report.findings if f.rule == "utf8"]

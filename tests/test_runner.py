@@ -86,6 +86,15 @@ def test_read_submission_checks(tmp_path):
     guarded = tmp_path / "guarded.py"
     guarded.write_text("try:\n    import torch\nexcept ImportError:\n    pass\nelse:\n    def custom_kernel(d):\n        return d\n")
     assert runner.read_submission(guarded).startswith(b"try:")
+    bom = tmp_path / "bom.py"  # Python runs a file that starts with a UTF-8 byte-order mark
+    bom.write_bytes(b"\xef\xbb\xbfdef custom_kernel(d):\n    return d\n")
+    assert runner.read_submission(bom).startswith(b"\xef\xbb\xbf")
+    five = tmp_path / "five.py"
+    five.write_text("import torch\n\ncustom_kernel = 5\n")
+    with pytest.raises(SubmissionError) as info:
+        runner.read_submission(five)
+    assert info.value.message == f"{five}: custom_kernel is not a function (it is bound to an int at line 3)"
+    assert info.value.exit_code == 4
     latin = tmp_path / "latin.py"
     latin.write_bytes(b"# caf\xe9\ndef custom_kernel(d): return d\n")
     with pytest.raises(SubmissionError, match="not UTF-8"):
