@@ -224,7 +224,7 @@ def load_task(path: Path | str, *, leaderboard: str | None = None, gpus: Sequenc
         if source != SUBMISSION_SOURCE:
             set_root = set_root or _set_root(directory)
             resolved = (directory / source).resolve()
-            if not resolved.is_relative_to(set_root):
+            if not (resolved.is_relative_to(set_root) or resolved.is_relative_to(_BUNDLED)):
                 raise check.fail(f"key `files[{i}].source`: `{source}` is outside the problem set ({set_root})",
                                  "a task may use files of its own problem set only (the folder of its yaml)")
             if not resolved.is_file():
@@ -287,6 +287,9 @@ def load_task(path: Path | str, *, leaderboard: str | None = None, gpus: Sequenc
         leaderboard=leaderboard,
         bundled=bundled,
     )
+
+
+_BUNDLED = data_dir("tasks").resolve()  # popkit's own task files (its eval, utils.py) may be named by any task
 
 
 def _set_root(directory: Path) -> Path:

@@ -152,3 +152,10 @@ def test_a_symlink_out_of_the_problem_set_is_refused(tmp_path):
     (task_dir / "link.py").symlink_to(secret)
     with pytest.raises(TaskError, match=r"key `files\[1\].source`: `link.py` is outside the problem set"):
         load_task(task_dir)
+
+
+def test_popkits_own_task_files_may_be_named_from_anywhere(tmp_path):
+    from popkit.resources import data_dir
+
+    task_dir = write_task(tmp_path / "set", GOOD.replace("source: eval.py", f"source: {data_dir('tasks') / 'eval.py'}"))
+    assert load_task(task_dir).files[1].source.endswith("eval.py")
