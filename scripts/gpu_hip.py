@@ -82,6 +82,18 @@ try:
     compiled = torch.compile(module.custom_kernel, fullgraph=True)(clone(data))
     torch.cuda.synchronize()
     result["compile_equal"] = bool(torch.equal(eager, compiled))
+    if not result["compile_equal"]:
+        # A kernel whose float reduction order varies (atomics: vectorsum) differs from itself between two
+        # eager calls; then compiled must match eager within the task's own check, and the table says so.
+        again = module.custom_kernel(clone(data))
+        torch.cuda.synchronize()
+        if not torch.equal(eager, again):
+            from reference import check_implementation
+            verdict = check_implementation(data, compiled)
+            ok, message = verdict if isinstance(verdict, tuple) else (not verdict, verdict)
+            result["compile_equal"] = bool(ok)
+            result["compile_note"] = ("eager differs from itself between calls (reduction order); compiled "
+                                      "passes the task's check" if ok else f"compiled fails the task's check: {message}")
 except BaseException as exc:
     result["error"] = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-3000:]
 with open(out, "w") as fh:
@@ -206,7 +218,8 @@ def markdown(doc: dict) -> str:
     lines += ["", f"#### torch.library templates: opcheck and torch.compile ({card})", "",
               "`torch.library.opcheck` on the operator each `--style library` template registers, and "
               "`torch.compile(custom_kernel, fullgraph=True)` against eager on the task's last test case "
-              "(`torch.equal`). HIP templates run through the HIP-to-CUDA mapping.", "",
+              "(`torch.equal`; a kernel that differs from itself between two eager calls, float atomics, is "
+              "held to the task's check instead, marked *). HIP templates run through the HIP-to-CUDA mapping.", "",
               "| target | task | tests | opcheck | compile == eager |", "|---|---|---|---|---|"]
     for f in doc["files"]:
         if f["style"] != "library" or f["kind"] != "template":
@@ -214,7 +227,7 @@ def markdown(doc: dict) -> str:
         lib = f.get("library")
         equal = None if not lib else lib.get("compile_equal")
         lines.append(f"| {f['target']} | {f['task']} | {(f.get('test') or {}).get('outcome') or 'not run'} | "
-                     f"{_mark(opcheck_passed(lib))} | {_mark(equal)} |")
+                     f"{_mark(opcheck_passed(lib))} | {_mark(equal)}{'*' if lib and lib.get('compile_note') else ''} |")
     return "\n".join(lines) + "\n"
 
 
