@@ -15,7 +15,7 @@ class ExitCode(IntEnum):
     OK = 0
     FAILED = 1  # ran, but a check failed (wrong output, reward hack caught, lint errors, slower in A/B gate)
     USAGE = 2  # bad command line
-    BAD_TASK = 3  # task.yml or problem set invalid, task not found
+    BAD_TASK = 3  # task.yml or problem set invalid, task not found, the task's reference failed
     BAD_SUBMISSION = 4  # submission missing, unreadable, syntax error, an entry point the task's eval takes is missing
     COMPILE_FAILED = 5  # the kernel did not build
     CRASHED = 6  # the eval process died (signal, CUDA error, non-protocol exit code)

@@ -26,6 +26,7 @@ OUTCOME_EXIT = {
     "passed": ExitCode.OK,
     "failed": ExitCode.FAILED,
     "bad_submission": ExitCode.BAD_SUBMISSION,
+    "bad_task": ExitCode.BAD_TASK,  # the task's reference failed (popkit's harness names it)
     "compile_failed": ExitCode.COMPILE_FAILED,
     "crashed": ExitCode.CRASHED,
     "timed_out": ExitCode.TIMED_OUT,

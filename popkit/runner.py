@@ -394,6 +394,8 @@ def _number(raw: Mapping[str, str], key: str) -> float | None:
 
 
 MALFORMED = "the eval wrote a malformed result"
+# How popkit's harness (tasks/eval.py) starts a case's error when the task's own reference failed.
+REFERENCE_FAILURES = ("reference.py failed to import: ", "generate_input failed: ", "ref_kernel failed: ")
 
 
 def _case_numbers(raw: Mapping[str, str], p: str) -> tuple[dict[str, float | None], tuple[float, ...], str]:
@@ -465,7 +467,10 @@ def classify(run: ModeRun) -> tuple[str, str]:
         if failed:
             first = failed[0]
             detail = ((first.error or first.message).splitlines() or ["failed"])[0]
-            return "failed", f"check failed: {where}, {first.kind} {first.spec or first.index}: {detail}"
+            case = f"{where}, {first.kind} {first.spec or first.index}: {detail}"
+            if first.error.startswith(REFERENCE_FAILURES):
+                return "bad_task", f"task error: {case} (the task's reference failed)"
+            return "failed", f"check failed: {case}"
         if run.check == "pass":
             return "passed", ""
         if run.check is None:

@@ -537,3 +537,27 @@ def test_honest_calls_pass_and_report_their_drain_and_trust_off_skips_the_rule()
     off, pipe_off = _session_with([{"ok": True, "ns": 10e3, "drain": 290e3}] * 6, trust=False)
     off.run()
     assert off.all_passed and "benchmark.0.status" not in pipe_off.lines
+
+
+@pytest.mark.parametrize("broken,error", [
+    ("generate_input", "generate_input failed: ValueError: the task is broken"),
+    ("ref_kernel", "ref_kernel failed: ValueError: the task is broken"),
+    ("import", "reference.py failed to import: ValueError: the task is broken"),
+])
+def test_a_broken_reference_is_a_task_error_not_the_submissions(tmp_path, broken, error):
+    reference = (FIXTURES / "doubler" / "reference.py").read_text()
+    if broken == "import":
+        reference += "\nraise ValueError('the task is broken')\n"
+    else:
+        reference = reference.replace(f"def {broken}(", f"def {broken}(*_a, **_k):\n    raise ValueError("
+                                      f"'the task is broken')\n\n\ndef _unused_{broken}(")
+    (tmp_path / "task").mkdir()
+    (tmp_path / "task" / "reference.py").write_text(reference)
+    (tmp_path / "task" / "task.yml").write_text(
+        (FIXTURES / "doubler" / "task.yml").read_text().replace("../../../../tasks/eval.py", str(EVAL_PATH)))
+    sub = tmp_path / "sub.py"
+    sub.write_text("def custom_kernel(data):\n    return data['x'] * data['scale']\n")
+    report = runner.run_submission(load_task(tmp_path / "task"), sub, "test",
+                                   runner.RunOptions(precompile=False, env=CHILD_ENV), system={"device": "test"})
+    assert report.outcome == "bad_task" and int(report.exit_code) == 3
+    assert report.runs[0].summary == f"task error: test, test size: 8; seed: 1: {error} (the task's reference failed)"
