@@ -12,10 +12,13 @@ import ast
 import base64
 import binascii
 import contextlib
+import functools
 import hashlib
+import hmac
 import math
 import os
 import random
+import secrets
 import re
 import shutil
 import signal
@@ -41,6 +44,7 @@ MULTI_GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1
 PRECOMPILE_TIMEOUT_S = 120.0
 PRECOMPILE_SEED = "1"
 POPKIT_EVAL_NAME = "popkit_eval.py"  # popkit's harness, when it replaces a task's own eval
+PIPE_END_KEY = "popkit.end"  # popkit's harness writes this record last (see tasks/eval.py's ResultPipe)
 _PROTOCOL_EXIT = {
     2: "bad usage or unknown mode",
     110: "CUDA API failure",
@@ -75,15 +79,38 @@ def render_cases(cases: Sequence[Mapping[str, Any]]) -> str:
     return "".join("; ".join(f"{k}: {v}" for k, v in case.items()) + "\n" for case in cases)
 
 
-def parse_pipe(text: str) -> dict[str, str]:
-    """Pipe lines `key: value`, split at the first colon, both sides stripped; later keys win."""
+def parse_pipe(text: str, first_wins: bool = False) -> dict[str, str]:
+    """Pipe lines `key: value`, split at the first colon, both sides stripped.
+
+    Later keys win, as on the leaderboard; with `first_wins` (popkit's harness) the first value of a key stands.
+    """
     result: dict[str, str] = {}
     for line in text.splitlines():
         if ":" not in line:
             continue
         key, value = line.split(":", 1)
-        result[key.strip()] = value.strip()
+        if not (first_wins and key.strip() in result):
+            result[key.strip()] = value.strip()
     return result
+
+
+def sealed_pipe(data: bytes, key: str) -> tuple[bytes, str]:
+    """What popkit's harness wrote before its closing record `popkit.end: HMAC`, and what is wrong with it.
+
+    The second value is "" when the record is there and its HMAC (keyed with `key`) matches every byte
+    before it; lines after the record are dropped.
+    """
+    start = 0
+    for line in data.splitlines(keepends=True):
+        if line.startswith(PIPE_END_KEY.encode() + b":"):
+            body = data[:start]
+            expected = hmac.new(key.encode(), body, "sha256").hexdigest()
+            if hmac.compare_digest(line.split(b":", 1)[1].strip(), expected.encode()):
+                return body, ""
+            return body, ("result-pipe tampering: the result pipe holds lines popkit's harness did not write "
+                          "(another process wrote on it)")
+        start += len(line)
+    return data, "result pipe: popkit's harness ended without its closing record, so its lines cannot be trusted"
 
 
 def secret_case_seed(case_seed: int, secret: int) -> int:
@@ -279,7 +306,8 @@ def run_child(argv: Sequence[str], cwd: Path, env: Mapping[str, str], timeout_s:
 
 
 def child_env(options: RunOptions, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("POPCORN_FD", "POPCORN_SEED", "POPCORN_GPUS")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("POPCORN_FD", "POPCORN_SEED", "POPCORN_GPUS", "POPKIT_PIPE_KEY")}
     env.update(options.env)
     env.update(extra)
     return env
@@ -357,7 +385,11 @@ class LiveProgress:
 def run_mode(workdir: Path, main: str, mode: str, cases: Sequence[Mapping[str, Any]], *, timeout_s: float,
              options: RunOptions, seed: int | None = None, gpus: int | None = None,
              cases_name: str | None = None, progress: Progress | None = None, label: str = "") -> ModeRun:
-    """One eval process: `python <main> MODE CASES` with the result pipe; parse what it wrote."""
+    """One eval process: `python <main> MODE CASES` with the result pipe; parse what it wrote.
+
+    Reading stops when the eval exits. popkit's own harness gets a key for its closing record; its
+    first value of a key stands, and a run without a valid record does not pass.
+    """
     cases_file = workdir / (cases_name or f"{mode}{'-secret' if seed is not None else ''}.txt")
     cases_file.write_text(render_cases(cases))
     extra = {}
@@ -366,20 +398,45 @@ def run_mode(workdir: Path, main: str, mode: str, cases: Sequence[Mapping[str, A
     if gpus is not None:
         extra["POPCORN_GPUS"] = str(gpus)
         extra.update(MULTI_GPU_ENV)
+    key = secrets.token_hex(16) if is_popkit_harness(workdir / main) else ""
+    if key:
+        extra["POPKIT_PIPE_KEY"] = key
     watch = None
     if progress is not None:
         watch = LiveProgress(progress, label or mode, len(cases), "test" if mode == "test" else "benchmark")
     done = proc.run([options.python, main, mode, cases_file.name], workdir, child_env(options, **extra),
                     timeout_s, result_fd_env="POPCORN_FD", watch=watch)
-    raw = parse_pipe(done.pipe.decode("utf-8", "replace"))
+    pipe, pipe_problem = sealed_pipe(done.pipe, key) if key else (done.pipe, "")
+    if done.pipe_overflow:
+        pipe_problem = f"result pipe: the eval wrote more than {proc.PIPE_BYTES // 2**20} MiB on it"
+    raw = parse_pipe(pipe.decode("utf-8", "replace"), first_wins=bool(key))
     code = TIMEOUT_EXIT_CODE if done.timed_out else done.code
     run = ModeRun(mode=mode, secret=seed is not None, seed=seed, exit_code=code, duration_s=done.seconds,
                   timeout_s=timeout_s, timed_out=done.timed_out, check=raw.get("check"),
-                  tests=_cases(raw, "test"), benchmarks=_cases(raw, "benchmark"), raw=raw,
+                  tests=_cases(raw, "test", len(cases)), benchmarks=_cases(raw, "benchmark", len(cases)), raw=raw,
                   stdout=done.stdout, stderr=done.stderr)
     run = judge_physics(run)
     outcome, summary = classify(run)
+    if outcome == "passed" or pipe_problem.startswith("result-pipe tampering"):
+        if pipe_problem:
+            outcome, summary = "failed", f"{pipe_problem}: {_where(run)}"
+        elif cases and not run.tests and not run.benchmarks:
+            outcome, summary = "failed", (f"check failed: {_where(run)} wrote `check: pass` but no case results "
+                                          f"for its {len(cases)} case(s)")
     return replace(run, outcome=outcome, summary=summary)
+
+
+@functools.lru_cache(maxsize=1)
+def _popkit_harness_bytes() -> bytes:
+    return (data_dir("tasks") / "eval.py").read_bytes()
+
+
+def is_popkit_harness(path: Path) -> bool:
+    """Whether `path` is popkit's own harness (the bundled tasks' eval, or --harness popkit)."""
+    try:
+        return path.read_bytes() == _popkit_harness_bytes()
+    except OSError:
+        return False
 
 
 def _unescape(value: str) -> str:
@@ -420,9 +477,10 @@ def _case_numbers(raw: Mapping[str, str], p: str) -> tuple[dict[str, float | Non
     return numbers, samples, f"{MALFORMED}: {problems[0]}" if problems else ""
 
 
-def _cases(raw: Mapping[str, str], kind: str) -> tuple[CaseResult, ...]:
+def _cases(raw: Mapping[str, str], kind: str, limit: int) -> tuple[CaseResult, ...]:
+    """The `kind` cases the eval reported; never more than the `limit` cases it was given."""
     try:
-        count = int(raw.get(f"{kind}-count", "0"))
+        count = max(0, min(int(raw.get(f"{kind}-count", "0")), limit))
     except ValueError:
         count = 0
     cases = []
@@ -455,9 +513,13 @@ _MISSING_ENTRY = re.compile(r"cannot import name '(\w+)' from 'submission'"
                             r"|module 'submission' has no attribute '(\w+)'")
 
 
+def _where(run: ModeRun) -> str:
+    return f"{run.mode}{' (secret seed %d)' % run.seed if run.secret else ''}"
+
+
 def classify(run: ModeRun) -> tuple[str, str]:
     """The outcome of one eval run and its one categorized line."""
-    where = f"{run.mode}{' (secret seed %d)' % run.seed if run.secret else ''}"
+    where = _where(run)
     if run.timed_out:
         return "timed_out", f"timed out: {where} ran past its {run.timeout_s:g} s timeout"
     if run.succeeded:

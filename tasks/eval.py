@@ -20,6 +20,8 @@ Environment:
     POPKIT_TRUST  "0" turns popkit's trust checks off (fidelity runs: only what the leaderboard's
                   own eval does). Any other value, or unset, leaves them on. Removed from the
                   environment before the submission is imported.
+    POPKIT_PIPE_KEY  set by popkit: the key of the closing record `popkit.end: HMAC` (see ResultPipe).
+                  Removed from the environment before the submission is imported.
 
 Pipe keys: test-count, test.I.spec|status|error|message; benchmark-count,
 benchmark.I.spec|runs|mean|std|err|best|worst (nanoseconds), benchmark.I.status: fail with
@@ -77,6 +79,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import hmac
 import json
 import math
 import multiprocessing
@@ -359,16 +362,27 @@ def format_number(x: float) -> str:
 
 
 class ResultPipe:
-    """The result pipe: one `key: value` line per write, flushed at once (a timeout keeps what was written)."""
+    """The result pipe: one `key: value` line per write, flushed at once (a timeout keeps what was written).
 
-    def __init__(self, fd: int):
+    With a key (POPKIT_PIPE_KEY), close() writes one closing record last, `popkit.end: HMAC`, the
+    HMAC-SHA256 of every byte written before it: popkit requires it, so a line that another process
+    wrote on the pipe (or a run cut short) cannot pass as this harness's verdict.
+    """
+
+    def __init__(self, fd: int, key: str = ""):
         self._file = os.fdopen(fd, "w", encoding="utf-8", errors="replace", buffering=1)
+        self._mac = hmac.new(key.encode(), digestmod="sha256") if key else None
 
     def write(self, key: str, value: Any) -> None:
-        self._file.write(f"{key}: {escape_value(value)}\n")
+        line = f"{key}: {escape_value(value)}\n"
+        self._file.write(line)
         self._file.flush()
+        if self._mac is not None:
+            self._mac.update(line.encode("utf-8", "replace"))
 
     def close(self) -> None:
+        if self._mac is not None:
+            self._file.write(f"popkit.end: {self._mac.hexdigest()}\n")
         self._file.close()
 
 
@@ -638,6 +652,7 @@ def main(argv: list[str] | None = None) -> int:
     mode, cases_path = argv[1], argv[2]
     seed_text = os.environ.pop("POPCORN_SEED", None)  # read, then unset: the worker never sees it
     trust = os.environ.pop("POPKIT_TRUST", "1").strip() != "0"
+    pipe_key = os.environ.pop("POPKIT_PIPE_KEY", "")  # read, then unset: the worker never sees it
     try:
         secret = int(seed_text) if seed_text not in (None, "") else None
     except ValueError:
@@ -650,7 +665,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_CASES
     if trust:
         _make_non_dumpable()
-    pipe = ResultPipe(fd)
+    pipe = ResultPipe(fd, pipe_key)
     link = WorkerLink({"trust": trust})
     session = Session(pipe, link, mode, cases, trust)
     try:

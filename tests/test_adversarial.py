@@ -3,6 +3,7 @@ forge its verdict or change its harness unnoticed."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -133,3 +134,67 @@ def test_a_pipe_write_after_the_eval_exited_is_not_read(tmp_path):
     assert run.check == "fail" and run.outcome == "failed", run.raw
     assert int(report.exit_code) == 1
     assert_nothing_left(log)
+
+
+def test_popkit_harness_needs_its_closing_record_and_keeps_the_first_value_of_a_key():
+    key = "k"
+    body = b"test-count: 1\ncheck: fail\n"
+    import hashlib
+    import hmac
+
+    record = b"popkit.end: " + hmac.new(key.encode(), body, hashlib.sha256).hexdigest().encode() + b"\n"
+    assert runner.sealed_pipe(body + record + b"check: pass\n", key) == (body, "")
+    forged, problem = runner.sealed_pipe(b"check: pass\n" + body + record, key)
+    assert problem.startswith("result-pipe tampering")
+    assert runner.parse_pipe(forged.decode(), first_wins=True)["check"] == "pass"  # why the record matters
+    assert runner.sealed_pipe(body, key)[1].startswith("result pipe: popkit's harness ended without")
+    assert runner.parse_pipe("check: fail\ncheck: pass\n", first_wins=True) == {"check": "fail"}
+
+
+@pytest.mark.slow
+def test_the_result_pipe_reopened_through_proc_cannot_forge_popkits_harness(tmp_path):
+    log = tmp_path / "attack.log"
+    task = load_task(Path(popkit.__file__).resolve().parent.parent / "tasks" / "vectoradd")
+    options = runner.RunOptions(precompile=False, env=attack_env(log))
+    report = runner.run_submission(task, ATTACKS / "late_pipe_proc.py", "test", options, system=NO_PROBE)
+    run = report.runs[0]
+    assert run.outcome == "failed" and int(report.exit_code) == 1, run.summary
+    if os.geteuid() == 0:  # root reopened the pipe: the foreign lines are named
+        assert run.summary.startswith("result-pipe tampering"), run.summary
+    assert_nothing_left(log)
+
+
+# ---------------------------------------------------------------------------- 5: bounded memory
+
+
+def test_a_flood_of_output_is_kept_as_a_bounded_head_and_tail(tmp_path):
+    log = tmp_path / "attack.log"
+    report = run_attack("flood.py", log)
+    run = report.runs[0]
+    assert run.outcome == "passed", run.summary
+    limit = 8 * 1024 + 64 * 1024 + 100  # the first 8 KiB and the last 64 KiB of each
+    assert len(run.stdout) < limit and len(run.stderr) < limit
+    assert "bytes not kept" in run.stdout
+    assert len(json.dumps(report.to_json())) < 4 * limit
+
+
+def test_a_huge_count_on_the_pipe_is_bounded_by_the_cases_file(tmp_path):
+    report = run_attack("huge_count.py", tmp_path / "attack.log")
+    run = report.runs[0]
+    assert run.raw["test-count"] == "100000000"
+    assert len(run.tests) == 2
+
+
+# --------------------------------------------------------------------------- 9: no case results
+
+
+def test_an_eval_writing_only_check_pass_does_not_pass(tmp_path):
+    (tmp_path / "task.yml").write_text(
+        f"files:\n  - {{name: submission.py, source: '@SUBMISSION@'}}\n"
+        f"  - {{name: eval.py, source: {ATTACKS / 'only_check_eval.py'}}}\n"
+        "lang: py\ndescription: d\nconfig: {main: eval.py}\ntests:\n  - {size: 1}\n")
+    report = runner.run_submission(load_task(tmp_path), Path(__file__).parent / "fixtures" / "submissions" / "good.py",
+                                   "test", runner.RunOptions(precompile=False), system=NO_PROBE)
+    run = report.runs[0]
+    assert run.outcome == "failed" and int(report.exit_code) == 1
+    assert "wrote `check: pass` but no case results for its 1 case(s)" in run.summary
