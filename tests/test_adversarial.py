@@ -189,9 +189,10 @@ def test_a_huge_count_on_the_pipe_is_bounded_by_the_cases_file(tmp_path):
 
 
 def test_an_eval_writing_only_check_pass_does_not_pass(tmp_path):
+    (tmp_path / "only_check_eval.py").write_bytes((ATTACKS / "only_check_eval.py").read_bytes())
     (tmp_path / "task.yml").write_text(
-        f"files:\n  - {{name: submission.py, source: '@SUBMISSION@'}}\n"
-        f"  - {{name: eval.py, source: {ATTACKS / 'only_check_eval.py'}}}\n"
+        "files:\n  - {name: submission.py, source: '@SUBMISSION@'}\n"
+        "  - {name: eval.py, source: only_check_eval.py}\n"
         "lang: py\ndescription: d\nconfig: {main: eval.py}\ntests:\n  - {size: 1}\n")
     report = runner.run_submission(load_task(tmp_path), Path(__file__).parent / "fixtures" / "submissions" / "good.py",
                                    "test", runner.RunOptions(precompile=False), system=NO_PROBE)
