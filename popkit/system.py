@@ -68,12 +68,22 @@ def probe(python: str | None = None, timeout: float = 60.0) -> dict:
     return _probe(python or sys.executable, timeout, extended=False)
 
 
+BACKGROUND_NICE = 10
+
+
+def _lower_priority() -> None:
+    os.nice(BACKGROUND_NICE)
+
+
 def _probe(python: str, timeout: float, extended: bool) -> dict:
     empty: dict[str, Any] = {k: None for k in PROBE_KEYS}
     empty.update(device="cpu", gpu_count=0)
     try:
+        # The plain probe runs beside an eval (runner.SystemProbe): at a lower priority, its torch import
+        # yields the CPU to the eval's on a busy machine. Doctor's extended probe runs alone.
         done = subprocess.run([python, "-c", _PROBE_SCRIPT] + (["extended"] if extended else []),
-                              capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+                              capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                              preexec_fn=None if extended else _lower_priority)
     except subprocess.TimeoutExpired:
         return {**empty, "error": f"{python} did not answer within {timeout:.0f} s"}
     except (OSError, ValueError) as exc:

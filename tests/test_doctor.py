@@ -199,3 +199,19 @@ def test_doctor_finds_popcorn_by_the_rules_submit_uses(tmp_path, monkeypatch):
     (tmp_path / "home" / ".popcorn.yaml").write_text("url: x\n")  # no cli_id: popcorn-cli would refuse
     check = by_name(system.doctor())["popcorn registration"]
     assert check.status == "warn" and "has no cli_id" in check.value
+
+
+def test_the_background_probe_yields_the_cpu_to_the_eval(monkeypatch):
+    import subprocess
+
+    seen = {}
+    real = subprocess.run
+
+    def spy(argv, **kwargs):
+        seen[tuple(argv[3:])] = kwargs.get("preexec_fn")
+        return real(argv, **kwargs)
+
+    monkeypatch.setattr(subprocess, "run", spy)
+    system._probe(sys.executable, 60, extended=False)
+    system._probe(sys.executable, 60, extended=True)
+    assert seen[()] is system._lower_priority and seen[("extended",)] is None

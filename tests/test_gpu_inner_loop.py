@@ -20,6 +20,7 @@ def test_dry_run_writes_the_plan_and_marks_missing_tasks(tmp_path, capsys):
     doc = json.loads((tmp_path / "out" / "inner.json").read_text())
     labels = {c["label"]: c for c in doc["plan"]}
     assert len([c for c in doc["plan"] if "(bundled" in c["label"]]) == 7
+    assert [c["label"] for c in doc["plan"] if c.get("builds")] == ["vectoradd (bundled, load_inline CUDA)"]
     assert labels["grayscale_v2"]["missing"] is False and labels["cholesky (linalg)"]["missing"] is True
     sub = Path(labels["fp8_quant (helion)"]["submission"])
     compile(sub.read_text(), str(sub), "exec")  # the written submissions are valid Python
