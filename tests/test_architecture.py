@@ -168,7 +168,8 @@ def test_no_module_imports_from_a_higher_layer():
 
 
 def test_the_layer_table_is_read_as_written():
-    text = "| module | layer | owns |\n|---|---|---|\n| `errors.py` | 0 | the error tree |\n| `cli/app.py` | 9 | app |\n"
+    text = ("| module | layer | owns |\n|---|---|---|\n"
+            "| `errors.py` | 0 | the error tree |\n| `cli/app.py` | 9 | app |\n")
     assert design_layers(text) == {"errors.py": 0, "cli/app.py": 9}
 
 
