@@ -3,8 +3,8 @@
 Each rule names the class of cheat it catches (the README's "Trust" section lists the classes): timer
 or synchronize patching, harness or evaluator tampering, writes to file descriptors, `sys.modules`
 surgery, frame walking, runtime package installs, `exec` of built strings, output caches keyed on
-`data_ptr()`/`id()`, and threads or processes started at import or inside `custom_kernel`. The tree is used rather
-than text so that comments, docstrings and kernel source strings don't trigger rules.
+`data_ptr()`/`id()`, and threads or processes started at import or inside `custom_kernel`. The tree is
+used rather than text so that comments, docstrings and kernel source strings don't trigger rules.
 """
 
 from __future__ import annotations
