@@ -328,6 +328,7 @@ def load_problem_set(path: Path | str) -> ProblemSet:
         check.expect(isinstance(entry, Mapping), f"problems[{i}]", "a mapping", entry)
         for k in ("directory", "name"):
             check.expect(isinstance(entry.get(k), str) and entry.get(k), f"problems[{i}].{k}", "a string", entry.get(k))
+            check.text(f"problems[{i}].{k}", entry[k])
         gpus = entry.get("gpus") or []
         check.expect(isinstance(gpus, list), f"problems[{i}].gpus", "a list", gpus)
         deadline = entry.get("deadline")
@@ -424,7 +425,8 @@ def resolve_task(spec: str, roots: Sequence[Path] = ()) -> Task:
     for problem in bundled.problems:
         if problem.name == spec:
             return _from_problem(bundled, problem, bundled=True)
-    user = [(ps, p) for ps in problem_sets(roots) for p in ps.problems]
+    skipped: list[Skipped] = []  # a broken set elsewhere under the roots hides no other set's names
+    user = [(ps, p) for ps in problem_sets(roots, skipped) for p in ps.problems]
     hits = [(ps, p) for ps, p in user if p.name == spec]
     if len(hits) > 1:
         where = ", ".join(str(ps.path) for ps, _ in hits)
@@ -438,6 +440,8 @@ def resolve_task(spec: str, roots: Sequence[Path] = ()) -> Task:
     names = sorted({p.name for _, p in user} | {p.name for p in bundled.problems})
     close = difflib.get_close_matches(spec, names, n=3)
     hint = f"did you mean {', '.join(close)}?" if close else "`popkit tasks` lists the tasks popkit knows"
+    if skipped:
+        hint += f"; {len(skipped)} problem set(s) did not load, e.g. {skipped[0].error.message}"
     raise TaskError(f"no task named `{spec}` (not a directory, nor a leaderboard name)", hint)
 
 
@@ -445,7 +449,7 @@ def shadowed_tasks(spec: str, roots: Sequence[Path] = ()) -> list[Path]:
     """Task directories under `roots` whose leaderboard name `spec` a bundled task of that name hides."""
     if Path(spec).expanduser().is_dir() or not any(p.name == spec for p in bundled_problem_set().problems):
         return []
-    return [ps.task_dir(p) for ps in problem_sets(roots) for p in ps.problems if p.name == spec]
+    return [ps.task_dir(p) for ps in problem_sets(roots, []) for p in ps.problems if p.name == spec]
 
 
 def list_tasks(roots: Sequence[Path] = (), skipped: list[Skipped] | None = None) -> list[Task]:

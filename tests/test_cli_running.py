@@ -199,3 +199,17 @@ def test_one_bad_problem_set_entry_hides_no_other_task(cli, tmp_path):
     assert "dbl" in [t["leaderboard"] for t in doc["tasks"]]
     assert [(s["problem_set"], s["leaderboard"]) for s in doc["skipped"]] == [
         (str(tmp_path / "broken.yaml"), None), (str(tmp_path / "set.yaml"), "ghost")]
+
+
+def test_a_broken_problem_set_hides_no_name_of_another(cli, tmp_path):
+    (tmp_path / "set.yaml").write_text(f"name: s\nproblems:\n  - {{directory: {DOUBLE}, name: dbl}}\n")
+    (tmp_path / "broken.yaml").write_text('name: b\nproblems:\n  - {directory: "a\\0b", name: x}\n')
+    result = cli("test", sub("good.py"), "--task", "dbl", "--tasks-root", str(tmp_path), "--no-history")
+    assert result.exit_code == 0, result.output
+    listed = cli("tasks", "--tasks-root", str(tmp_path))
+    assert listed.exit_code == 0, listed.output
+    assert ("warning: skipped a problem set: broken.yaml: key `problems[0].directory` holds a NUL character"
+            " ('a\\x00b')") in listed.stderr
+    missing = cli("test", sub("good.py"), "--task", "nosuch", "--tasks-root", str(tmp_path))
+    assert missing.exit_code == 3
+    assert "1 problem set(s) did not load, e.g. broken.yaml: key `problems[0].directory`" in missing.output
