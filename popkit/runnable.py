@@ -335,15 +335,8 @@ _HEAVY_MEMORY = 16 * GiB  # every GPU a leaderboard uses has this much; a larger
 
 
 def gpu_devices_visible() -> bool | None:
-    """Whether a GPU device node exists and CUDA_VISIBLE_DEVICES does not hide it; None where unknown (not Linux)."""
-    import os
-
-    if not Path("/dev").is_dir() or sys.platform != "linux":
-        return None
-    if os.environ.get("CUDA_VISIBLE_DEVICES", "x").strip() in ("", "-1"):
-        return False
-    nodes = [p for p in Path("/dev").glob("nvidia*") if p.name[6:].isdigit()]
-    return bool(nodes) or Path("/dev/kfd").exists() or Path("/dev/dxg").exists()
+    """Whether a GPU device node is visible here (system.gpu_devices_visible); None where unknown."""
+    return sysmod.gpu_devices_visible()
 
 
 def preflight(task: Task, python: str, system: Callable[[], Mapping[str, Any]],

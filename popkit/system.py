@@ -149,14 +149,22 @@ def toolchain(python: str = sys.executable, timeout_s: float = 30.0) -> Toolchai
                      ninja=shutil.which("ninja") or _module_ninja(python), cxx=os.environ.get("CXX", "c++"))
 
 
-def has_gpu() -> bool:
-    """Whether this machine has a GPU device node at all (NVIDIA or AMD), checked without importing torch.
-
-    False means no kernel can run here; True does not promise that torch can use it (doctor says that).
-    """
+def gpu_devices_visible() -> bool | None:
+    """Whether a GPU device node exists (NVIDIA or AMD) and CUDA_VISIBLE_DEVICES does not hide it; None where
+    unknown (not Linux). Checked without importing torch: False means no kernel can run here; True does not
+    promise that torch can use the GPU (doctor says that)."""
     if os.environ.get("POPKIT_ASSUME_GPU"):  # containers that hide /dev but pass the GPU some other way
         return True
+    if not Path("/dev").is_dir() or sys.platform != "linux":
+        return None
+    if os.environ.get("CUDA_VISIBLE_DEVICES", "x").strip() in ("", "-1"):
+        return False
     return bool(glob.glob("/dev/nvidia[0-9]*")) or Path("/dev/kfd").exists() or Path("/dev/dxg").exists()
+
+
+def has_gpu() -> bool:
+    """A GPU may be here (gpu_devices_visible is not False)."""
+    return gpu_devices_visible() is not False
 
 
 def cuda_home() -> str | None:

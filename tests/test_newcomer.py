@@ -221,3 +221,13 @@ def test_hip_file_on_a_cuda_torch_shows_the_compilers_error_and_the_right_hint(m
     assert ("hint: this is a HIP kernel and this torch is not a ROCm build, so nvcc built it and failed: "
             "`popkit compile FILE` checks the HIP code here, `popkit test --hip-on-cuda FILE` runs it on an NVIDIA "
             "GPU through popkit's HIP-to-CUDA mapping, and an AMD GPU with ROCm torch runs it as is") in out
+
+
+def test_gpu_detection_without_torch(monkeypatch):
+    from popkit import system
+
+    monkeypatch.delenv("POPKIT_ASSUME_GPU", raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert system.has_gpu() is False  # every GPU hidden: nothing can run here
+    monkeypatch.setenv("POPKIT_ASSUME_GPU", "1")
+    assert system.has_gpu() is True  # a container that passes the GPU without /dev nodes
