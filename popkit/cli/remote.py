@@ -12,7 +12,7 @@ from popkit import lint, popcorn, runner, submit as workflow
 from popkit.cli.app import app
 from popkit.errors import ExitCode, TaskError
 from popkit.resources import popkit_home_source
-from popkit.tasks import resolve_task, task_roots
+from popkit.tasks import MAX_TIMEOUT_S, resolve_task, task_roots
 from popkit.views import common
 from popkit.views import remote as view
 
@@ -72,7 +72,7 @@ def submit(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Check, stage the copy and print the exact popcorn-cli command; send nothing.")] = False,
     task: Annotated[Optional[str], typer.Option("--task", "-t", help="Task for the local gate (default: the leaderboard name).")] = None,
     tasks_root: RootsOpt = None,
-    timeout: Annotated[float, typer.Option("--timeout", min=1, help="Seconds to wait for popcorn-cli.")] = popcorn.DEFAULT_TIMEOUT_S,
+    timeout: Annotated[float, typer.Option("--timeout", min=1, max=MAX_TIMEOUT_S, help="Seconds to wait for popcorn-cli.")] = popcorn.DEFAULT_TIMEOUT_S,
     guard: GuardOpt = True,
     json: _json_opt("submit") = False,
 ) -> None:
