@@ -52,7 +52,7 @@ def parse_output(text: str) -> RemoteResult | None:
     for match in re.finditer(r"^\{", text, re.MULTILINE):
         try:
             candidate, _ = decoder.raw_decode(text, match.start())
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past Python's stack: no result
             continue
         if isinstance(candidate, dict) and ("submission_id" in candidate or "runs" in candidate):
             doc = candidate

@@ -85,6 +85,11 @@ def test_parse_without_scores_and_without_json():
     assert popcorn.parse_output("Submission accepted.\n{not json\n") is None
 
 
+def test_parse_a_result_nested_past_the_stack_is_no_result():
+    deep = '{"submission_id": 1, "runs": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    assert popcorn.parse_output(deep) is None
+
+
 def test_remote_result_round_trip():
     result = popcorn.parse_output(REAL_OUTPUT)
     assert RemoteResult.from_json(json.loads(json.dumps(result.to_json()))) == result
