@@ -98,7 +98,7 @@ def cache_key(content: bytes, python: str, env: Mapping[str, str]) -> str:
     """
     if Path(python).resolve() != Path(sys.executable).resolve():
         return ""
-    from importlib import metadata
+    from importlib import metadata  # late: a few ms that only this path needs, not every command's start-up
 
     try:
         torch_version = metadata.version("torch")

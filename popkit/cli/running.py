@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 from dataclasses import replace
@@ -46,8 +47,6 @@ def _options(python: Optional[str], precompile: Optional[bool], harness: str, se
 
 def _interpreter(python: str) -> str:
     """--python as an absolute executable path (the eval runs elsewhere; a bare name is looked up on PATH)."""
-    import shutil
-
     found = shutil.which(python)
     if found:
         return os.path.abspath(found)
