@@ -323,8 +323,12 @@ def precompile(workdir: Path, submission_name: str, options: RunOptions,
 
 
 def pre_step(workdir: Path, submission_name: str, content: bytes, options: RunOptions, progress: Progress,
-             side: str = "") -> tuple[CompileStep | None, prestep.Decision]:
-    """The compile pre-step where it can matter (prestep.decide); a success is recorded in the build-cache index."""
+             side: str = "", pristine: Mapping[str, bytes] | None = None) -> tuple[CompileStep | None, prestep.Decision]:
+    """The compile pre-step where it can matter (prestep.decide); a success is recorded in the build-cache index.
+
+    With `pristine` (the task files as written), a pre-step that changed one is never recorded, so the
+    next run does not skip it: harness tampering is found every time.
+    """
     what = "compile pre-step" + (f" {side}" if side else "")
     env = child_env(options)
     plan = prestep.decide(content, options.precompile, options.python, env)
@@ -335,7 +339,7 @@ def pre_step(workdir: Path, submission_name: str, content: bytes, options: RunOp
     progress(what)
     with timed(progress, what):
         step = precompile(workdir, submission_name, options)
-    if step.ok:
+    if step.ok and not changed_task_files(workdir, pristine or {}):
         prestep.record(plan.key, env)
     return step, plan
 
@@ -566,8 +570,15 @@ def chain_modes(mode: str, chain: bool = True) -> tuple[str, ...]:
 
 
 def _run_chain(task: Task, workdir: Path, main: str, mode: str, options: RunOptions, seed: int | None,
-               gpus: int | None, progress: Progress, probe: "SystemProbe | None" = None) -> list[ModeRun]:
+               gpus: int | None, progress: Progress, probe: "SystemProbe | None" = None,
+               pristine: Mapping[str, bytes] | None = None) -> list[ModeRun]:
+    """One chain of modes; after each, the task files are checked and restored (harness tampering fails it)."""
     runs: list[ModeRun] = []
+
+    def checked(run: ModeRun) -> ModeRun:
+        tampered = restore_task_files(workdir, pristine or {}, f"the {_where(run)} mode")
+        return replace(run, outcome="failed", summary=tampered) if tampered else run
+
     for step in chain_modes(mode, options.chain):
         if step != "test" and probe is not None:
             # The probe opens a CUDA context on the GPU; nothing but the submission may touch it while it is timed.
@@ -577,16 +588,18 @@ def _run_chain(task: Task, workdir: Path, main: str, mode: str, options: RunOpti
             for i, case in enumerate(task.cases_for(step)):
                 label = f"{step} {i + 1}/{len(task.cases_for(step))}"
                 progress(label)
-                runs.append(run_mode(workdir, main, step, [case], timeout_s=task.timeout_for(step),
-                                     options=options, seed=seed, gpus=gpus, cases_name=f"profile-{i}.txt",
-                                     progress=progress, label=label))
+                runs.append(checked(run_mode(workdir, main, step, [case], timeout_s=task.timeout_for(step),
+                                             options=options, seed=seed, gpus=gpus, cases_name=f"profile-{i}.txt",
+                                             progress=progress, label=label)))
+                if runs[-1].outcome != "passed" and runs[-1].summary.startswith("harness tampering"):
+                    break
             continue
         label = f"{step}" + (f" (secret seed {seed})" if seed is not None else "")
         progress(label)
-        run = run_mode(workdir, main, step, task.cases_for(step), timeout_s=task.timeout_for(step),
-                       options=options, seed=seed, gpus=gpus, progress=progress, label=label)
+        run = checked(run_mode(workdir, main, step, task.cases_for(step), timeout_s=task.timeout_for(step),
+                               options=options, seed=seed, gpus=gpus, progress=progress, label=label))
         runs.append(run)
-        if not run.passed:
+        if run.outcome != "passed":
             break
     return runs
 
@@ -610,6 +623,8 @@ class Workdir:
     main: str
     precompile: CompileStep | None
     skipped: str = ""  # why the pre-step did not run, if it did not (prestep.Decision.reason)
+    pristine: Mapping[str, bytes] = field(default_factory=dict)  # every file but the submission, as written
+    tampered: str = ""  # the pre-step changed a task file (restored since): the harness-tampering line
 
     @property
     def build_failed(self) -> bool:
@@ -624,10 +639,49 @@ def set_up(task: Task, submission: Path, data: bytes, workdir: Path, options: Ru
     submission (`compile_diagnostics`). `side` names the candidate of an A/B in the progress line.
     """
     main = prepare_workdir(task, data, workdir, options.harness)
-    step, plan = pre_step(workdir, task.submission_name, data, options, progress, side)
+    pristine = {p.name: p.read_bytes() for p in workdir.iterdir() if p.name != task.submission_name}
+    step, plan = pre_step(workdir, task.submission_name, data, options, progress, side, pristine)
     if step is not None and step.build_failed:
         step = replace(step, diagnostics=compile_diagnostics(step, submission, data))
-    return Workdir(workdir, main, step, plan.reason)
+    tampered = restore_task_files(workdir, pristine, "the compile pre-step") if step is not None else ""
+    return Workdir(workdir, main, step, plan.reason, pristine, tampered)
+
+
+def changed_task_files(workdir: Path, pristine: Mapping[str, bytes]) -> list[str]:
+    """The task files in `workdir` that no longer hold their bytes (changed, replaced by a link, removed)."""
+    def same(name: str, data: bytes) -> bool:
+        path = workdir / name
+        try:
+            return not path.is_symlink() and path.is_file() and path.read_bytes() == data
+        except OSError:
+            return False
+
+    return sorted(name for name, data in pristine.items() if not same(name, data))
+
+
+def restore_task_files(workdir: Path, pristine: Mapping[str, bytes], during: str) -> str:
+    """Put back every task file the submission changed, replaced or removed `during` a step.
+
+    Returns the harness-tampering line naming them, or "" when every file still holds its bytes.
+    Nothing of the submission runs between steps (its process tree is gone), so checking after each
+    step is checking before the next.
+    """
+    changed = changed_task_files(workdir, pristine)
+    for name in changed:
+        path = workdir / name
+        try:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+        except OSError:
+            pass
+        path.write_bytes(pristine[name])
+    if not changed:
+        return ""
+    them = "it" if len(changed) == 1 else "them"
+    return (f"harness tampering: the submission modified {', '.join(changed)} during {during}; the leaderboard "
+            f"would run the modified file (popkit restored {them})")
 
 
 def eval_gpus(task: Task, system: Mapping[str, Any] | None, probe: "SystemProbe | None") -> int | None:
@@ -676,14 +730,21 @@ def run_submission(task: Task, submission: Path, mode: str, options: RunOptions 
             # is the same, so popkit stops here and points the compiler's messages at the submission.
             return _report(task, submission, data, mode, options, started, t0, system, probe, step, [], (),
                            notes=notes)
+        if prepared.tampered:
+            first = chain_modes(mode, options.chain)[0]
+            runs = [ModeRun(mode=first, secret=False, seed=None, exit_code=0, duration_s=0.0,
+                            timeout_s=task.timeout_for(first), outcome="failed", summary=prepared.tampered)]
+            return _report(task, submission, data, mode, options, started, t0, system, probe, step, runs, (),
+                           prepared.skipped, notes=notes)
         gpus = eval_gpus(task, system, probe)
-        runs = _run_chain(task, workdir, main, mode, options, None, gpus, progress, probe)
+        runs = _run_chain(task, workdir, main, mode, options, None, gpus, progress, probe, prepared.pristine)
         secret_seeds = options.secret_seeds
-        if all(r.passed for r in runs):
+        if all(r.outcome == "passed" for r in runs):
             for seed in secret_seeds:
-                secret_runs = _run_chain(task, workdir, main, mode, options, seed, gpus, progress, probe)
+                secret_runs = _run_chain(task, workdir, main, mode, options, seed, gpus, progress, probe,
+                                         prepared.pristine)
                 runs.extend(secret_runs)
-                if not all(r.passed for r in secret_runs):
+                if not all(r.outcome == "passed" for r in secret_runs):
                     break
     return _report(task, submission, data, mode, options, started, t0, system, probe, step, runs, secret_seeds,
                    prepared.skipped, notes=notes)

@@ -199,3 +199,44 @@ def test_an_eval_writing_only_check_pass_does_not_pass(tmp_path):
     run = report.runs[0]
     assert run.outcome == "failed" and int(report.exit_code) == 1
     assert "wrote `check: pass` but no case results for its 1 case(s)" in run.summary
+
+
+# ----------------------------------------------------------------------------- 1: harness tampering
+
+
+def tamper_task(tmp_path: Path):
+    tmp_path.mkdir()
+    (tmp_path / "eval.py").write_bytes((TASKS / "common" / "tiny_eval.py").read_bytes())
+    (tmp_path / "reference.py").write_text("def ref_kernel(data):\n    return 2 * data\n")
+    (tmp_path / "utils.py").write_text("HELPER = 1\n")
+    files = "".join(f"  - {{name: {n}, source: {n}}}\n" for n in ("eval.py", "reference.py", "utils.py"))
+    (tmp_path / "task.yml").write_text(
+        "files:\n  - {name: submission.py, source: '@SUBMISSION@'}\n" + files
+        + "lang: py\ndescription: d\nconfig: {main: eval.py}\ntests:\n  - {size: 1}\nbenchmarks:\n  - {size: 2}\n")
+    return load_task(tmp_path)
+
+
+@pytest.mark.parametrize("attack, harness, files", [
+    ("tamper_prestep.py", "task", "eval.py"),
+    ("tamper_hidden.py", "task", "eval.py"),
+    ("tamper_hidden.py", "popkit", "eval.py, popkit_eval.py"),  # popkit's own harness, found by the glob
+])
+def test_a_task_file_changed_in_the_pre_step_fails_the_run_as_harness_tampering(tmp_path, attack, harness, files):
+    options = runner.RunOptions(precompile=True, harness=harness, env=attack_env(tmp_path / "attack.log"))
+    report = runner.run_submission(tamper_task(tmp_path / "task"), ATTACKS / attack, "test", options, system=NO_PROBE)
+    assert int(report.exit_code) == 1
+    assert report.failure.summary == (
+        f"harness tampering: the submission modified {files} during the compile pre-step; the leaderboard "
+        f"would run the modified file (popkit restored {'it' if ',' not in files else 'them'})")
+
+
+@pytest.mark.parametrize("precompile, during", [(False, "the test mode"), (True, "the compile pre-step")])
+def test_a_task_file_changed_at_import_fails_the_chain_before_a_later_mode_runs_it(tmp_path, precompile, during):
+    options = runner.RunOptions(precompile=precompile, env=attack_env(tmp_path / "attack.log"),
+                                secret_seeds=(5,))
+    report = runner.run_submission(tamper_task(tmp_path / "task"), ATTACKS / "tamper_import.py", "leaderboard",
+                                   options, system=NO_PROBE)
+    assert int(report.exit_code) == 1 and report.score_public_s is None
+    assert report.failure.summary.startswith(
+        f"harness tampering: the submission modified eval.py, reference.py, utils.py during {during};")
+    assert [r.mode for r in report.runs] == ["test"]  # benchmark and leaderboard never ran the rewritten eval
