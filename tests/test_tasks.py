@@ -76,6 +76,11 @@ def test_defaults_follow_the_protocol(tmp_path):
     (lambda t: t + "multi_gpu: true\n", "task.yml: key `tests[0]` needs `world_size` (the task has multi_gpu: true)"),
     (lambda t: "files: [\n", "task.yml: line 2: invalid YAML"),
     (lambda t: "- just\n- a list\n", "task.yml: must be a mapping of keys (got a list)"),
+    (lambda t: "files: " + "[" * 5000 + "]" * 5000 + "\n", "task.yml: nested too deeply to read"),
+    (lambda t: "files: " + "[" * 30 + "]" * 30 + "\n", "task.yml: nested over 20 deep"),
+    (lambda t: t + "templates: {Python: x}\n" + "".join(
+        f"x{i}: &a{i} [" + ", ".join([f"*a{i - 1}" if i else "z"] * 10) + "]\n" for i in range(9)),
+     "task.yml: over 100,000 values (YAML aliases counted as expanded)"),
 ])
 def test_malformed_task_yml_names_file_and_key(tmp_path, edit, message):
     d = write_task(tmp_path, edit(GOOD))
@@ -159,3 +164,8 @@ def test_popkits_own_task_files_may_be_named_from_anywhere(tmp_path):
 
     task_dir = write_task(tmp_path / "set", GOOD.replace("source: eval.py", f"source: {data_dir('tasks') / 'eval.py'}"))
     assert load_task(task_dir).files[1].source.endswith("eval.py")
+
+
+def test_a_yaml_nested_past_the_stack_under_a_root_is_not_a_problem_set(tmp_path):
+    (tmp_path / "deep.yaml").write_text("[" * 5000 + "]" * 5000)
+    assert problem_sets([tmp_path]) == []
