@@ -347,9 +347,11 @@ def check_bytes(content: bytes, name: str, *, leaderboard: str | None = None, gp
 
 
 def read_bytes(path: Path | str) -> bytes:
+    """A submission's bytes; a folder, a device or a pipe is refused before anything reads it (exit 4)."""
     path = Path(path)
     if not path.is_file():
-        raise SubmissionError(f"{path}: no such file", "check the path of your submission")
+        what = "a folder, not a file" if path.is_dir() else "not a regular file" if path.exists() else "no such file"
+        raise SubmissionError(f"{path}: {what}", "check the path of your submission")
     try:
         return path.read_bytes()
     except OSError as exc:

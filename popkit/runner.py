@@ -34,6 +34,7 @@ from popkit import diagnostics, prestep, proc, runnable, system
 from popkit.contract import entry_points
 from popkit.directives import cli_directives, server_directives
 from popkit.errors import EnvironmentProblem, SubmissionError, TaskError, UsageError
+from popkit.lint import read_bytes
 from popkit.resources import data_dir
 from popkit.results import (COMPILE_MARKERS, TIMEOUT_EXIT_CODE, CaseResult, CompileStep, ModeRun, RunReport,
                             judge_physics)
@@ -134,10 +135,7 @@ def read_submission(path: Path, entry_points: Sequence[str] | None = ("custom_ke
     `entry_points`: the names the task's eval takes from the submission (popkit.contract); None
     before the task is known.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise SubmissionError(f"{path}: no such file", "check the path of your submission")
-    return validate_submission(path, path.read_bytes(), entry_points)
+    return validate_submission(Path(path), read_bytes(path), entry_points)
 
 
 def validate_submission(path: Path, data: bytes, entry_points: Sequence[str] | None) -> bytes:

@@ -79,6 +79,10 @@ def test_popkit_harness_replaces_the_eval(tmp_path):
 def test_read_submission_checks(tmp_path):
     with pytest.raises(SubmissionError, match="no such file"):
         runner.read_submission(tmp_path / "missing.py")
+    with pytest.raises(SubmissionError, match="a folder, not a file"):
+        runner.read_submission(tmp_path)
+    with pytest.raises(SubmissionError, match="/dev/null: not a regular file"):
+        runner.read_submission(Path("/dev/null"))
     with pytest.raises(SubmissionError, match=r"syntax.py:1:\d+: syntax error"):
         runner.read_submission(SUBS / "syntax.py")
     with pytest.raises(SubmissionError, match="no `custom_kernel` defined"):
