@@ -124,6 +124,9 @@ def secret_case_seed(case_seed: int, secret: int) -> int:
 MAX_SECRET_SEED = 2**31 - 1
 
 
+MAX_SECRET_RUNS = 100  # each secret run is a whole chain; more is a typo (`--secret-runs 1000000000` hung)
+
+
 def random_secret_seeds(count: int) -> tuple[int, ...]:
     rng = random.SystemRandom()
     return tuple(rng.randrange(1, MAX_SECRET_SEED + 1) for _ in range(count))

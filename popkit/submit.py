@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
-from popkit import history, popcorn, runner, tasks
+from popkit import history, popcorn, proc, runner, tasks
 from popkit.errors import ExitCode, HistoryError, PopcornError, RefusedError, UsageError
 from popkit.history import RunRecord
 from popkit.lint import LintReport, check_bytes, read_bytes
@@ -165,7 +165,7 @@ def hand_off(plan: SubmitPlan, content: bytes, timeout_s: float, record: bool, p
     rate-limited slot) before the error goes on."""
     progress(f"popcorn-cli: {plan.mode} on {plan.gpu} ({plan.leaderboard})")
     try:
-        return popcorn.call_popcorn(plan.argv, Path(plan.output), timeout_s)
+        return popcorn.call_popcorn(plan.argv, Path(plan.output), timeout_s, run=proc.completed)
     except BaseException as exc:  # noqa: B036  (Ctrl-C too: popcorn-cli may have sent it already)
         error = exc.message if isinstance(exc, PopcornError) else f"interrupted ({type(exc).__name__})"
         if record:
@@ -227,9 +227,8 @@ def submit(path: Path | str, *, mode: str = "leaderboard", gpu: str | None = Non
             return SubmitResult(plan=plan, dry_run=dry_run, gate_report=gate_report, local=local,
                                 warnings=tuple(warnings))
         remote = hand_off(plan, content, timeout_s, record, progress)
-    finally:
-        if not dry_run:  # a dry run keeps the staged copy: the command it prints names it
-            shutil.rmtree(Path(plan.staged).parent, ignore_errors=True)
+    finally:  # a dry run too: a real submit stages a fresh copy (the view says so)
+        shutil.rmtree(Path(plan.staged).parent, ignore_errors=True)
     history_id = None
     if record:
         recorded = _record_submission(plan, remote, content)

@@ -240,3 +240,23 @@ def test_a_task_file_changed_at_import_fails_the_chain_before_a_later_mode_runs_
     assert report.failure.summary.startswith(
         f"harness tampering: the submission modified eval.py, reference.py, utils.py during {during};")
     assert [r.mode for r in report.runs] == ["test"]  # benchmark and leaderboard never ran the rewritten eval
+
+
+# ------------------------------------------------------------------- 9: a huge --secret-runs
+
+
+@pytest.mark.parametrize("command", [["test"], ["bench", "--leaderboard"]])
+def test_a_huge_secret_run_count_is_refused_at_once(command, tmp_path):
+    from typer.testing import CliRunner
+
+    from popkit.cli import app
+
+    good = Path(__file__).parent / "fixtures" / "submissions" / "good.py"
+    args = [*command, str(good), "--task", str(TASKS / "double"), "--secret-runs", "1000000000", "--no-history"]
+    done = {}
+    thread = threading.Thread(daemon=True, target=lambda: done.update(
+        result=CliRunner().invoke(app, args, env={"POPKIT_HOME": str(tmp_path)})))
+    thread.start()
+    thread.join(30)
+    assert not thread.is_alive(), "popkit is still drawing a billion secret seeds"
+    assert done["result"].exit_code == 2 and "--secret-runs" in done["result"].output

@@ -286,7 +286,7 @@ def test_dry_run_prints_the_exact_command_and_sends_nothing(env, sub):
     line = next(l for l in result.output.splitlines() if l.startswith(str(FAKE)))
     assert " submit --gpu H100 --leaderboard fake-board --mode benchmark --no-tui -o " in line
     staged = Path(line.split()[-1])
-    assert staged.name == "v7.py" and staged.read_bytes() == sub.read_bytes()
+    assert staged.name == "v7.py" and not staged.parent.exists()  # a dry run leaves no staged folder behind
     assert _calls(env) == []
 
 
@@ -433,3 +433,25 @@ def test_dry_run_with_a_gate_runs_the_gate_and_fails_with_it(env, sub, monkeypat
     assert "local gate (test): failed" in result.output
     assert "would not be submitted: the local gate failed (`popkit test FILE` shows the details)" in result.output
     assert "dry run: nothing was sent" in result.output and _calls(env) == []
+
+
+def test_submit_timeout_kills_the_children_of_a_popcorn_cli_wrapper(env, sub, tmp_path):
+    import os
+    import threading
+    import time
+
+    wrapper, pidfile = tmp_path / "popcorn-wrapper", tmp_path / "child.pid"
+    wrapper.write_text(f"#!/bin/sh\nsleep 1000 &\necho $! > {pidfile}\nwait\n")
+    wrapper.chmod(0o755)
+    done = {}
+    thread = threading.Thread(daemon=True, target=lambda: done.update(
+        result=_submit({**env, "POPKIT_POPCORN": str(wrapper)}, str(sub), "--timeout", "1")))
+    thread.start()
+    thread.join(1 + 5 + 5)  # the timeout, the watchdog's grace, popkit's own start
+    assert not thread.is_alive(), "popkit waited on the wrapper's child after its timeout"
+    assert done["result"].exit_code == 9 and "did not finish in 1 s" in done["result"].output
+    pid = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"

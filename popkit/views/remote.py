@@ -127,7 +127,8 @@ def show_submit(result: SubmitResult, *, json: bool = False) -> None:
     if result.dry_run:
         con.print("[bold]dry run[/]: nothing was sent. The command:")
         con.print(escape(shlex.join(plan.argv)), soft_wrap=True)
-        con.print(f"[dim]staged copy (byte-identical, sha256 {plan.sha256[:12]}): {escape(plan.staged)}[/]")
+        con.print(f"[dim]popcorn-cli gets a byte-identical copy (sha256 {plan.sha256[:12]}) staged at "
+                  f"{escape(plan.staged)}; a dry run removes it, a real submit stages it afresh[/]")
         con.print(_local_line(result.local))
     elif result.remote is not None:
         for line in _remote_lines(result.remote):
