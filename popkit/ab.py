@@ -434,8 +434,11 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: runner.R
         gpus = runner.eval_gpus(task, system, probe)
 
         def evaluate(side: str, shapes: Sequence[Mapping[str, Any]], name: str) -> ModeRun:
-            return run_eval(root / side, dirs[side].main, "benchmark", shapes, options=options, gpus=gpus,
-                            timeout_s=task.timeout_for("benchmark"), cases_name=name)
+            run = run_eval(root / side, dirs[side].main, "benchmark", shapes, options=options, gpus=gpus,
+                           timeout_s=task.timeout_for("benchmark"), cases_name=name)
+            tampered = dirs[side].tampered or runner.restore_task_files(
+                root / side, dirs[side].pristine, f"the benchmark mode of side {side}")
+            return replace(run, outcome="failed", summary=tampered) if tampered else run
 
         if warmup and not failed_side:  # its timings are not used, so the system probe may still run beside it
             progress("warm-up eval of A (not counted)")

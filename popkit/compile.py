@@ -16,13 +16,12 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from popkit import hipbuild, runner, tasks
+from popkit import hipbuild, proc, runner, tasks
 from popkit.buildlocks import check_locks, find_locks
 from popkit.diagnostics import Diagnostic, SourceMap, loader_diagnostic, map_diagnostics, parse_log
 from popkit.directives import server_directives
@@ -180,8 +179,7 @@ def compile_submission(path: Path | str, *, task: str | None = None, roots: Sequ
         env["TORCH_CUDA_ARCH_LIST"] = arch_list
     if toolkit:
         env["CUDA_HOME"] = toolkit
-    with tempfile.TemporaryDirectory(prefix="popkit-compile-") as tmp:
-        workdir = Path(tmp)
+    with proc.WorkDir("popkit-compile-") as workdir:  # removed by its guard even if popkit is killed
         name = _prepare(workdir, found_task, source)
         cached = record is not None
         if cached:

@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,12 +34,14 @@ PIPE_BYTES = 8 * 1024 * 1024  # the result pipe keeps its first 8 MiB
 KILL_GRACE_S = 3.0  # after a timeout or the child's exit: time for the watchdog to kill the tree
 
 _LIFELINE: list[int] = []  # read and write end of the pipe every watchdog watches
+_LIFELINE_LOCK = threading.Lock()  # A/B sets both candidates up on two threads
 
 
 def _lifeline() -> int:
     """The read end of a pipe whose write end only this process holds (close-on-exec: no child inherits it)."""
-    if not _LIFELINE:
-        _LIFELINE.extend(os.pipe())
+    with _LIFELINE_LOCK:
+        if not _LIFELINE:
+            _LIFELINE.extend(os.pipe())
     return _LIFELINE[0]
 
 

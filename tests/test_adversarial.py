@@ -260,3 +260,14 @@ def test_a_huge_secret_run_count_is_refused_at_once(command, tmp_path):
     thread.join(30)
     assert not thread.is_alive(), "popkit is still drawing a billion secret seeds"
     assert done["result"].exit_code == 2 and "--secret-runs" in done["result"].output
+
+
+def test_an_ab_comparison_names_harness_tampering_too(tmp_path):
+    from popkit import ab
+
+    options = runner.RunOptions(precompile=False, env=attack_env(tmp_path / "attack.log"))
+    good = Path(__file__).parent / "fixtures" / "submissions" / "good.py"
+    report = ab.run_ab(tamper_task(tmp_path / "task"), good, ATTACKS / "tamper_import.py", options, system=NO_PROBE)
+    assert report.failed_side == "B"
+    assert report.failure.summary.startswith("harness tampering: the submission modified eval.py, reference.py, "
+                                             "utils.py during the benchmark mode of side B")
