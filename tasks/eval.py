@@ -39,6 +39,13 @@ ONE worker started with the multiprocessing "spawn" method; it lives for the who
 never receives the pipe, and sends back raw per-call durations and verdicts as JSON (never pickle,
 so nothing it sends can run code here).
 
+Code layout (one file, copied whole into the eval's folder): pure pieces (cases file, statistics, the
+drain rule); the parent (ResultPipe, WorkerLink, Session: the mode runners that write the pipe); the
+worker, where Worker starts up and dispatches each request to one of: Device (captured timers, the L2
+flush, one measured call), Guards (tripwires, threads), ReferenceTask (inputs, the reference's layout of a
+case, the task's check, poisoned inputs), Caller (one call and the checks after it), Checker (output
+verdicts, a case's checked calls, the mode probe) and TimedCase (benchmark, leaderboard and profile calls).
+
 Trust checks (on unless POPKIT_TRUST=0; each failure names its class in the case's error):
     clone-inputs          the kernel gets clones; the reference and the check use the pristine copy
     output-buffer-poison  buffers in data that the reference writes and returns (e.g. identity's
@@ -943,65 +950,23 @@ _CHECK_TENSOR = ("clone", "copy_", "to", "cpu", "float", "double", "detach", "co
                  "__invert__", "__and__", "__or__", "__len__", "shape", "dtype", "device")
 
 
-class Worker:
-    """The submission's side of one invocation: imports, checks, timed calls, profiles."""
+class Device:
+    """The GPU (or the CPU) as the harness uses it: timers and synchronize, captured before the submission
+    is imported, the L2 flush, and the measurement of one timed call."""
 
-    def __init__(self, settings: dict):
-        self.trust = bool(settings.get("trust", True))
-        self.reference = None
-        self.kernel = None
-        self.layouts: dict[str, Layout] = {}
-        # Fingerprints of every output that passed its check, to spot a replayed result however old.
-        self.seen_outputs: set = set()
-        self.bench: dict[str, Any] = {}
-        self.flush_buffer = None
-        self.submission_path = os.path.realpath("submission.py")
-
-    # -- start-up: capture, import, verify
-    def start(self) -> dict:
-        """Import torch and the reference, capture tripwires, import the submission; the `ready` reply."""
-        import torch
-
+    def __init__(self, torch):
         self.torch = torch
         self.cuda = torch.cuda.is_available()
-        # The harness times and synchronizes with these references, captured before the import.
         self.sync = torch.cuda.synchronize if self.cuda else (lambda: None)
         self.Event = torch.cuda.Event
         self.record = torch.cuda.Event.record
         self.event_sync = torch.cuda.Event.synchronize
         self.elapsed_ms = torch.cuda.Event.elapsed_time
         self.perf_ns = time.perf_counter_ns
-        reply: dict[str, Any] = {"ok": True, "system": self._system(), "timer": "cuda-event" if self.cuda else
-                                 "cpu-monotonic"}
-        try:
-            import reference
-        except BaseException as exc:  # the task itself is broken: every case fails with this
-            traceback.print_exc()
-            return {**reply, **_exception_failure(exc, torch, "reference.py failed to import: ").reply()}
-        self.reference = reference
-        self.generate_input = reference.generate_input
-        self.ref_kernel = reference.ref_kernel
-        self.check_implementation = reference.check_implementation
-        self.tripwires = self._capture_tripwires()
-        self.threads_at_start = self._thread_snapshot()
-        try:
-            import submission
-        except BaseException as exc:
-            traceback.print_exc()
-            return {**reply, **_exception_failure(exc, torch).reply()}
-        kernel = getattr(submission, "custom_kernel", None)
-        if not callable(kernel):
-            return {**reply, "ok": False, "error": "submission.py defines no custom_kernel(data)", "message": ""}
-        self.kernel = kernel
-        if self.trust:
-            try:
-                self._check_tripwires()
-                self._check_threads(self.threads_at_start, during="the submission's import")
-            except CaseFailure as failure:
-                return {**reply, **failure.reply()}
-        return reply
+        self.timer = "cuda-event" if self.cuda else "cpu-monotonic"
+        self.flush_buffer = None
 
-    def _system(self) -> dict:
+    def system(self) -> dict:
         torch = self.torch
         info = {"device": "cpu", "torch": torch.__version__, "cuda": torch.version.cuda or "",
                 "hip": getattr(torch.version, "hip", None) or "", "arch": ""}
@@ -1014,8 +979,45 @@ class Worker:
                 info["arch"] = f"sm_{props.major}{props.minor}"
         return info
 
-    def _capture_tripwires(self) -> Tripwires:
-        torch = self.torch
+    def flush_l2(self) -> None:
+        """Write a buffer of max(2 x L2, 256 MiB) so no input or output stays in the L2 cache (GPU only)."""
+        if not self.cuda:
+            return
+        if self.flush_buffer is None:
+            torch = self.torch
+            props = torch.cuda.get_device_properties(torch.cuda.current_device())
+            l2 = int(getattr(props, "L2_cache_size", 0) or 0)
+            size = max(2 * l2, FLUSH_MIN_BYTES)
+            self.flush_buffer = torch.empty(size, dtype=torch.int8, device="cuda")
+        self.flush_buffer.zero_()
+
+    def measure(self, kernel: Callable, kernel_input: Any) -> tuple[Any, dict]:
+        """One call between events (GPU) or perf_counter_ns readings (CPU): the output and {"ns": duration}
+        plus, on a GPU, "drain" (measure_drain, taken before anything else the host does after the call, so
+        no work left running gets time to finish unseen)."""
+        if not self.cuda:
+            t0 = self.perf_ns()
+            out = kernel(kernel_input)
+            return out, {"ns": float(self.perf_ns() - t0)}
+        start, end = self.Event(enable_timing=True), self.Event(enable_timing=True)
+        self.record(start)
+        out = kernel(kernel_input)
+        self.record(end)
+        drain = measure_drain(end, event_sync=self.event_sync, device_sync=self.sync, clock_ns=self.perf_ns)
+        return out, {"drain": drain, "ns": self.elapsed_ms(start, end) * 1e6}
+
+
+class Guards:
+    """The trust checks around the submission's code: tripwires on the functions the harness depends on
+    (captured before the submission is imported) and threads the submission leaves running."""
+
+    def __init__(self, torch, reference: Any):
+        self.submission_path = os.path.realpath("submission.py")
+        self.reference = reference
+        self.tripwires = self._capture(torch)
+        self.threads_at_start = self.snapshot()
+
+    def _capture(self, torch) -> Tripwires:
         wires = Tripwires()
         owners = {"time": time, "torch.cuda": torch.cuda, "torch.cuda.Event": torch.cuda.Event}
         for owner_name, names in _TIMER_NAMES.items():
@@ -1034,17 +1036,28 @@ class Worker:
             if (module is not self.reference and path and name not in ("__main__", "__mp_main__")
                     and os.path.dirname(os.path.realpath(path)) == here):
                 wires.add_module_functions(module, name)
-        self._reference_module = self.reference
         return wires
 
-    def _check_tripwires(self) -> None:
+    def check_tripwires(self) -> None:
         problem = self.tripwires.violation()
-        if problem is None and sys.modules.get("reference") is not self._reference_module:
+        if problem is None and sys.modules.get("reference") is not self.reference:
             problem = "harness patched: sys.modules['reference'] was replaced"
         if problem:
             raise CaseFailure(problem)
 
-    # -- threads
+    def snapshot(self) -> set:
+        return {t.ident for t in threading.enumerate()}
+
+    def check_threads(self, before: set, during: str = "custom_kernel") -> None:
+        """Fail when a thread started since `before` is alive and runs the submission's code."""
+        new = [t for t in threading.enumerate() if t.ident not in before and t.is_alive()]
+        if not new:
+            return
+        frames = sys._current_frames()
+        for thread in new:
+            if self._owned_by_submission(thread, frames):
+                raise CaseFailure(f"background thread started by {during} (still running: {thread.name})")
+
     def _owned_by_submission(self, thread, frames: dict) -> bool:
         """Whether a thread runs the submission's code (library thread pools do not count)."""
         candidates = [getattr(thread, "_target", None), getattr(thread, "function", None), type(thread).run]
@@ -1062,27 +1075,25 @@ class Worker:
             frame = frame.f_back
         return False
 
-    def _thread_snapshot(self) -> set:
-        return {t.ident for t in threading.enumerate()}
 
-    def _check_threads(self, before: set, during: str = "custom_kernel") -> None:
-        """Fail when a thread started since `before` is alive and runs the submission's code."""
-        new = [t for t in threading.enumerate() if t.ident not in before and t.is_alive()]
-        if not new:
-            return
-        frames = sys._current_frames()
-        for thread in new:
-            if self._owned_by_submission(thread, frames):
-                raise CaseFailure(f"background thread started by {during} (still running: {thread.name})")
+class ReferenceTask:
+    """The task's side of a case: its inputs, what the reference does with them (the Layout), the task's
+    own check, and the poisoned inputs a trusted call gets. Functions are taken before the submission loads."""
 
-    # -- data and the reference
-    def _generate(self, case: dict) -> Any:
+    def __init__(self, reference: Any, device: Device):
+        self.generate_input = reference.generate_input
+        self.ref_kernel = reference.ref_kernel
+        self.check_implementation = reference.check_implementation
+        self.device, self.torch, self.sync = device, device.torch, device.sync
+        self.layouts: dict[str, Layout] = {}
+
+    def generate(self, case: dict) -> Any:
         try:
             return self.generate_input(**case)
         except BaseException as exc:
             raise _exception_failure(exc, self.torch, "generate_input failed: ") from None
 
-    def _judge(self, data: Any, out: Any) -> tuple[bool, str]:
+    def judge(self, data: Any, out: Any) -> tuple[bool, str]:
         """The task's check on `data` (a copy the kernel never saw) and the kernel's output."""
         try:
             result = self.check_implementation(data, out)
@@ -1091,7 +1102,7 @@ class Worker:
         self.sync()
         return _normalize_verdict(result)
 
-    def _layout(self, case: dict, data: Any) -> Layout:
+    def layout(self, case: dict, data: Any) -> Layout:
         """Run the reference on clones to learn which inputs are output buffers (cached per case)."""
         key = format_spec(with_seed_offset(case, -case["seed"]) if isinstance(case.get("seed"), int) else case)
         if key in self.layouts:
@@ -1125,6 +1136,15 @@ class Worker:
         self.layouts[key] = layout
         return layout
 
+    def trusted_input(self, data: Any, layout: Layout, byte: int) -> Any:
+        """A clone of `data` for the kernel, its output buffers and freed blocks of the outputs' sizes poisoned."""
+        kernel_input = clone_data(data)
+        tensors = flatten_tensors(kernel_input)
+        for i in layout.poisonable:
+            poison(tensors[i], byte)
+        self._poison_freed(layout, byte)
+        return kernel_input
+
     def _poison_freed(self, layout: Layout, byte: int) -> None:
         """Allocate blocks of each output's byte size, fill them, free them: an output allocated but never
         written then holds the poison instead of an earlier correct result."""
@@ -1137,75 +1157,57 @@ class Worker:
             del blocks
         self.sync()
 
-    # -- calls
-    def _invoke(self, kernel_input: Any) -> Any:
+
+class Caller:
+    """Calls custom_kernel, untimed or timed; after every call the trust checks run and the device is
+    synchronized before any verdict."""
+
+    def __init__(self, kernel: Callable, device: Device, guards: Guards, trust: bool):
+        self.kernel, self.device, self.guards, self.trust = kernel, device, guards, trust
+
+    def invoke(self, kernel_input: Any) -> Any:
         """One untimed call, the device synchronized and every tripwire verified before any verdict."""
-        before = self._thread_snapshot()
+        before = self.guards.snapshot()
         try:
             out = self.kernel(kernel_input)
         except BaseException as exc:
-            raise _exception_failure(exc, self.torch) from None
+            raise _exception_failure(exc, self.device.torch) from None
         self._after_call(before)
         return out
 
-    def _after_call(self, before: set) -> None:
-        if self.trust:
-            self._check_threads(before)  # before the sync: work still running after return is the point
+    def timed(self, kernel_input: Any) -> tuple[Any, dict]:
+        """One timed call: synchronize, flush L2, then Device.measure; the reply part {"ns", "drain"}."""
+        self.device.sync()
+        self.device.flush_l2()
+        before = self.guards.snapshot()
         try:
-            self.sync()
+            out, timing = self.device.measure(self.kernel, kernel_input)
         except BaseException as exc:
-            raise _exception_failure(exc, self.torch) from None
-        if self.trust:
-            self._check_tripwires()
-
-    def _timed(self, kernel_input: Any) -> tuple[Any, dict]:
-        """One timed call: synchronize, flush L2, events (or perf_counter_ns) around the call.
-
-        The reply part: {"ns": duration} and, on a GPU, "drain" (measure_drain, taken before anything
-        else the host does after the call, so no work left running gets time to finish unseen)."""
-        self.sync()
-        self._flush_l2()
-        before = self._thread_snapshot()
-        timing: dict[str, float] = {}
-        try:
-            if self.cuda:
-                start, end = self.Event(enable_timing=True), self.Event(enable_timing=True)
-                self.record(start)
-                out = self.kernel(kernel_input)
-                self.record(end)
-                timing["drain"] = measure_drain(end, event_sync=self.event_sync, device_sync=self.sync,
-                                                clock_ns=self.perf_ns)
-            else:
-                t0 = self.perf_ns()
-                out = self.kernel(kernel_input)
-                t1 = self.perf_ns()
-        except BaseException as exc:
-            raise _exception_failure(exc, self.torch) from None
+            raise _exception_failure(exc, self.device.torch) from None
         self._after_call(before)
-        timing["ns"] = self.elapsed_ms(start, end) * 1e6 if self.cuda else float(t1 - t0)
         return out, timing
 
-    def _flush_l2(self) -> None:
-        """Write a buffer of max(2 x L2, 256 MiB) so no input or output stays in the L2 cache (GPU only)."""
-        if not self.cuda:
-            return
-        if self.flush_buffer is None:
-            torch = self.torch
-            props = torch.cuda.get_device_properties(torch.cuda.current_device())
-            l2 = int(getattr(props, "L2_cache_size", 0) or 0)
-            size = max(2 * l2, FLUSH_MIN_BYTES)
-            self.flush_buffer = torch.empty(size, dtype=torch.int8, device="cuda")
-        self.flush_buffer.zero_()
+    def _after_call(self, before: set) -> None:
+        if self.trust:
+            self.guards.check_threads(before)  # before the sync: work still running after return is the point
+        try:
+            self.device.sync()
+        except BaseException as exc:
+            raise _exception_failure(exc, self.device.torch) from None
+        if self.trust:
+            self.guards.check_tripwires()
 
-    def _trusted_input(self, data: Any, layout: Layout, byte: int) -> Any:
-        kernel_input = clone_data(data)
-        tensors = flatten_tensors(kernel_input)
-        for i in layout.poisonable:
-            poison(tensors[i], byte)
-        self._poison_freed(layout, byte)
-        return kernel_input
 
-    def _verify(self, out: Any, kernel_input: Any, pristine: Any, layout: Layout, byte: int | None) -> None:
+class Checker:
+    """Whether a case's output is right: type, aliasing, input mutation, the task's check, and the name of
+    the cheat behind a wrong output; the checked calls of a case, with the mode-branching probe."""
+
+    def __init__(self, task: ReferenceTask, caller: Caller, trust: bool):
+        self.task, self.caller, self.trust = task, caller, trust
+        # Fingerprints of every output that passed its check, to spot a replayed result however old.
+        self.seen_outputs: set = set()
+
+    def verify(self, out: Any, kernel_input: Any, pristine: Any, layout: Layout, byte: int | None) -> None:
         """Every output check: type, aliasing, input mutation, then the task's own check."""
         if self.trust:
             problem = output_type_problem(out, layout.template)
@@ -1220,7 +1222,7 @@ class Worker:
             for i, (t, p) in enumerate(zip(inputs, originals)):
                 if i not in layout.writable and i not in layout.poisonable and not same_bits(t, p):
                     raise CaseFailure(f"input {i} was modified by custom_kernel", probe=True)
-        ok, message = self._judge(clone_data(pristine), out)
+        ok, message = self.task.judge(clone_data(pristine), out)
         if ok:
             return
         error = self._diagnose(out, kernel_input, layout, byte) if self.trust else None
@@ -1253,36 +1255,36 @@ class Worker:
         for t in tensors:
             flat = t.detach().reshape(-1)
             step = max(1, flat.numel() // 64)
-            total = flat.sum(dtype=self.torch.float64).item() if flat.numel() else 0.0
+            total = flat.sum(dtype=self.task.torch.float64).item() if flat.numel() else 0.0
             parts.append((tuple(t.shape), str(t.dtype), repr(total), repr(flat[::step][:64].tolist())))
         return tuple(parts)
 
-    def _remember(self, out: Any) -> None:
+    def remember(self, out: Any) -> None:
         if self.trust and len(self.seen_outputs) < MAX_REMEMBERED_OUTPUTS:
             self.seen_outputs.add(self._fingerprint(flatten_tensors(out)))
 
-    def _trusted_call(self, data: Any, layout: Layout, byte: int) -> tuple[Any, Any]:
-        kernel_input = self._trusted_input(data, layout, byte)
-        out = self._invoke(kernel_input)
-        self._verify(out, kernel_input, data, layout, byte)
-        self._remember(out)
-        return kernel_input, out
+    def _trusted_call(self, data: Any, layout: Layout, byte: int) -> None:
+        kernel_input = self.task.trusted_input(data, layout, byte)
+        out = self.caller.invoke(kernel_input)
+        self.verify(out, kernel_input, data, layout, byte)
+        self.remember(out)
 
     def _checked(self, case: dict) -> Any:
         """The checked call(s) of a case; returns the pristine data. Raises CaseFailure."""
-        data = self._generate(case)
+        data = self.task.generate(case)
         if not self.trust:
-            out = self._invoke(clone_data(data))
-            self._verify(out, None, data, None, None)
+            out = self.caller.invoke(clone_data(data))
+            self.verify(out, None, data, None, None)
             return data
-        layout = self._layout(case, data)
+        layout = self.task.layout(case, data)
         for byte in (0xFF, 0x7F):  # double run: a result that depends on old memory shows up
             self._trusted_call(data, layout, byte)
         if isinstance(case.get("seed"), int):
-            self._trusted_call(self._generate(with_seed_offset(case, FRESH_SEED_STEP)), layout, 0xFF)
+            self._trusted_call(self.task.generate(with_seed_offset(case, FRESH_SEED_STEP)), layout, 0xFF)
         return data
 
-    def _checked_with_probe(self, case: dict, mode: str) -> Any:
+    def checked(self, case: dict, mode: str) -> Any:
+        """The checked calls of a case, a failure outside test mode probed for mode branching."""
         try:
             return self._checked(case)
         except CaseFailure as failure:
@@ -1310,29 +1312,19 @@ class Worker:
         finally:
             sys.argv = argv
 
-    # -- requests
-    def handle(self, request: dict) -> dict:
-        op = request["op"]
-        try:
-            if op == "check":
-                self._checked_with_probe(request["case"], request["mode"])
-                return {"ok": True}
-            if op == "bench_begin":
-                return self.bench_begin(request["case"], request["mode"])
-            if op == "bench_call":
-                return self.bench_call()
-            if op == "bench_end":
-                return self.bench_end()
-            if op == "profile":
-                return self.profile()
-        except CaseFailure as failure:
-            return failure.reply()
-        return {"ok": False, "error": f"unknown request {op!r}"}
 
-    def bench_begin(self, case: dict, mode: str) -> dict:
+class TimedCase:
+    """The timed modes of one prepared case: benchmark and leaderboard calls, the last output's check,
+    and profile mode's profiler table."""
+
+    def __init__(self, task: ReferenceTask, caller: Caller, checker: Checker, trust: bool):
+        self.task, self.caller, self.checker, self.trust = task, caller, checker, trust
+        self.bench: dict[str, Any] = {}
+
+    def begin(self, case: dict, mode: str) -> dict:
         self.bench = {}
-        data = self._checked_with_probe(case, mode)  # every benchmark shape is checked before it is timed
-        layout = self._layout(case, data) if self.trust else None
+        data = self.checker.checked(case, mode)  # every benchmark shape is checked before it is timed
+        layout = self.task.layout(case, data) if self.trust else None
         self.bench = {"case": case, "mode": mode, "pristine": data, "layout": layout, "step": 0, "out": None,
                       "input": clone_data(data) if self.trust else data}
         if layout is None:
@@ -1341,32 +1333,32 @@ class Worker:
         read = sum(t.numel() * t.element_size() for i, t in enumerate(flatten_tensors(data)) if i not in layout.poisonable)
         return {"ok": True, "bytes": read + sum(layout.out_bytes)}
 
-    def bench_call(self) -> dict:
+    def call(self) -> dict:
         b = self.bench
         if not b:
             return {"ok": False, "error": "no case prepared"}
         if b["mode"] != "leaderboard":
-            out, timing = self._timed(b["input"])
+            out, timing = self.caller.timed(b["input"])
             b["out"] = out
             return {"ok": True, **timing}
         # Leaderboard: a new input (seed + 13, cumulative) made after the previous call finished; rechecked.
         b["step"] += 1
-        data = self._generate(with_seed_offset(b["case"], LEADERBOARD_SEED_STEP * b["step"]))
+        data = self.task.generate(with_seed_offset(b["case"], LEADERBOARD_SEED_STEP * b["step"]))
         try:
             if self.trust:
-                kernel_input = self._trusted_input(data, b["layout"], 0xFF)
-                out, timing = self._timed(kernel_input)
-                self._verify(out, kernel_input, data, b["layout"], 0xFF)
-                self._remember(out)
+                kernel_input = self.task.trusted_input(data, b["layout"], 0xFF)
+                out, timing = self.caller.timed(kernel_input)
+                self.checker.verify(out, kernel_input, data, b["layout"], 0xFF)
+                self.checker.remember(out)
             else:
-                out, timing = self._timed(clone_data(data))
-                self._verify(out, None, data, None, None)
+                out, timing = self.caller.timed(clone_data(data))
+                self.checker.verify(out, None, data, None, None)
         except CaseFailure as failure:
             failure.error = f"{failure.error} [timed call {b['step']}]"
             raise
         return {"ok": True, **timing}
 
-    def bench_end(self) -> dict:
+    def end(self) -> dict:
         """Benchmark mode (trust): the last timed call's output must be right too.
 
         Skipped for tasks with in/out buffers (inputs the reference reads and then changes): every timed
@@ -1377,7 +1369,7 @@ class Worker:
         in_out = layout is not None and bool(layout.writable - layout.poisonable)
         if self.trust and b.get("mode") == "benchmark" and b.get("out") is not None and not in_out:
             try:
-                self._verify(b["out"], b["input"], b["pristine"], b["layout"], None)
+                self.checker.verify(b["out"], b["input"], b["pristine"], b["layout"], None)
             except CaseFailure as failure:
                 return CaseFailure(f"timed output wrong: the last timed call's output fails the check "
                                    f"(the checked calls passed): {failure.error}", failure.message).reply()
@@ -1386,21 +1378,82 @@ class Worker:
 
     def profile(self) -> dict:
         """A torch profiler table over a few calls of the prepared case."""
-        torch = self.torch
-        b = self.bench
-        kernel_input = b["input"]
+        torch = self.task.torch
+        kernel_input = self.bench["input"]
         for _ in range(PROFILE_WARMUP_CALLS):
-            self._invoke(kernel_input)
+            self.caller.invoke(kernel_input)
+        cuda = self.caller.device.cuda
         activities = [torch.profiler.ProfilerActivity.CPU]
-        if self.cuda:
+        if cuda:
             activities.append(torch.profiler.ProfilerActivity.CUDA)
         with torch.profiler.profile(activities=activities) as prof:
             for _ in range(PROFILE_CALLS):
-                self._invoke(kernel_input)
-        sort_by = "self_cuda_time_total" if self.cuda else "self_cpu_time_total"
+                self.caller.invoke(kernel_input)
+        sort_by = "self_cuda_time_total" if cuda else "self_cpu_time_total"
         table = prof.key_averages().table(sort_by=sort_by, row_limit=30)
         self.bench = {}
         return {"ok": True, "report": table}
+
+
+class Worker:
+    """The submission's side of one invocation: starts up (imports, captures), then hands each request to
+    the piece that does it (Checker for test cases, TimedCase for the timed and profile modes)."""
+
+    def __init__(self, settings: dict):
+        self.trust = bool(settings.get("trust", True))
+        self.checker: Checker | None = None
+        self.timed: TimedCase | None = None
+
+    def start(self) -> dict:
+        """Import torch and the reference, capture tripwires, import the submission; the `ready` reply."""
+        import torch
+
+        # The harness times and synchronizes with references captured before the import.
+        device = Device(torch)
+        reply: dict[str, Any] = {"ok": True, "system": device.system(), "timer": device.timer}
+        try:
+            import reference
+        except BaseException as exc:  # the task itself is broken: every case fails with this
+            traceback.print_exc()
+            return {**reply, **_exception_failure(exc, torch, "reference.py failed to import: ").reply()}
+        task = ReferenceTask(reference, device)
+        guards = Guards(torch, reference)
+        try:
+            import submission
+        except BaseException as exc:
+            traceback.print_exc()
+            return {**reply, **_exception_failure(exc, torch).reply()}
+        kernel = getattr(submission, "custom_kernel", None)
+        if not callable(kernel):
+            return {**reply, "ok": False, "error": "submission.py defines no custom_kernel(data)", "message": ""}
+        caller = Caller(kernel, device, guards, self.trust)
+        self.checker = Checker(task, caller, self.trust)
+        self.timed = TimedCase(task, caller, self.checker, self.trust)
+        if self.trust:
+            try:
+                guards.check_tripwires()
+                guards.check_threads(guards.threads_at_start, during="the submission's import")
+            except CaseFailure as failure:
+                return {**reply, **failure.reply()}
+        return reply
+
+    def handle(self, request: dict) -> dict:
+        op = request["op"]
+        try:
+            if op == "check":
+                self.checker.checked(request["case"], request["mode"])
+                return {"ok": True}
+            if op == "bench_begin":
+                return self.timed.begin(request["case"], request["mode"])
+            if op == "bench_call":
+                return self.timed.call()
+            if op == "bench_end":
+                return self.timed.end()
+            if op == "profile":
+                return self.timed.profile()
+        except CaseFailure as failure:
+            return failure.reply()
+        return {"ok": False, "error": f"unknown request {op!r}"}
 
 
 def _die_with_parent() -> None:
