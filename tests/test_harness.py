@@ -561,3 +561,14 @@ def test_a_broken_reference_is_a_task_error_not_the_submissions(tmp_path, broken
                                    runner.RunOptions(precompile=False, env=CHILD_ENV), system={"device": "test"})
     assert report.outcome == "bad_task" and int(report.exit_code) == 3
     assert report.runs[0].summary == f"task error: test, test size: 8; seed: 1: {error} (the task's reference failed)"
+
+
+def test_a_cache_keyed_on_addresses_is_named_even_when_the_allocator_never_reuses_one(tmp_path):
+    """The cheat keeps every input alive, so no fresh allocation ever gets an old address; every second
+    leaderboard call gets its input in the previous call's tensors, so the cache replays and is named."""
+    cheat = ("_keep, _cache = [], {}\n\ndef custom_kernel(data):\n    _keep.append(data)\n"
+             "    key = data['x'].data_ptr()\n    if key not in _cache:\n"
+             "        _cache[key] = data['x'] * data['scale']\n    return _cache[key]\n")
+    run = run_eval(DOUBLER, cheat, "leaderboard", [{"size": 64, "seed": 3}], tmp_path, seed=5)
+    assert run.exit_code == 112
+    assert run.benchmarks[0].error.startswith("output replay: custom_kernel returned a previous call's result")
