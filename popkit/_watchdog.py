@@ -40,9 +40,9 @@ def prctl(option: int, value: int) -> bool:
 
 
 def descendants(root: int) -> list[int]:
-    """Every process below `root`, from the parent links in /proc/*/stat."""
+    """Every process below `root`, from the parent links in /proc/*/stat (none without /proc)."""
     children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
         if not entry.isdigit():
             continue
         try:
@@ -73,8 +73,13 @@ def reap() -> dict[int, int]:
         done[pid] = os.waitstatus_to_exitcode(status)
 
 
-def kill_tree() -> None:
-    """SIGKILL everything below this process, until nothing is left (or KILL_WAIT_S passed)."""
+def kill_tree(group: int) -> None:
+    """SIGKILL the child's process group, then everything below this process, until nothing is left
+    (or KILL_WAIT_S passed). Without /proc (not Linux) only the group is killed."""
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
     deadline = time.monotonic() + KILL_WAIT_S
     while time.monotonic() < deadline:
         left = descendants(os.getpid())
@@ -136,7 +141,7 @@ def run(status_fd: int, lifeline_fd: int, argv: list[str]) -> int:
         code = reap().get(pid, code)
     if code is not None:
         os.write(status_fd, f"exit {code}\n".encode())
-    kill_tree()
+    kill_tree(pid)  # the child leads its own session, so its process group is its pid
     return 0
 
 
