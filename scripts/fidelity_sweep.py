@@ -132,7 +132,19 @@ def test_job(task, kind: str, what: str, source: str, workdir: Path) -> dict:
             "submission": what, "bare_passed": bare["_passed"], "bare_exit": bare["_exit"],
             "popkit_passed": doc.get("outcome") == "passed", "popkit_exit": doc.get("exit_code"),
             "popkit_outcome": doc.get("outcome"), "bare_s": round(t1 - t0, 1),
-            "popkit_s": round(time.monotonic() - t1, 1)}
+            "popkit_s": round(time.monotonic() - t1, 1), "popkit_why": why_not_passed(doc)}
+
+
+def why_not_passed(doc: dict) -> str:
+    """What popkit said about a run that did not pass (its first failing mode's summary and output tail),
+    kept so a disagreement with the bare eval can be explained after the machine is gone."""
+    if doc.get("outcome") == "passed":
+        return ""
+    for run in doc.get("runs") or []:
+        if run.get("outcome") != "passed":
+            tail = (run.get("stderr") or run.get("stdout") or "")[-600:]
+            return f"{run.get('summary', '')}\n{tail}".strip()
+    return str(doc.get("error") or doc.get("message") or "")[-600:]
 
 
 def leaderboard_job(task, what: str, source: str, workdir: Path) -> dict:

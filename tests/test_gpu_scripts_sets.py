@@ -114,3 +114,15 @@ def test_sweep_dry_run_plans_nothing_it_cannot_run(tmp_path, monkeypatch):
     planned = {name for name, _, _ in doc["plan"]}
     assert "gpu" not in planned and "nccl" not in planned
     assert {r["task"] for r in doc["not_runnable"]} >= {"gpu", "nccl", "rocm"}
+
+
+def test_sweep_keeps_why_popkit_did_not_pass():
+    sweep = _load("fidelity_sweep")
+    assert sweep.why_not_passed({"outcome": "passed", "runs": []}) == ""
+    doc = {"outcome": "crashed", "runs": [
+        {"outcome": "passed", "summary": "", "stderr": "fine"},
+        {"outcome": "crashed", "summary": "crashed: test exited with code 1", "stderr": "x" * 900 + "CUDA error: out of memory"}]}
+    why = sweep.why_not_passed(doc)
+    assert why.startswith("crashed: test exited with code 1\n") and why.endswith("CUDA error: out of memory")
+    assert len(why) < 700  # the output's tail, not all of it
+    assert sweep.why_not_passed({"outcome": "no_json", "error": "Traceback ..."}) == "Traceback ..."
