@@ -14,7 +14,9 @@ The task's `gpus` list is the leaderboard's hardware: a different vendor is a no
 from __future__ import annotations
 
 import ast
+import importlib.machinery
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass, field, replace
@@ -259,19 +261,56 @@ def _flush_buffer(task: Task, trees: Mapping[str, ast.Module]) -> tuple[int, str
 
 _FIND_SCRIPT = "import importlib.util, json, sys; print(json.dumps([m for m in sys.argv[1:] " \
                "if importlib.util.find_spec(m) is None]))"
+# What decides where an interpreter looks for packages, besides the interpreter itself.
+_PATH_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONNOUSERSITE", "PYTHONSAFEPATH")
 
 
-def missing_packages(python: str, names: Iterable[str], timeout: float = 30.0) -> set[str]:
-    """Import names the interpreter `python` cannot find (find_spec only: nothing is imported)."""
+def missing_packages(python: str, names: Iterable[str], timeout: float = 30.0,
+                     env: Mapping[str, str] | None = None) -> set[str]:
+    """Top-level import names the interpreter `python` cannot find (find_spec only: nothing is imported).
+
+    `env` is the eval's environment (default: this one). When the eval runs this very interpreter with
+    the same path settings, this process answers (`_findable_here`): no interpreter start-up before a run.
+    """
     names = sorted(set(names))
     if not names:
         return set()
+    env = dict(os.environ) if env is None else dict(env)
+    if _answers_for(python, env):
+        return {name for name in names if not _findable_here(name)}
     try:
         done = subprocess.run([python, "-c", _FIND_SCRIPT, *names], capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
+                              timeout=timeout, stdin=subprocess.DEVNULL, env=env)
         return set(json.loads(done.stdout.strip().splitlines()[-1]))
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
         return set()  # unknown: the run itself will tell
+
+
+def _answers_for(python: str, env: Mapping[str, str]) -> bool:
+    """Whether this process finds packages where `python` started with `env` would (same executable path,
+    path settings and start-up flags)."""
+    flags = sys.flags
+    return (os.path.abspath(python) == os.path.abspath(sys.executable)
+            and not (flags.isolated or flags.ignore_environment or flags.no_user_site or flags.no_site
+                     or flags.safe_path)
+            and all(env.get(k) == os.environ.get(k) for k in _PATH_ENV))
+
+
+def _findable_here(name: str) -> bool:
+    """find_spec as the eval's interpreter runs it: every meta-path finder, with sys.path less its first entry
+    (the folder of the script that started this process; the eval's is its own working directory)."""
+    path = sys.path[1:]
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        if find is None:
+            continue
+        try:
+            spec = find(name, path) if finder is importlib.machinery.PathFinder else find(name, None)
+        except (ImportError, ValueError):
+            continue
+        if spec is not None:
+            return True
+    return False
 
 
 def machine(python: str | None = None, packages: Iterable[str] = (),
@@ -340,10 +379,11 @@ def gpu_devices_visible() -> bool | None:
 
 
 def preflight(task: Task, python: str, system: Callable[[], Mapping[str, Any]],
-              world_size: int | None = None) -> None:
+              world_size: int | None = None, env: Mapping[str, str] | None = None) -> None:
     """Raise EnvironmentProblem (exit 11) when the task cannot run here, before anything starts.
 
-    Packages cost a find_spec in the eval's interpreter; "is there a GPU" a look at /dev. The probe
+    Packages cost a find_spec in the eval's interpreter (`env`: its environment), answered here when it is
+    this one (missing_packages); "is there a GPU" a look at /dev. The probe
     (a torch import, seconds) is waited for only when the task needs more: a vendor, an architecture,
     several GPUs, or a buffer larger than any leaderboard GPU's memory.
     """
@@ -354,7 +394,7 @@ def preflight(task: Task, python: str, system: Callable[[], Mapping[str, Any]],
     else:
         # Only "is there a GPU" matters here: a vendor of "unknown" never conflicts (need.vendor is empty).
         here = Machine(vendor="" if gpu_devices_visible() is False else "unknown", device="a GPU")
-    here = replace(here, missing=frozenset(missing_packages(python, [n for n, _ in need.packages])))
+    here = replace(here, missing=frozenset(missing_packages(python, [n for n, _ in need.packages], env=env)))
     reasons = blockers(need, here, world_size)
     if reasons:
         more = f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else ""

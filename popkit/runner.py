@@ -720,7 +720,8 @@ def run_submission(task: Task, submission: Path, mode: str, options: RunOptions 
         task = scale_world_size(task, options.world_size)
         notes = (f"world_size scaled to {options.world_size} (the task's cases ask for "
                  f"{', '.join(map(str, asked))}): not leaderboard-faithful",)
-    runnable.preflight(task, options.python, lambda: system if system is not None else probe.result())
+    runnable.preflight(task, options.python, lambda: system if system is not None else probe.result(),
+                       env=child_env(options))
     with proc.WorkDir("popkit-run-", keep=options.keep_workdir) as workdir:
         if options.keep_workdir:
             progress(f"working directory kept: {workdir}")

@@ -99,3 +99,47 @@ def test_tasks_check_lists_every_task_with_its_reasons(monkeypatch, tmp_path):
     assert result.exit_code == 0, result.output
     assert "needs-8-gpus" in result.output and "cases need 8 GPUs" in result.output
     assert "NVIDIA H100 80GB HBM3" in result.output  # the machine the verdicts are for
+
+
+def _stand_in_interpreter(tmp_path: Path) -> tuple[Path, Path]:
+    """An interpreter that records each call in calls.log, then runs this one."""
+    import sys
+
+    calls = tmp_path / "calls.log"
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\necho "$@" >> {calls}\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    return python, calls
+
+
+def test_the_eval_interpreter_being_this_one_is_asked_without_a_process(monkeypatch):
+    import sys
+
+    def no_process(*args, **kwargs):
+        raise AssertionError(f"a process was started: {args}")
+
+    monkeypatch.setattr(runnable.subprocess, "run", no_process)
+    names = ["json", "yaml", "typer", "popkit_no_such_package"]
+    assert runnable.missing_packages(sys.executable, names) == {"popkit_no_such_package"}
+
+
+def test_another_interpreter_or_environment_is_asked_in_its_own_process(tmp_path):
+    import sys
+
+    python, calls = _stand_in_interpreter(tmp_path)
+    assert runnable.missing_packages(str(python), ["json", "popkit_no_such_package"]) == {"popkit_no_such_package"}
+    assert "-c" in calls.read_text()
+    extra = tmp_path / "extra" / "popkit_only_on_the_childs_path"
+    extra.mkdir(parents=True)
+    (extra / "__init__.py").write_text("")
+    env = {"PYTHONPATH": str(extra.parent)}  # the eval's environment adds a folder: this process cannot tell
+    assert runnable.missing_packages(sys.executable, [extra.name], env=env) == set()
+    assert runnable.missing_packages(sys.executable, [extra.name]) == {extra.name}
+
+
+def test_a_run_with_its_own_interpreter_is_preflighted_there(tmp_path):
+    python, calls = _stand_in_interpreter(tmp_path)
+    task = load_task(NEEDS / "rocm")
+    with pytest.raises(EnvironmentProblem, match="not installed"):
+        runnable.preflight(task, str(python), lambda: MI300, env={"POPKIT_UNRELATED": "1"})
+    assert calls.read_text().count("-c") == 1
