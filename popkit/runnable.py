@@ -14,6 +14,7 @@ The task's `gpus` list is the leaderboard's hardware: a different vendor is a no
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.machinery
 import json
 import os
@@ -110,6 +111,12 @@ def _sources(task: Task) -> dict[str, ast.Module]:
     return trees
 
 
+@functools.lru_cache(maxsize=64)
+def _walk(tree: ast.AST) -> tuple[ast.AST, ...]:
+    """Every node of a parsed file (or a part of one), walked once: needs() looks at each file several ways."""
+    return tuple(ast.walk(tree))
+
+
 def needs(task: Task) -> Needs:
     trees = _sources(task)
     local = {Path(f.name).stem for f in task.files}
@@ -126,7 +133,7 @@ def needs(task: Task) -> Needs:
         if not found.get("gpu") and _puts_tensors_on_cuda(tree):
             found["gpu"] = f"{fname} puts tensors on \"cuda\""
         if not found.get("min_sm") and any(isinstance(n, ast.Attribute) and n.attr == "float4_e2m1fn_x2"
-                                           for n in ast.walk(tree)):
+                                           for n in _walk(tree)):
             found.update(min_sm=100, sm_why=f"{fname} uses fp4 (torch.float4_e2m1fn_x2), which needs sm_100 (B200)")
     if found.get("min_sm") and not found.get("vendor"):
         found.update(vendor="nvidia", vendor_why=found["sm_why"])
@@ -147,7 +154,7 @@ def _gpus_vendor(gpus: Sequence[str]) -> str:
 def _optional_imports(tree: ast.Module) -> set[int]:
     """ids of import nodes inside `try: ... except ImportError` (the file copes without them)."""
     ids = set()
-    for node in ast.walk(tree):
+    for node in _walk(tree):
         if isinstance(node, ast.Try) and any(
                 isinstance(h.type, ast.Name) and h.type.id in ("ImportError", "ModuleNotFoundError", "Exception")
                 or h.type is None for h in node.handlers):
@@ -159,7 +166,7 @@ def _third_party_imports(trees: Mapping[str, ast.Module], local: set[str]) -> tu
     seen: dict[str, str] = {}
     for fname, tree in trees.items():
         optional = _optional_imports(tree)
-        for node in ast.walk(tree):
+        for node in _walk(tree):
             if id(node) in optional:
                 continue
             if isinstance(node, ast.Import):
@@ -181,10 +188,10 @@ def _is_cuda(node: ast.AST) -> bool:
 def _puts_tensors_on_cuda(tree: ast.Module) -> bool:
     """`device="cuda"`, `torch.device("cuda")`, `.to("cuda")`, `.cuda()`, torch.cuda.Event or synchronize, in a
     file that never names the "cpu" device (a file that does has a CPU path)."""
-    has_fallback = any(isinstance(n, ast.Constant) and n.value == "cpu" for n in ast.walk(tree))
+    has_fallback = any(isinstance(n, ast.Constant) and n.value == "cpu" for n in _walk(tree))
     if has_fallback:
         return False
-    for node in ast.walk(tree):
+    for node in _walk(tree):
         if not isinstance(node, ast.Call):
             continue
         if any(k.arg == "device" and _is_cuda(k.value) for k in node.keywords):
@@ -241,7 +248,7 @@ def _flush_buffer(task: Task, trees: Mapping[str, ast.Module]) -> tuple[int, str
     if main is None:
         return 0, ""
     scopes: list[tuple[str, ast.AST]] = [(task.main, main)]
-    for node in ast.walk(main):
+    for node in _walk(main):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in {Path(n).stem for n in trees}:
             module = trees[node.module + ".py"]
             wanted = {a.name for a in node.names}
@@ -249,7 +256,7 @@ def _flush_buffer(task: Task, trees: Mapping[str, ast.Module]) -> tuple[int, str
                        if isinstance(d, ast.FunctionDef) and d.name in wanted]
     best, why = 0, ""
     for where, scope in scopes:
-        for node in ast.walk(scope):
+        for node in _walk(scope):
             size = _alloc_bytes(node) if isinstance(node, ast.Call) else 0
             if size > best:
                 best, why = size, f"{where} allocates a {size / GiB:.3g} GiB buffer"

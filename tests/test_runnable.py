@@ -143,3 +143,20 @@ def test_a_run_with_its_own_interpreter_is_preflighted_there(tmp_path):
     with pytest.raises(EnvironmentProblem, match="not installed"):
         runnable.preflight(task, str(python), lambda: MI300, env={"POPKIT_UNRELATED": "1"})
     assert calls.read_text().count("-c") == 1
+
+
+def test_needs_walks_each_file_once(monkeypatch):
+    import ast
+    from collections import Counter
+
+    walked: Counter = Counter()
+    walk = ast.walk
+
+    def counting(node):
+        if isinstance(node, ast.Module):
+            walked[id(node)] += 1
+        return walk(node)
+
+    monkeypatch.setattr(ast, "walk", counting)
+    need = runnable.needs(load_task(NEEDS / "flush"))
+    assert need.memory_bytes and walked and max(walked.values()) == 1, walked
