@@ -11,9 +11,7 @@ import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
-
-import jinja2
+from typing import TYPE_CHECKING, Any, Sequence
 
 from popkit import tasks
 from popkit.errors import ExitCode, PopkitError, TaskError, UsageError
@@ -24,6 +22,9 @@ from popkit.kernelspec import (  # noqa: F401  (re-exported: render is where cal
 )
 from popkit.kernelspec import _REDUCE_OPS
 from popkit.resources import data_dir
+
+if TYPE_CHECKING:
+    import jinja2
 
 FORBIDDEN = "str" + "eam"  # the server refuses any file containing it, in any case (docs/protocol-notes.md §6)
 _RUNTIME = {  # launch-error API per target
@@ -89,7 +90,11 @@ class Catalog:
 
 @functools.lru_cache(maxsize=None)
 def environment(root: str | None = None) -> jinja2.Environment:
-    """The one Jinja2 environment: undefined variables are errors, trailing newlines are kept."""
+    """The one Jinja2 environment: undefined variables are errors, trailing newlines are kept.
+
+    Jinja2 is imported here, not at the top: every `popkit` command imports this module, few render."""
+    import jinja2
+
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(root or str(data_dir("templates"))),
         undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
@@ -110,6 +115,8 @@ def template_names(root: Path | None = None) -> tuple[tuple[str, tuple[str, ...]
 
 def render_template(name: str, context: dict[str, Any], root: Path | None = None) -> str:
     """Render one template; a missing variable is a PopkitError naming the template and the variable."""
+    import jinja2
+
     env = environment(str(root) if root else None)
     try:
         return env.get_template(name).render(**context)

@@ -201,3 +201,14 @@ def test_imports_inside_functions_and_relative_imports_count(tmp_path):
 def test_popcorn_only_talks_to_popcorn_cli():
     """The submit workflow (check, gate, record) lives in popkit.submit; popkit.popcorn needs none of it."""
     assert set(import_graph()["popkit.popcorn"]) <= {"popkit.errors", "popkit.results"}
+
+
+def test_the_cli_starts_without_the_template_engine():
+    """Every `popkit` command pays for the CLI's imports; Jinja2 is for `popkit new` and `templates` only."""
+    import subprocess
+    import sys
+
+    code = "import sys, popkit.cli; print(sorted(m for m in ('jinja2', 'torch') if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
