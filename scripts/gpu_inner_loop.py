@@ -131,8 +131,9 @@ def plan(problems: Path, subs_dir: Path) -> list[dict]:
     return cases
 
 
-def popkit_test(case: dict) -> tuple[float, str, str]:
-    """`popkit test` as a user runs it: (seconds, outcome, why the pre-step was skipped)."""
+def popkit_test(case: dict) -> tuple[float, str, str, float]:
+    """`popkit test` as a user runs it: (seconds, outcome, why the pre-step was skipped, seconds its children
+    ran: the evals and the pre-step, from the report; the rest is popkit's own time)."""
     argv = [sys.executable, "-m", "popkit", "test", case["submission"], "--task", case["task"], "--no-history",
             "--json"]
     start = time.monotonic()
@@ -141,13 +142,17 @@ def popkit_test(case: dict) -> tuple[float, str, str]:
     try:
         doc = json.loads(done.stdout)
     except ValueError:
-        return secs, f"no report (exit {done.returncode}): {done.stderr.strip()[-300:]}", ""
+        return secs, f"no report (exit {done.returncode}): {done.stderr.strip()[-300:]}", "", secs
+    children = sum(r.get("duration_s") or 0.0 for r in doc.get("runs") or []) + (
+        (doc.get("precompile") or {}).get("duration_s") or 0.0)
     return secs, doc.get("outcome", doc.get("message", "?")), doc.get("precompile_skipped") or (
-        "ran" if doc.get("precompile") else "")
+        "ran" if doc.get("precompile") else ""), children
 
 
-def bare_run(case: dict) -> tuple[float, str]:
-    """The task's eval in test mode with a result pipe, in a prepared directory, no pre-step."""
+def bare_run(case: dict, probe: bool = False) -> tuple[float, str, float]:
+    """The task's eval in test mode with a result pipe, in a prepared directory, no pre-step: (seconds, outcome,
+    seconds the system probe outlived the eval). With `probe`, popkit's system probe runs beside the eval,
+    started with it as popkit starts it: what the probe costs the eval, and how long popkit waits for it after."""
     from popkit import runner
     from popkit.tasks import resolve_task
 
@@ -155,23 +160,36 @@ def bare_run(case: dict) -> tuple[float, str]:
     with tempfile.TemporaryDirectory() as tmp:
         main = runner.prepare_workdir(task, Path(case["submission"]).read_bytes(), Path(tmp))
         start = time.monotonic()
+        beside = runner.SystemProbe(sys.executable) if probe else None
         run = runner.run_mode(Path(tmp), main, "test", task.cases_for("test"), timeout_s=task.timeout_for("test"),
                               options=runner.RunOptions())
-        return time.monotonic() - start, run.outcome
+        secs = time.monotonic() - start
+        if beside is None:
+            return secs, run.outcome, 0.0
+        beside.result()
+        return secs, run.outcome, time.monotonic() - start - secs
 
 
-def measure(case: dict, repeats: int) -> dict:
-    row = {**case, "bare_s": [], "popkit_s": [], "bare_outcomes": [], "popkit_outcomes": [], "prestep": []}
+def measure(case: dict, repeats: int, probe_beside: bool = False) -> dict:
+    row = {**case, "bare_s": [], "popkit_s": [], "bare_outcomes": [], "popkit_outcomes": [], "prestep": [],
+           "own_s": []}
+    if probe_beside:
+        row.update(probe_beside_s=[], probe_after_s=[])
     if case.get("builds"):  # the cold build and the pre-step's cache record happen here, not in a timed pair
-        row["warmup_s"], row["warmup_outcome"], _ = popkit_test(case)
+        row["warmup_s"], row["warmup_outcome"], _, _ = popkit_test(case)
     for _ in range(repeats):
-        secs, outcome = bare_run(case)
+        secs, outcome, _ = bare_run(case)
         row["bare_s"].append(secs)
         row["bare_outcomes"].append(outcome)
-        secs, outcome, prestep = popkit_test(case)
+        if probe_beside:
+            secs, _, after = bare_run(case, probe=True)
+            row["probe_beside_s"].append(secs)
+            row["probe_after_s"].append(after)
+        secs, outcome, prestep, children = popkit_test(case)
         row["popkit_s"].append(secs)
         row["popkit_outcomes"].append(outcome)
         row["prestep"].append(prestep)
+        row["own_s"].append(secs - children)
     row["ratio"] = statistics.median(row["popkit_s"]) / statistics.median(row["bare_s"])
     row["verdicts_agree"] = set(row["bare_outcomes"]) == set(row["popkit_outcomes"])
     row["as_expected"] = set(row["popkit_outcomes"]) == {case["expect"]}
@@ -215,12 +233,32 @@ def markdown(results: dict) -> str:
             "ran" if row["prestep"][-1] == "ran" else "off")
         lines.append(f"| {row['label']} | {verdict} | {prestep} | {statistics.median(row['bare_s']):.2f} s | "
                      f"{statistics.median(row['popkit_s']):.2f} s | {row['ratio']:.2f} |")
+    lines += overhead_lines(results.get("rows", []))
     startup = results.get("cli_startup")
     if startup:
         lines += ["", f"CLI start-up: `python -X importtime -m popkit --help` imports popkit.cli in "
                       f"{startup['popkit_cli_import_us'] / 1000:.0f} ms; torch imported: "
                       f"{'yes' if startup['imports_torch'] else 'no'}."]
     return "\n".join(lines) + "\n"
+
+
+def overhead_lines(rows: list[dict]) -> list[str]:
+    """Where popkit's time beyond the eval goes, per case: its own (wall less its children's run time), and with
+    --probe-beside the bare eval with the system probe beside it, and how long the probe outlived the eval."""
+    timed = [r for r in rows if r.get("own_s")]
+    if not timed:
+        return []
+    probe = any(r.get("probe_beside_s") for r in timed)
+    head = "| task | popkit's own time (wall less its evals) |" + (
+        " bare test mode, probe beside | probe outlived the eval |" if probe else "")
+    out = ["", head, "|---|---|" + ("---|---|" if probe else "")]
+    for r in timed:
+        line = f"| {r['label']} | {statistics.median(r['own_s']):.2f} s |"
+        if probe:
+            line += (f" {statistics.median(r['probe_beside_s']):.2f} s | {statistics.median(r['probe_after_s']):.2f} s |"
+                     if r.get("probe_beside_s") else " | |")
+        out.append(line)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -233,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="comma-separated substrings of case labels to run")
     parser.add_argument("--budget-s", type=float, default=300.0, help="start no new case after this many seconds")
     parser.add_argument("--dry-run", action="store_true", help="write the submissions and the plan; run nothing")
+    parser.add_argument("--probe-beside", action="store_true",
+                        help="also time each bare run with popkit's system probe beside it (one more eval per pair)")
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
@@ -277,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
             results["rows"].append({**case, "skipped": f"not run: past the {args.budget_s:g} s budget"})
         else:
             log(f"timing {case['label']}")
-            row = measure(case, args.repeats)
+            row = measure(case, args.repeats, args.probe_beside)
             results["rows"].append(row)
             log(f"{case['label']}: bare {statistics.median(row['bare_s']):.2f} s, popkit "
                 f"{statistics.median(row['popkit_s']):.2f} s, ratio {row['ratio']:.2f}, verdicts "

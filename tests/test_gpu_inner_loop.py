@@ -6,6 +6,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("gpu_inner_loop", ROOT / "scripts" / "gpu_inner_loop.py")
 inner = importlib.util.module_from_spec(spec)
@@ -41,3 +43,21 @@ def test_cli_help_does_not_import_torch():
     startup = inner.cli_startup()
     assert startup["imports_torch"] is False
     assert startup["popkit_cli_import_us"] > 0
+
+
+def test_overhead_table_says_popkits_own_time_and_the_probe_beside():
+    row = {"label": "softmax (bundled)", "own_s": [0.9, 1.1, 1.0], "probe_beside_s": [5.2], "probe_after_s": [0.0]}
+    lines = inner.overhead_lines([row, {"label": "cholesky (linalg)", "skipped": "task not found"}])
+    assert lines[1:] == ["| task | popkit's own time (wall less its evals) | bare test mode, probe beside | "
+                         "probe outlived the eval |", "|---|---|---|---|", "| softmax (bundled) | 1.00 s | 5.20 s | 0.00 s |"]
+    assert inner.overhead_lines([{"label": "x", "own_s": [0.5]}])[1:] == [
+        "| task | popkit's own time (wall less its evals) |", "|---|---|", "| x | 0.50 s |"]
+
+
+@pytest.mark.slow
+def test_measure_times_a_bundled_case_on_the_cpu():
+    case = {"label": "identity (bundled)", "task": "identity", "expect": "passed",
+            "submission": str(ROOT / "submissions" / "identity" / "pytorch.py")}
+    row = inner.measure(case, 1, probe_beside=True)
+    assert row["bare_outcomes"] == row["popkit_outcomes"] == ["passed"] and row["as_expected"]
+    assert 0 < row["own_s"][0] < row["popkit_s"][0] and row["probe_beside_s"][0] > 0 and row["probe_after_s"][0] >= 0
