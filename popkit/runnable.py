@@ -111,13 +111,21 @@ def _sources(task: Task) -> dict[str, ast.Module]:
     return trees
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=None)
 def _walk(tree: ast.AST) -> tuple[ast.AST, ...]:
-    """Every node of a parsed file (or a part of one), walked once: needs() looks at each file several ways."""
+    """Every node of a parsed file (or a part of one), walked once: needs() looks at each file several ways.
+    needs() empties the cache when it is done, so no task's trees outlive it."""
     return tuple(ast.walk(tree))
 
 
 def needs(task: Task) -> Needs:
+    try:
+        return _needs(task)
+    finally:
+        _walk.cache_clear()
+
+
+def _needs(task: Task) -> Needs:
     trees = _sources(task)
     local = {Path(f.name).stem for f in task.files}
     found: dict[str, Any] = {}

@@ -160,3 +160,4 @@ def test_needs_walks_each_file_once(monkeypatch):
     monkeypatch.setattr(ast, "walk", counting)
     need = runnable.needs(load_task(NEEDS / "flush"))
     assert need.memory_bytes and walked and max(walked.values()) == 1, walked
+    assert runnable._walk.cache_info().currsize == 0  # the task's trees do not outlive needs()
