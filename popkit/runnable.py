@@ -307,7 +307,7 @@ def _answers_for(python: str, env: Mapping[str, str]) -> bool:
     flags = sys.flags
     return (os.path.abspath(python) == os.path.abspath(sys.executable)
             and not (flags.isolated or flags.ignore_environment or flags.no_user_site or flags.no_site
-                     or flags.safe_path)
+                     or getattr(flags, "safe_path", False))  # -P is Python 3.11+
             and all(env.get(k) == os.environ.get(k) for k in _PATH_ENV))
 
 

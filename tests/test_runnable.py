@@ -161,3 +161,12 @@ def test_needs_walks_each_file_once(monkeypatch):
     need = runnable.needs(load_task(NEEDS / "flush"))
     assert need.memory_bytes and walked and max(walked.values()) == 1, walked
     assert runnable._walk.cache_info().currsize == 0  # the task's trees do not outlive needs()
+
+
+def test_python_3_10_flags_without_safe_path_still_answer_here(monkeypatch):
+    import sys
+    from types import SimpleNamespace
+
+    py310 = SimpleNamespace(isolated=0, ignore_environment=0, no_user_site=0, no_site=0)  # no -P before 3.11
+    monkeypatch.setattr(sys, "flags", py310)
+    assert runnable._answers_for(sys.executable, dict(runnable.os.environ))
