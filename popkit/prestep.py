@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from popkit.resources import user_dir
+
 BUILD_MARKERS = (b"load_inline", b"cpp_extension", b"__main__")
 # Everything in the environment that changes what torch builds or where it puts it.
 BUILD_ENV = ("TORCH_EXTENSIONS_DIR", "XDG_CACHE_HOME", "HOME", "TORCH_CUDA_ARCH_LIST", "PYTORCH_ROCM_ARCH",
@@ -52,8 +54,7 @@ def cache_dir() -> Path:
     explicit = os.environ.get("POPKIT_CACHE_DIR")
     if explicit:
         return Path(explicit).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base).expanduser() / "popkit"
+    return user_dir("XDG_CACHE_HOME", ".cache") / "popkit"
 
 
 def needs_build(content: bytes) -> bool:
@@ -65,8 +66,7 @@ def extensions_root(env: Mapping[str, str]) -> Path:
     explicit = env.get("TORCH_EXTENSIONS_DIR")
     if explicit:
         return Path(explicit).expanduser()
-    base = env.get("XDG_CACHE_HOME") or str(Path(env.get("HOME") or Path.home()) / ".cache")
-    return Path(base).expanduser() / "torch_extensions"
+    return user_dir("XDG_CACHE_HOME", ".cache", env) / "torch_extensions"
 
 
 def fingerprint(root: Path) -> str:

@@ -47,5 +47,13 @@ def _home(env: Mapping[str, str]) -> tuple[Path, str]:
     local = Path.cwd() / LEGACY_DIR
     if local.is_dir():
         return local, "working directory"
-    data = env.get("XDG_DATA_HOME") or str(Path(env.get("HOME") or Path.home()) / ".local" / "share")
-    return Path(data).expanduser() / "popkit", "per-user"
+    return user_dir("XDG_DATA_HOME", ".local/share", env) / "popkit", "per-user"
+
+
+def user_dir(xdg_var: str, fallback: str, env: Mapping[str, str] | None = None) -> Path:
+    """An XDG base folder: `$XDG_…` when set, else `~/FALLBACK` (`~` from the environment's HOME).
+
+    The one rule behind popkit's data folder, its cache and torch's default build root."""
+    env = os.environ if env is None else env
+    base = env.get(xdg_var) or str(Path(env.get("HOME") or Path.home()) / fallback)
+    return Path(base).expanduser()

@@ -21,6 +21,7 @@ from typing import Any, Mapping
 from popkit import hipbuild, popcorn
 from popkit.buildlocks import find_locks, lock_state
 from popkit.errors import EnvironmentProblem, PopcornError, PopkitError
+from popkit.prestep import extensions_root
 
 PROBE_KEYS = ("python", "platform", "torch", "cuda", "hip", "device", "arch", "gpu_count", "memory")
 TOOL_TIMEOUT_S = 15.0
@@ -237,9 +238,8 @@ def default_extensions_root(tools: Toolchain) -> Path:
     """Where load_inline builds when TORCH_EXTENSIONS_DIR is unset (what `popkit test` and the runner use)."""
     if os.environ.get("TORCH_EXTENSIONS_DIR"):
         return Path(os.environ["TORCH_EXTENSIONS_DIR"])
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     accel = f"rocm{tools.hip.replace('.', '')}" if tools.hip else f"cu{tools.cuda.replace('.', '')}" if tools.cuda else "cpu"
-    return cache / "torch_extensions" / f"{tools.python_tag}_{accel}"
+    return extensions_root(os.environ) / f"{tools.python_tag}_{accel}"
 
 
 # ---------------------------------------------------------------------------------------- doctor
