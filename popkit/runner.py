@@ -582,7 +582,8 @@ def _run_chain(task: Task, workdir: Path, main: str, mode: str, options: RunOpti
 
     for step in chain_modes(mode, options.chain):
         if step != "test" and probe is not None:
-            # The probe opens a CUDA context on the GPU; nothing but the submission may touch it while it is timed.
+            # The probe may import torch and open a CUDA context; nothing but the submission may touch the GPU
+            # while it is timed.
             probe.result()
         if step == "profile":
             # Profile runs once per benchmark line.
@@ -713,7 +714,7 @@ def run_submission(task: Task, submission: Path, mode: str, options: RunOptions 
         raise TaskError(f"{task.yml}: no `tests` to run", "add test cases to task.yml")
     started = datetime.now(timezone.utc)
     t0 = time.monotonic()
-    probe = SystemProbe(options.python) if system is None else None
+    probe = SystemProbe(options.python, child_env(options)) if system is None else None
     notes: tuple[str, ...] = ()
     if options.world_size is not None:
         asked = sorted({c["world_size"] for c in task.tests + task.benchmarks if "world_size" in c})
@@ -776,16 +777,17 @@ def compile_diagnostics(step: CompileStep, submission: Path, data: bytes) -> tup
 
 
 class SystemProbe:
-    """Probes the eval's interpreter on a thread while the runs go on (the probe costs a torch import)."""
+    """Probes the eval's interpreter and environment on a thread while the runs go on (system.probe: tens of
+    milliseconds from the driver, or seconds where it must import torch)."""
 
-    def __init__(self, python: str):
+    def __init__(self, python: str, env: Mapping[str, str] | None = None):
         self._result: dict[str, Any] = {}
-        self._thread = threading.Thread(target=self._run, args=(python,), daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(python, env), daemon=True)
         self._thread.start()
 
-    def _run(self, python: str) -> None:
+    def _run(self, python: str, env: Mapping[str, str] | None) -> None:
         try:
-            self._result = dict(system.probe(python))
+            self._result = dict(system.probe(python, env=env))
         except Exception as exc:  # the report still stands without a system line
             self._result = {"error": f"{type(exc).__name__}: {exc}"}
 

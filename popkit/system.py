@@ -18,13 +18,27 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
-from popkit import hipbuild, popcorn
+from popkit import hipbuild, nvml, popcorn
 from popkit.buildlocks import find_locks, lock_state
 from popkit.errors import EnvironmentProblem, PopcornError, PopkitError
 from popkit.prestep import extensions_root
 
 PROBE_KEYS = ("python", "platform", "torch", "cuda", "hip", "device", "arch", "gpu_count", "memory")
 TOOL_TIMEOUT_S = 15.0
+
+# Reads torch's version file into `out` without importing torch (which takes seconds); `root` is torch's folder.
+_READ_TORCH_VERSION = r"""
+root = None
+spec = importlib.util.find_spec("torch")
+if spec is not None and spec.origin:
+    root = os.path.dirname(spec.origin)
+    ns = {}
+    try:
+        exec(open(os.path.join(root, "version.py")).read(), ns)
+        out.update(torch=ns.get("__version__"), cuda=ns.get("cuda"), hip=ns.get("hip"))
+    except Exception as exc:
+        out["error"] = repr(exc)
+"""
 
 _PROBE_SCRIPT = r"""
 import json, platform, sys
@@ -60,13 +74,59 @@ print(json.dumps(out))
 """
 
 
-def probe(python: str | None = None, timeout: float = 60.0) -> dict:
+def probe(python: str | None = None, timeout: float = 60.0, env: Mapping[str, str] | None = None) -> dict:
     """{python, platform, torch, cuda, hip, device ('cpu' or the GPU's name), arch, gpu_count, memory (bytes)}.
 
-    Runs a tiny script in that interpreter (default: this one) with a timeout of `timeout` seconds.
+    What that interpreter (default: this one) would see under `env` (default: this process's environment):
+    its versions read without importing torch, the NVIDIA GPUs from the driver (popkit.nvml), in a
+    fraction of a second and without a CUDA context. Where the driver cannot answer as torch would (an AMD
+    or HIP build, GPUs named by UUID, mixed models, a driver older than torch's CUDA, no torch), a tiny
+    script imports torch in that interpreter instead (seconds). `timeout` bounds either.
     Never raises: what could not be learned is None, and "error" says why.
     """
-    return _probe(python or sys.executable, timeout, extended=False)
+    python = python or sys.executable
+    env = os.environ if env is None else env
+    return _probe_without_torch(python, timeout, env) or _probe(python, timeout, extended=False, env=env)
+
+
+_FACTS_SCRIPT = r"""
+import importlib.util, json, os, platform
+out = {"python": platform.python_version(), "platform": platform.platform(), "torch": None, "cuda": None,
+       "hip": None}
+""" + _READ_TORCH_VERSION + r"""
+print(json.dumps(out))
+"""
+
+
+def _major(version: str) -> int:
+    try:
+        return int(version.split(".")[0])
+    except ValueError:
+        return 1 << 30  # unreadable: never older than the driver's, so torch is asked
+
+
+def _probe_without_torch(python: str, timeout: float, env: Mapping[str, str]) -> dict | None:
+    """probe()'s answer from torch's version file and NVML; None where only importing torch can tell."""
+    try:
+        done = subprocess.run([python, "-c", _FACTS_SCRIPT], capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL, env=dict(env))
+        facts = json.loads(done.stdout.strip().splitlines()[-1])
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+        return None
+    if not isinstance(facts, dict) or facts.get("error") or not facts.get("torch") or facts.get("hip"):
+        return None
+    out: dict[str, Any] = {**{k: None for k in PROBE_KEYS}, "device": "cpu", "gpu_count": 0, **facts}
+    if not facts.get("cuda"):
+        return out  # a CPU build of torch sees no GPU
+    if gpu_devices_visible(env) is False:
+        return out  # no device node (or all hidden): torch sees no GPU either
+    driver = nvml.visible_gpus(env)
+    if driver is None or driver.cuda[0] < _major(str(facts["cuda"])):
+        return None  # torch would find the driver too old for its CUDA: let torch say so
+    if driver.gpus:
+        first = driver.gpus[0]
+        out.update(device=first.name, arch=first.arch, gpu_count=len(driver.gpus), memory=first.memory)
+    return out
 
 
 BACKGROUND_NICE = 10
@@ -76,7 +136,7 @@ def _lower_priority() -> None:
     os.nice(BACKGROUND_NICE)
 
 
-def _probe(python: str, timeout: float, extended: bool) -> dict:
+def _probe(python: str, timeout: float, extended: bool, env: Mapping[str, str] | None = None) -> dict:
     empty: dict[str, Any] = {k: None for k in PROBE_KEYS}
     empty.update(device="cpu", gpu_count=0)
     try:
@@ -84,7 +144,7 @@ def _probe(python: str, timeout: float, extended: bool) -> dict:
         # yields the CPU to the eval's on a busy machine. Doctor's extended probe runs alone.
         done = subprocess.run([python, "-c", _PROBE_SCRIPT] + (["extended"] if extended else []),
                               capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
-                              preexec_fn=None if extended else _lower_priority)
+                              preexec_fn=None if extended else _lower_priority, env=None if env is None else dict(env))
     except subprocess.TimeoutExpired:
         return {**empty, "error": f"{python} did not answer within {timeout:.0f} s"}
     except (OSError, ValueError) as exc:
@@ -121,15 +181,8 @@ _TOOLCHAIN_SCRIPT = r"""
 import importlib.util, json, os, sys
 out = {"python_tag": "py%d%d%s" % (sys.version_info[0], sys.version_info[1], getattr(sys, "abiflags", "")),
        "torch": None, "cuda": None, "hip": None, "lock_style": "flock"}
-spec = importlib.util.find_spec("torch")
-if spec is not None and spec.origin:
-    root = os.path.dirname(spec.origin)
-    ns = {}
-    try:
-        exec(open(os.path.join(root, "version.py")).read(), ns)
-        out.update(torch=ns.get("__version__"), cuda=ns.get("cuda"), hip=ns.get("hip"))
-    except Exception as exc:
-        out["error"] = repr(exc)
+""" + _READ_TORCH_VERSION + r"""
+if root is not None:
     try:
         text = open(os.path.join(root, "utils", "cpp_extension.py")).read()
         out["lock_style"] = "flock" if "FileLock(os.path.join(build_directory" in text else "baton"
@@ -150,15 +203,16 @@ def toolchain(python: str = sys.executable, timeout_s: float = 30.0) -> Toolchai
                      ninja=shutil.which("ninja") or _module_ninja(python), cxx=os.environ.get("CXX", "c++"))
 
 
-def gpu_devices_visible() -> bool | None:
-    """Whether a GPU device node exists (NVIDIA or AMD) and CUDA_VISIBLE_DEVICES does not hide it; None where
-    unknown (not Linux). Checked without importing torch: False means no kernel can run here; True does not
-    promise that torch can use the GPU (doctor says that)."""
-    if os.environ.get("POPKIT_ASSUME_GPU"):  # containers that hide /dev but pass the GPU some other way
+def gpu_devices_visible(env: Mapping[str, str] | None = None) -> bool | None:
+    """Whether a GPU device node exists (NVIDIA or AMD) and CUDA_VISIBLE_DEVICES (in `env`, default this
+    process's) does not hide it; None where unknown (not Linux). Checked without importing torch: False means
+    no kernel can run here; True does not promise that torch can use the GPU (doctor says that)."""
+    env = os.environ if env is None else env
+    if env.get("POPKIT_ASSUME_GPU"):  # containers that hide /dev but pass the GPU some other way
         return True
     if not Path("/dev").is_dir() or sys.platform != "linux":
         return None
-    if os.environ.get("CUDA_VISIBLE_DEVICES", "x").strip() in ("", "-1"):
+    if env.get("CUDA_VISIBLE_DEVICES", "x").strip() in ("", "-1"):
         return False
     return bool(glob.glob("/dev/nvidia[0-9]*")) or Path("/dev/kfd").exists() or Path("/dev/dxg").exists()
 

@@ -1,0 +1,103 @@
+"""The NVIDIA GPUs a CUDA program would see, from the driver's management library (NVML), without torch.
+
+A run's report names the card; learning it through torch costs a second interpreter importing torch and
+opening a CUDA context beside the eval (seconds of CPU, and a context on the GPU under test). NVML answers
+in milliseconds and opens no context. visible_gpus() answers only where its answer is the one torch would
+give, and None otherwise, so the caller falls back to asking torch:
+- no libnvidia-ml (no NVIDIA driver, an AMD machine) or an NVML call fails;
+- CUDA_VISIBLE_DEVICES names devices by UUID or MIG instance (only indices are mapped here);
+- the visible GPUs are not all the same model: CUDA's default order (fastest first) may then differ from
+  NVML's (PCI bus order), and "GPU 0" would be ambiguous.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+LIBRARY = "libnvidia-ml.so.1"
+_SUCCESS = 0
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    arch: str  # sm_90
+    memory: int  # bytes, as NVML counts them (a little above what cudaGetDeviceProperties reports)
+
+
+@dataclass(frozen=True)
+class Driver:
+    cuda: tuple[int, int]  # the newest CUDA version the driver supports: (13, 0)
+    gpus: tuple[Gpu, ...]  # those CUDA_VISIBLE_DEVICES leaves visible, in CUDA's order
+
+
+class _Memory(ctypes.Structure):
+    _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+
+
+def visible_indices(value: str | None, count: int) -> list[int] | None:
+    """The driver's device indices CUDA would use under CUDA_VISIBLE_DEVICES=`value`; None for forms not mapped.
+
+    CUDA reads the list up to its first entry that is not a valid index and ignores the rest; a repeated
+    index ends the list too.
+    """
+    if value is None:
+        return list(range(count))
+    picked: list[int] = []
+    for entry in value.split(","):
+        entry = entry.strip()
+        if entry.upper().startswith(("GPU-", "MIG-")):
+            return None  # a UUID: mapping it needs nvmlDeviceGetUUID; torch answers instead
+        try:
+            index = int(entry)
+        except ValueError:
+            break
+        if index < 0 or index >= count or index in picked:
+            break
+        picked.append(index)
+    return picked
+
+
+def _call(lib: Any, name: str, *args: Any) -> None:
+    if getattr(lib, name)(*args) != _SUCCESS:
+        raise OSError(f"{name} failed")
+
+
+def query(lib: Any, env: Mapping[str, str]) -> Driver | None:
+    """What the driver behind `lib` (a loaded NVML) says CUDA would see under `env`; None where unsure."""
+    _call(lib, "nvmlInit_v2")
+    try:
+        version = ctypes.c_int()
+        _call(lib, "nvmlSystemGetCudaDriverVersion_v2", ctypes.byref(version))
+        count = ctypes.c_uint()
+        _call(lib, "nvmlDeviceGetCount_v2", ctypes.byref(count))
+        indices = visible_indices(env.get("CUDA_VISIBLE_DEVICES"), count.value)
+        if indices is None:
+            return None
+        gpus = []
+        for index in indices:
+            handle = ctypes.c_void_p()
+            _call(lib, "nvmlDeviceGetHandleByIndex_v2", ctypes.c_uint(index), ctypes.byref(handle))
+            name = ctypes.create_string_buffer(96)
+            _call(lib, "nvmlDeviceGetName", handle, name, ctypes.c_uint(len(name)))
+            memory = _Memory()
+            _call(lib, "nvmlDeviceGetMemoryInfo", handle, ctypes.byref(memory))
+            major, minor = ctypes.c_int(), ctypes.c_int()
+            _call(lib, "nvmlDeviceGetCudaComputeCapability", handle, ctypes.byref(major), ctypes.byref(minor))
+            gpus.append(Gpu(name.value.decode("utf-8", "replace"), f"sm_{major.value}{minor.value}",
+                            int(memory.total)))
+    finally:
+        lib.nvmlShutdown()
+    if len({gpu.name for gpu in gpus}) > 1:
+        return None
+    return Driver((version.value // 1000, version.value % 1000 // 10), tuple(gpus))
+
+
+def visible_gpus(env: Mapping[str, str], library: str = LIBRARY) -> Driver | None:
+    """query() through the system's NVML; None where there is none or it cannot answer."""
+    try:
+        return query(ctypes.CDLL(library), env)
+    except (OSError, AttributeError):
+        return None

@@ -1,0 +1,159 @@
+"""The torch-free system probe: NVML read through a fake driver library, and when torch must answer instead."""
+
+from __future__ import annotations
+
+import ctypes
+import stat
+
+import pytest
+
+from popkit import nvml, system
+
+H100 = ("NVIDIA H100 80GB HBM3", (9, 0), 85_520_809_984)
+A100 = ("NVIDIA A100-SXM4-80GB", (8, 0), 85_899_345_920)
+
+
+class FakeNvml:
+    """The NVML calls popkit makes, answering through ctypes out-parameters as the real library does."""
+
+    def __init__(self, gpus, driver_cuda=13000, fail=""):
+        self.gpus, self.driver_cuda, self.fail = gpus, driver_cuda, fail
+        self.shut = False
+
+    def __getattr__(self, name):
+        if name == self.fail:
+            return lambda *args: 999
+        return getattr(self, "_" + name)
+
+    @staticmethod
+    def _out(ref):
+        return ref._obj  # what ctypes.byref() points at
+
+    def _nvmlInit_v2(self):
+        return 0
+
+    def _nvmlShutdown(self):
+        self.shut = True
+        return 0
+
+    def _nvmlSystemGetCudaDriverVersion_v2(self, ref):
+        self._out(ref).value = self.driver_cuda
+        return 0
+
+    def _nvmlDeviceGetCount_v2(self, ref):
+        self._out(ref).value = len(self.gpus)
+        return 0
+
+    def _nvmlDeviceGetHandleByIndex_v2(self, index, ref):
+        self._out(ref).value = index.value + 1  # a handle is an opaque non-null pointer
+        return 0
+
+    def _gpu(self, handle):
+        return self.gpus[handle.value - 1]
+
+    def _nvmlDeviceGetName(self, handle, buf, length):
+        buf.value = self._gpu(handle)[0].encode()[: length.value - 1]
+        return 0
+
+    def _nvmlDeviceGetMemoryInfo(self, handle, ref):
+        self._out(ref).total = self._gpu(handle)[2]
+        return 0
+
+    def _nvmlDeviceGetCudaComputeCapability(self, handle, major, minor):
+        self._out(major).value, self._out(minor).value = self._gpu(handle)[1]
+        return 0
+
+
+@pytest.mark.parametrize("value,count,expected", [
+    (None, 3, [0, 1, 2]),
+    ("1,0", 2, [1, 0]),
+    (" 1 , 0 ", 2, [1, 0]),
+    ("0,7,1", 2, [0]),  # CUDA stops at the first index that does not exist
+    ("1,x,0", 2, [1]),
+    ("0,0,1", 2, [0]),
+    ("", 2, []),
+    ("-1", 2, []),
+    ("GPU-8f3a1c2e-0000", 2, None),  # UUIDs are left to torch
+    ("0,MIG-1", 2, None),
+])
+def test_visible_indices_follow_cuda_visible_devices(value, count, expected):
+    assert nvml.visible_indices(value, count) == expected
+
+
+def test_query_names_each_visible_gpu_in_cudas_order_and_shuts_nvml_down():
+    lib = FakeNvml([H100, H100, H100])
+    driver = nvml.query(lib, {"CUDA_VISIBLE_DEVICES": "2,0"})
+    assert driver == nvml.Driver((13, 0), (nvml.Gpu(H100[0], "sm_90", H100[2]),) * 2)
+    assert lib.shut
+
+
+def test_query_reads_the_drivers_cuda_version():
+    assert nvml.query(FakeNvml([H100], driver_cuda=12080), {}).cuda == (12, 8)
+
+
+def test_mixed_models_are_left_to_torch():
+    """CUDA orders the fastest first by default, NVML by PCI bus: which one is GPU 0 is not knowable here."""
+    assert nvml.query(FakeNvml([A100, H100]), {}) is None
+    assert nvml.query(FakeNvml([A100, H100]), {"CUDA_VISIBLE_DEVICES": "1"}).gpus[0].name == H100[0]
+
+
+def test_a_failing_call_is_no_answer_and_still_shuts_down(monkeypatch):
+    lib = FakeNvml([H100], fail="nvmlDeviceGetMemoryInfo")
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: lib)
+    assert nvml.visible_gpus({}) is None
+    assert lib.shut
+
+
+def test_no_driver_library_is_no_answer():
+    assert nvml.visible_gpus({}, library="libpopkit-no-such-nvml.so.1") is None
+
+
+# ------------------------------------------------------------------------------ system.probe on top of it
+
+
+def interpreter(tmp_path, facts: str):
+    """A stand-in interpreter that answers the facts script with `facts` (and fails the torch-import script)."""
+    path = tmp_path / "python"
+    path.write_text(f"#!/bin/sh\ncase \"$2\" in *find_spec*) echo '{facts}';; *) exit 7;; esac\n")
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return str(path)
+
+
+CUDA_TORCH = '{"python": "3.12.3", "platform": "Linux", "torch": "2.11.0+cu130", "cuda": "13.0", "hip": null}'
+
+
+@pytest.fixture
+def gpu_node(monkeypatch):
+    monkeypatch.setattr(system, "gpu_devices_visible", lambda env=None: True)
+
+
+def test_probe_takes_the_gpu_from_the_driver_without_importing_torch(tmp_path, monkeypatch, gpu_node):
+    monkeypatch.setattr(nvml, "visible_gpus", lambda env: nvml.query(FakeNvml([H100, H100]), env))
+    info = system.probe(interpreter(tmp_path, CUDA_TORCH), env={"CUDA_VISIBLE_DEVICES": "1"})
+    assert info == {"python": "3.12.3", "platform": "Linux", "torch": "2.11.0+cu130", "cuda": "13.0", "hip": None,
+                    "device": H100[0], "arch": "sm_90", "gpu_count": 1, "memory": H100[2]}
+
+
+@pytest.mark.parametrize("facts,driver", [
+    (CUDA_TORCH, nvml.Driver((12, 8), (nvml.Gpu(*H100),))),  # driver older than torch's CUDA
+    (CUDA_TORCH, None),  # NVML cannot answer
+    ('{"python": "3.12.3", "platform": "Linux", "torch": "2.11.0", "cuda": null, "hip": "6.3"}', None),  # ROCm
+    ('{"python": "3.12.3", "platform": "Linux", "torch": null, "cuda": null, "hip": null}', None),  # no torch
+])
+def test_probe_asks_torch_where_the_driver_cannot_answer_as_torch_would(tmp_path, monkeypatch, gpu_node,
+                                                                         facts, driver):
+    monkeypatch.setattr(nvml, "visible_gpus", lambda env: driver)
+    info = system.probe(interpreter(tmp_path, facts), timeout=5)
+    assert info["error"].endswith("exited with code 7: no output")  # the torch-import script ran (and failed)
+
+
+def test_a_cpu_build_of_torch_sees_no_gpu(tmp_path, monkeypatch, gpu_node):
+    monkeypatch.setattr(nvml, "visible_gpus", lambda env: pytest.fail("NVML asked for a CPU build of torch"))
+    info = system.probe(interpreter(tmp_path, CUDA_TORCH.replace('"13.0"', "null")))
+    assert (info["device"], info["gpu_count"], info["torch"]) == ("cpu", 0, "2.11.0+cu130")
+
+
+def test_hidden_gpus_are_none_without_asking_the_driver(tmp_path, monkeypatch):
+    monkeypatch.setattr(nvml, "visible_gpus", lambda env: pytest.fail("NVML asked with every GPU hidden"))
+    info = system.probe(interpreter(tmp_path, CUDA_TORCH), env={"CUDA_VISIBLE_DEVICES": ""})
+    assert (info["device"], info["gpu_count"], info.get("error")) == ("cpu", 0, None)
