@@ -4,6 +4,7 @@
 Run from the repository root on one GPU machine (about 8 minutes on an H100; kind nvidia-h100-x1):
 
     python3 scripts/fidelity_sweep.py [PROBLEMS] --out OUTDIR [--jobs 6] [--leaderboard vectoradd_v2,...]
+        [--only linalg/,pmpp_v2/matmul] [--no-tests]
 
 PROBLEMS is a checkout of the public problem sets (default .refk/problems). Which tasks can run here comes
 from popkit's own check (`popkit tasks --check` logic, popkit.runnable). Per runnable task, two submissions:
@@ -192,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--leaderboard", default=",".join(LEADERBOARD_SUBSET),
                         help="task names (directory or leaderboard) for the ranked comparison; empty for none")
     parser.add_argument("--budget-s", type=float, default=450.0)
+    parser.add_argument("--only", default="",
+                        help="comma-separated substrings of SET/TASK: run only the tasks that match one")
+    parser.add_argument("--no-tests", action="store_true", help="skip the test-mode jobs (the --leaderboard half only)")
     parser.add_argument("--dry-run", action="store_true")
     args = parser.parse_args(argv)
     if not args.problems.is_dir():
@@ -202,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     subs_dir.mkdir(exist_ok=True)
     start = time.monotonic()
     tasks = [t for t in list_tasks([args.problems]) if not t.bundled]
+    wanted_tasks = [w.strip() for w in args.only.split(",") if w.strip()]
+    if wanted_tasks:
+        tasks = [t for t in tasks if any(w in f"{t.path.parent.name}/{t.name}" for w in wanted_tasks)]
     verdicts = runnable.check_tasks(tasks)
     card = "cpu"
     try:
@@ -239,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
 
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        list(pool.map(run, plan))
+        list(pool.map(run, [] if args.no_tests else plan))
     wanted = {n for n in args.leaderboard.split(",") if n}
     for task, kind, what, source in plan:  # one at a time: timings need the GPU to themselves
         if kind == "right" and (task.name in wanted or task.leaderboard in wanted):

@@ -177,19 +177,25 @@ def measure(case: dict, repeats: int, probe_beside: bool = False) -> dict:
         row.update(probe_beside_s=[], probe_after_s=[])
     if case.get("builds"):  # the cold build and the pre-step's cache record happen here, not in a timed pair
         row["warmup_s"], row["warmup_outcome"], _, _ = popkit_test(case)
-    for _ in range(repeats):
-        secs, outcome, _ = bare_run(case)
-        row["bare_s"].append(secs)
-        row["bare_outcomes"].append(outcome)
+    for i in range(repeats):
+        def bare() -> None:
+            secs, outcome, _ = bare_run(case)
+            row["bare_s"].append(secs)
+            row["bare_outcomes"].append(outcome)
+
+        def mine() -> None:
+            secs, outcome, prestep, children = popkit_test(case)
+            row["popkit_s"].append(secs)
+            row["popkit_outcomes"].append(outcome)
+            row["prestep"].append(prestep)
+            row["own_s"].append(secs - children)
+
+        for step in ((bare, mine) if i % 2 == 0 else (mine, bare)):  # alternating: a drift favours neither
+            step()
         if probe_beside:
             secs, _, after = bare_run(case, probe=True)
             row["probe_beside_s"].append(secs)
             row["probe_after_s"].append(after)
-        secs, outcome, prestep, children = popkit_test(case)
-        row["popkit_s"].append(secs)
-        row["popkit_outcomes"].append(outcome)
-        row["prestep"].append(prestep)
-        row["own_s"].append(secs - children)
     row["ratio"] = statistics.median(row["popkit_s"]) / statistics.median(row["bare_s"])
     row["verdicts_agree"] = set(row["bare_outcomes"]) == set(row["popkit_outcomes"])
     row["as_expected"] = set(row["popkit_outcomes"]) == {case["expect"]}
@@ -215,6 +221,20 @@ def cli_startup() -> dict:
     return {"popkit_cli_import_us": total, "imports_torch": imports_torch}
 
 
+def probes() -> dict:
+    """popkit's system probe (from the driver where it can) against the torch-importing one it falls back to:
+    each one's answer and seconds."""
+    from popkit import system
+
+    out = {}
+    for name, call in (("probe", lambda: system.probe()),
+                       ("torch", lambda: system._probe(sys.executable, 120.0, extended=False))):
+        start = time.monotonic()
+        out[name] = call()
+        out[name + "_s"] = round(time.monotonic() - start, 3)
+    return out
+
+
 def markdown(results: dict) -> str:
     lines = [f"Time to verdict on {results.get('card', '?')}, warm build cache, median of "
              f"{results.get('repeats', '?')} (`scripts/gpu_inner_loop.py`):", "",
@@ -234,6 +254,14 @@ def markdown(results: dict) -> str:
         lines.append(f"| {row['label']} | {verdict} | {prestep} | {statistics.median(row['bare_s']):.2f} s | "
                      f"{statistics.median(row['popkit_s']):.2f} s | {row['ratio']:.2f} |")
     lines += overhead_lines(results.get("rows", []))
+    probe = results.get("probes")
+    if probe:
+        keys = ("device", "arch", "gpu_count", "memory", "torch", "cuda")
+        same = [k for k in keys if probe["probe"].get(k) == probe["torch"].get(k)]
+        lines += ["", f"System probe: {probe['probe_s']:.2f} s (popkit's) against {probe['torch_s']:.2f} s importing "
+                      f"torch; same {', '.join(same) or 'nothing'}"
+                      + "".join(f"; {k}: {probe['probe'].get(k)} / {probe['torch'].get(k)}"
+                                for k in keys if k not in same) + "."]
     startup = results.get("cli_startup")
     if startup:
         lines += ["", f"CLI start-up: `python -X importtime -m popkit --help` imports popkit.cli in "
@@ -308,6 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     results["cuda_home"] = os.environ.get("CUDA_HOME")
     results["card"] = card_name()  # also the warm-up: torch and the CUDA driver come from the disk once
     results["cli_startup"] = cli_startup()
+    results["probes"] = probes()
     save()
     started = time.monotonic()
     for case in cases:
