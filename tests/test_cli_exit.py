@@ -1,0 +1,42 @@
+"""How the popkit process ends: exit codes and output as SystemExit would give, without module teardown."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+FIX = Path(__file__).parent / "fixtures"
+
+
+def popkit(*args: str, home: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "popkit", *args], capture_output=True, text=True, timeout=120,
+                          env={**__import__("os").environ, "POPKIT_HOME": str(home), "NO_COLOR": "1"})
+
+
+@pytest.mark.parametrize("code,out,err", [(None, "", ""), (3, "", ""), ("bye", "", "bye\n")])
+def test_leave_ends_as_systemexit_would(code, out, err):
+    script = f"import sys; sys.stdout.write('x' * 100000); from popkit.cli import leave; leave({code!r})"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (
+        {None: 0, 3: 3, "bye": 1}[code], "x" * 100000 + out, err)
+
+
+@pytest.mark.slow
+def test_a_run_and_its_ledger_are_complete_when_the_process_has_ended(tmp_path):
+    """The report reaches a pipe whole, and the run's history row is committed, though teardown is skipped."""
+    done = popkit("test", str(FIX / "submissions" / "good.py"), "--task", str(FIX / "tasks" / "double"), "--json",
+                  home=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["outcome"] == "passed"
+    listed = popkit("history", "--json", home=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert "good.py" in listed.stdout
+
+
+def test_a_usage_error_keeps_its_code_and_message(tmp_path):
+    done = popkit("no-such-command", home=tmp_path)
+    assert done.returncode == 2 and "No such command" in done.stderr
