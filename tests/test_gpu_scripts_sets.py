@@ -9,6 +9,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,3 +127,24 @@ def test_sweep_keeps_why_popkit_did_not_pass():
     assert why.startswith("crashed: test exited with code 1\n") and why.endswith("CUDA error: out of memory")
     assert len(why) < 700  # the output's tail, not all of it
     assert sweep.why_not_passed({"outcome": "no_json", "error": "Traceback ..."}) == "Traceback ..."
+
+
+@pytest.mark.parametrize("result,alone", [
+    ({"bare_passed": True, "popkit_passed": True}, False),
+    ({"bare_passed": False, "popkit_passed": False, "popkit_why": "AssertionError: mismatch"}, False),
+    ({"bare_passed": False, "popkit_passed": True}, True),
+    ({"bare_passed": False, "popkit_passed": False, "popkit_why": "torch.OutOfMemoryError: CUDA out of memory."},
+     True),
+    ({"bare_passed": False, "popkit_passed": False, "bare_why": "torch.OutOfMemoryError: ..."}, True),
+])
+def test_sweep_reruns_alone_what_sharing_the_gpu_may_have_changed(result, alone):
+    assert fidelity_sweep.needs_rerun_alone(result) is alone
+
+
+def test_sweep_table_says_which_jobs_ran_alone():
+    row = {"set": "amd", "task": "mla-decode", "kind": "right", "submission": "the set's submission.py",
+           "bare_passed": True, "bare_exit": 0, "popkit_passed": True, "popkit_outcome": "passed", "popkit_exit": 0}
+    text = fidelity_sweep.markdown({"card": "H100", "total": 1, "runnable": ["x"],
+                                    "tests": [row, {**row, "task": "trimul", "first_try": {"bare_passed": False}}]})
+    assert "| mla-decode | right: the set's submission.py | pass | pass | yes |" in text
+    assert "| trimul | right: the set's submission.py (run alone: out of memory or different beside other jobs) |" in text
