@@ -24,7 +24,7 @@ _SUCCESS = 0
 class Gpu:
     name: str
     arch: str  # sm_90
-    memory: int  # bytes, as NVML counts them (a little above what cudaGetDeviceProperties reports)
+    memory: int  # bytes, as CUDA counts them (torch's total_memory)
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,24 @@ class Driver:
 
 class _Memory(ctypes.Structure):
     _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+
+
+class _MemoryV2(ctypes.Structure):  # nvmlMemory_v2_t: `reserved` is the driver's share of `total`
+    _fields_ = [("version", ctypes.c_uint), ("total", ctypes.c_ulonglong), ("reserved", ctypes.c_ulonglong),
+                ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+
+
+def _memory(lib: Any, handle: ctypes.c_void_p) -> int:
+    """What CUDA reports as the card's total memory (cudaDeviceProp.totalGlobalMem): NVML's total less the
+    driver's reserved part (equal to the byte on an H100), or NVML's plain total where the driver is too old
+    to say what it reserves."""
+    memory = _MemoryV2(version=ctypes.sizeof(_MemoryV2) | 2 << 24)
+    query_v2 = getattr(lib, "nvmlDeviceGetMemoryInfo_v2", None)
+    if query_v2 is not None and query_v2(handle, ctypes.byref(memory)) == _SUCCESS:
+        return int(memory.total - memory.reserved)
+    plain = _Memory()
+    _call(lib, "nvmlDeviceGetMemoryInfo", handle, ctypes.byref(plain))
+    return int(plain.total)
 
 
 def visible_indices(value: str | None, count: int) -> list[int] | None:
@@ -82,12 +100,10 @@ def query(lib: Any, env: Mapping[str, str]) -> Driver | None:
             _call(lib, "nvmlDeviceGetHandleByIndex_v2", ctypes.c_uint(index), ctypes.byref(handle))
             name = ctypes.create_string_buffer(96)
             _call(lib, "nvmlDeviceGetName", handle, name, ctypes.c_uint(len(name)))
-            memory = _Memory()
-            _call(lib, "nvmlDeviceGetMemoryInfo", handle, ctypes.byref(memory))
             major, minor = ctypes.c_int(), ctypes.c_int()
             _call(lib, "nvmlDeviceGetCudaComputeCapability", handle, ctypes.byref(major), ctypes.byref(minor))
             gpus.append(Gpu(name.value.decode("utf-8", "replace"), f"sm_{major.value}{minor.value}",
-                            int(memory.total)))
+                            _memory(lib, handle)))
     finally:
         lib.nvmlShutdown()
     if len({gpu.name for gpu in gpus}) > 1:

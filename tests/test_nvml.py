@@ -9,20 +9,24 @@ import pytest
 
 from popkit import nvml, system
 
-H100 = ("NVIDIA H100 80GB HBM3", (9, 0), 85_520_809_984)
-A100 = ("NVIDIA A100-SXM4-80GB", (8, 0), 85_899_345_920)
+# name, compute capability, NVML's total memory, the driver's reserved part (as an H100 with driver 580 reports)
+H100 = ("NVIDIA H100 80GB HBM3", (9, 0), 85_520_809_984, 503_316_480)
+A100 = ("NVIDIA A100-SXM4-80GB", (8, 0), 85_899_345_920, 450_887_680)
+H100_CUDA_MEMORY = 85_017_493_504  # torch.cuda.get_device_properties(0).total_memory on that H100
 
 
 class FakeNvml:
     """The NVML calls popkit makes, answering through ctypes out-parameters as the real library does."""
 
-    def __init__(self, gpus, driver_cuda=13000, fail=""):
-        self.gpus, self.driver_cuda, self.fail = gpus, driver_cuda, fail
+    def __init__(self, gpus, driver_cuda=13000, fail="", v2=True):
+        self.gpus, self.driver_cuda, self.fail, self.v2 = gpus, driver_cuda, fail, v2
         self.shut = False
 
     def __getattr__(self, name):
         if name == self.fail:
             return lambda *args: 999
+        if name.endswith("_v2") and name.startswith("nvmlDeviceGetMemoryInfo") and not self.v2:
+            raise AttributeError(name)  # an older driver's library
         return getattr(self, "_" + name)
 
     @staticmethod
@@ -59,6 +63,13 @@ class FakeNvml:
         self._out(ref).total = self._gpu(handle)[2]
         return 0
 
+    def _nvmlDeviceGetMemoryInfo_v2(self, handle, ref):
+        memory = self._out(ref)
+        if memory.version != ctypes.sizeof(memory) | 2 << 24:
+            return 3  # NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+        memory.total, memory.reserved = self._gpu(handle)[2:4]
+        return 0
+
     def _nvmlDeviceGetCudaComputeCapability(self, handle, major, minor):
         self._out(major).value, self._out(minor).value = self._gpu(handle)[1]
         return 0
@@ -83,8 +94,13 @@ def test_visible_indices_follow_cuda_visible_devices(value, count, expected):
 def test_query_names_each_visible_gpu_in_cudas_order_and_shuts_nvml_down():
     lib = FakeNvml([H100, H100, H100])
     driver = nvml.query(lib, {"CUDA_VISIBLE_DEVICES": "2,0"})
-    assert driver == nvml.Driver((13, 0), (nvml.Gpu(H100[0], "sm_90", H100[2]),) * 2)
+    assert driver == nvml.Driver((13, 0), (nvml.Gpu(H100[0], "sm_90", H100_CUDA_MEMORY),) * 2)
     assert lib.shut
+
+
+def test_memory_is_what_cuda_reports_and_nvmls_total_on_an_older_driver():
+    assert nvml.query(FakeNvml([H100], v2=False), {}).gpus[0].memory == H100[2]
+    assert nvml.query(FakeNvml([H100], fail="nvmlDeviceGetMemoryInfo_v2"), {}).gpus[0].memory == H100[2]
 
 
 def test_query_reads_the_drivers_cuda_version():
@@ -98,7 +114,7 @@ def test_mixed_models_are_left_to_torch():
 
 
 def test_a_failing_call_is_no_answer_and_still_shuts_down(monkeypatch):
-    lib = FakeNvml([H100], fail="nvmlDeviceGetMemoryInfo")
+    lib = FakeNvml([H100], fail="nvmlDeviceGetCudaComputeCapability")
     monkeypatch.setattr(ctypes, "CDLL", lambda name: lib)
     assert nvml.visible_gpus({}) is None
     assert lib.shut
@@ -131,11 +147,11 @@ def test_probe_takes_the_gpu_from_the_driver_without_importing_torch(tmp_path, m
     monkeypatch.setattr(nvml, "visible_gpus", lambda env: nvml.query(FakeNvml([H100, H100]), env))
     info = system.probe(interpreter(tmp_path, CUDA_TORCH), env={"CUDA_VISIBLE_DEVICES": "1"})
     assert info == {"python": "3.12.3", "platform": "Linux", "torch": "2.11.0+cu130", "cuda": "13.0", "hip": None,
-                    "device": H100[0], "arch": "sm_90", "gpu_count": 1, "memory": H100[2]}
+                    "device": H100[0], "arch": "sm_90", "gpu_count": 1, "memory": H100_CUDA_MEMORY}
 
 
 @pytest.mark.parametrize("facts,driver", [
-    (CUDA_TORCH, nvml.Driver((12, 8), (nvml.Gpu(*H100),))),  # driver older than torch's CUDA
+    (CUDA_TORCH, nvml.Driver((12, 8), (nvml.Gpu(H100[0], "sm_90", H100_CUDA_MEMORY),))),  # driver older than torch's CUDA
     (CUDA_TORCH, None),  # NVML cannot answer
     ('{"python": "3.12.3", "platform": "Linux", "torch": "2.11.0", "cuda": null, "hip": "6.3"}', None),  # ROCm
     ('{"python": "3.12.3", "platform": "Linux", "torch": null, "cuda": null, "hip": null}', None),  # no torch
