@@ -316,10 +316,16 @@ _BUNDLED = data_dir("tasks").resolve()  # popkit's own task files (its eval, uti
 
 def _set_root(directory: Path) -> Path:
     """The folder of a problem-set yaml beside the task's folder, or one level up, that names the task;
-    else the task's parent folder. Reads those few yaml files only."""
+    else the task's parent folder. Parses only those of the few yaml files there that mention the task's
+    folder name (a set names each task's directory; parsing every set's index cost tens of milliseconds)."""
     task_dir = directory.resolve()
     for folder in (task_dir.parent, task_dir.parent.parent):
         for path in sorted(folder.glob("*.y*ml")):
+            try:
+                if task_dir.name not in path.read_text(encoding="utf-8", errors="replace"):
+                    continue
+            except OSError:
+                continue
             try:
                 pset = load_problem_set(path)
             except TaskError:
