@@ -16,7 +16,9 @@ Each runs in test mode through `popkit test --json` and through the bare eval (s
 test-mode jobs --jobs at a time (verdicts do not depend on timing; a job whose verdicts differ or that ran out of
 GPU memory beside the others runs again alone, and the table says so). Then, one at a time and nothing else on
 the GPU, the --leaderboard subset runs the right submission through `popkit bench --leaderboard` and the
-bare eval's leaderboard mode, and the scores are compared. --budget-s stops starting new work.
+bare eval's ranked chain (test, benchmark, leaderboard: each its own process, as the runner runs them), and
+the public scores are compared (--lb-repeats pairs in alternating order, medians). --budget-s stops starting
+new work.
 
 Writes OUTDIR/sweep.json (after every job) and OUTDIR/sweep.md (the tables, naming the card), and prints
 the markdown. `--dry-run` plans and writes the submissions without running anything (no GPU needed).
@@ -28,6 +30,7 @@ import argparse
 import ast
 import importlib.util
 import json
+import statistics
 import subprocess
 import sys
 import threading
@@ -160,15 +163,44 @@ def why_not_passed(doc: dict) -> str:
     return str(doc.get("error") or doc.get("message") or "")[-600:]
 
 
-def leaderboard_job(task, what: str, source: str, workdir: Path) -> dict:
+def bare_chain(task, source: str) -> dict:
+    """The runner's ranked chain through the bare eval: test, then benchmark, then leaderboard, each only if the
+    previous passed, each its own process; the last run's result (its `_mode` says which)."""
+    for mode, timeout in (("test", task.test_timeout), ("benchmark", task.benchmark_timeout),
+                          ("leaderboard", task.ranked_timeout)):
+        result = bare_run(task.path, source, mode, timeout_s=timeout + 30)
+        result["_mode"] = mode
+        if not result["_passed"]:
+            break
+    return result
+
+
+def leaderboard_job(task, what: str, source: str, workdir: Path, repeats: int = 1) -> dict:
+    """The right submission's public score, the bare chain's against `popkit bench --leaderboard`'s, `repeats`
+    times in alternating order (a GPU warmed by the run before favours neither side); medians compared."""
     sub = workdir / f"{task.name}__lb.py"
     sub.write_text(source)
-    bare = bare_run(task.path, source, "leaderboard", timeout_s=task.ranked_timeout + 30)
-    doc = popkit_json(["bench", str(sub), "--task", str(task.path), "--leaderboard", "--secret-runs", "0"],
-                      task.test_timeout + task.benchmark_timeout + task.ranked_timeout + 60)
-    return {"task": task.name, "leaderboard": task.leaderboard, "submission": what,
-            "bare_passed": bare["_passed"], "popkit_passed": doc.get("outcome") == "passed",
-            "bare_score_s": mean_score_s(bare, task.ranking_by), "popkit_score_s": doc.get("score_public_s")}
+    row = {"task": task.name, "leaderboard": task.leaderboard, "submission": what, "bare_scores_s": [],
+           "popkit_scores_s": [], "bare_passed": True, "popkit_passed": True}
+
+    def bare() -> None:
+        result = bare_chain(task, source)
+        row["bare_passed"] &= result["_passed"] and result["_mode"] == "leaderboard"
+        row["bare_scores_s"].append(mean_score_s(result, task.ranking_by))
+
+    def mine() -> None:
+        doc = popkit_json(["bench", str(sub), "--task", str(task.path), "--leaderboard", "--secret-runs", "0"],
+                          task.test_timeout + task.benchmark_timeout + task.ranked_timeout + 60)
+        row["popkit_passed"] &= doc.get("outcome") == "passed"
+        row["popkit_scores_s"].append(doc.get("score_public_s"))
+
+    for i in range(repeats):
+        for step in ((bare, mine) if i % 2 == 0 else (mine, bare)):
+            step()
+    for side in ("bare", "popkit"):
+        scores = [x for x in row[f"{side}_scores_s"] if x]
+        row[f"{side}_score_s"] = statistics.median(scores) if scores else None
+    return row
 
 
 def markdown(doc: dict) -> str:
@@ -185,7 +217,7 @@ def markdown(doc: dict) -> str:
                      f"{'yes' if r['bare_passed'] == r['popkit_passed'] else '**no**'} |")
     ranked = doc.get("leaderboard", [])
     if ranked:
-        lines += ["", "| task | bare score | popkit score | popkit / bare |", "|---|---|---|---|"]
+        lines += ["", "| task | bare score (ranked chain) | popkit score | popkit / bare |", "|---|---|---|---|"]
         for r in ranked:
             b, p = r["bare_score_s"], r["popkit_score_s"]
             ratio = f"{p / b:.3f}" if b and p else "-"
@@ -208,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=450.0)
     parser.add_argument("--only", default="",
                         help="comma-separated substrings of SET/TASK: run only the tasks that match one")
+    parser.add_argument("--lb-repeats", type=int, default=1,
+                        help="score pairs per --leaderboard task, in alternating order (medians compared)")
     parser.add_argument("--no-tests", action="store_true", help="skip the test-mode jobs (the --leaderboard half only)")
     parser.add_argument("--dry-run", action="store_true")
     args = parser.parse_args(argv)
@@ -279,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
         if kind == "right" and (task.name in wanted or task.leaderboard in wanted):
             if time.monotonic() - start > args.budget_s:
                 break
-            doc["leaderboard"].append(leaderboard_job(task, what, source, subs_dir))
+            doc["leaderboard"].append(leaderboard_job(task, what, source, subs_dir, args.lb_repeats))
             save()
     doc["tests"].sort(key=lambda r: (r["set"], r["task"], r["kind"]))
     save()

@@ -148,3 +148,18 @@ def test_sweep_table_says_which_jobs_ran_alone():
                                     "tests": [row, {**row, "task": "trimul", "first_try": {"bare_passed": False}}]})
     assert "| mla-decode | right: the set's submission.py | pass | pass | yes |" in text
     assert "| trimul | right: the set's submission.py (run alone: out of memory or different beside other jobs) |" in text
+
+
+def test_sweep_bare_chain_runs_the_ranked_modes_in_order_and_stops_at_a_failure(monkeypatch):
+    from popkit.tasks import load_task
+
+    task = load_task(FIX / "tasks" / "double")
+    seen = []
+
+    def fake(path, source, mode, timeout_s):
+        seen.append(mode)
+        return {"_passed": mode != "benchmark", "_exit": 0}
+
+    monkeypatch.setattr(fidelity_sweep, "bare_run", fake)
+    assert fidelity_sweep.bare_chain(task, "src")["_mode"] == "benchmark"
+    assert seen == ["test", "benchmark"]
