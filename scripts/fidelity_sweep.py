@@ -187,12 +187,17 @@ def leaderboard_job(task, what: str, source: str, workdir: Path, repeats: int = 
         result = bare_chain(task, source)
         row["bare_passed"] &= result["_passed"] and result["_mode"] == "leaderboard"
         row["bare_scores_s"].append(mean_score_s(result, task.ranking_by))
+        row.setdefault("bare_means_ns", []).append(
+            [result.get(f"benchmark.{i}.mean") for i in range(int(result.get("benchmark-count", 0) or 0))])
 
     def mine() -> None:
         doc = popkit_json(["bench", str(sub), "--task", str(task.path), "--leaderboard", "--secret-runs", "0"],
                           task.test_timeout + task.benchmark_timeout + task.ranked_timeout + 60)
         row["popkit_passed"] &= doc.get("outcome") == "passed"
         row["popkit_scores_s"].append(doc.get("score_public_s"))
+        ranked = [r for r in doc.get("runs") or [] if r.get("mode") == "leaderboard" and not r.get("secret")]
+        row.setdefault("popkit_means_ns", []).append(
+            [b.get("mean_ns") for b in (ranked[-1].get("benchmarks") or [])] if ranked else [])
 
     for i in range(repeats):
         for step in ((bare, mine) if i % 2 == 0 else (mine, bare)):
