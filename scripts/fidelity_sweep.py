@@ -141,7 +141,8 @@ def test_job(task, kind: str, what: str, source: str, workdir: Path) -> dict:
             "bare_why": "" if bare["_passed"] else bare.get("_stderr_tail", "")[-600:]}
 
 
-OUT_OF_MEMORY = ("CUDA out of memory", "OutOfMemoryError", "HIP out of memory")
+# torch's out-of-memory message; its last line names the allocator setting, so a tail of it still matches.
+OUT_OF_MEMORY = ("out of memory", "OutOfMemoryError", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF")
 
 
 def needs_rerun_alone(result: dict) -> bool:

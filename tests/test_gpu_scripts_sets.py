@@ -136,6 +136,9 @@ def test_sweep_keeps_why_popkit_did_not_pass():
     ({"bare_passed": False, "popkit_passed": False, "popkit_why": "torch.OutOfMemoryError: CUDA out of memory."},
      True),
     ({"bare_passed": False, "popkit_passed": False, "bare_why": "torch.OutOfMemoryError: ..."}, True),
+    ({"bare_passed": False, "popkit_passed": False,  # the tail of torch's message, as the sweep keeps it
+      "popkit_why": "GiB is free. Process 1006 has 42.47 GiB memory in use. ... try setting "
+                    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation."}, True),
 ])
 def test_sweep_reruns_alone_what_sharing_the_gpu_may_have_changed(result, alone):
     assert fidelity_sweep.needs_rerun_alone(result) is alone
