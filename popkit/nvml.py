@@ -7,7 +7,8 @@ give, and None otherwise, so the caller falls back to asking torch:
 - no libnvidia-ml (no NVIDIA driver, an AMD machine) or an NVML call fails;
 - CUDA_VISIBLE_DEVICES names devices by UUID or MIG instance (only indices are mapped here);
 - the visible GPUs are not all the same model: CUDA's default order (fastest first) may then differ from
-  NVML's (PCI bus order), and "GPU 0" would be ambiguous.
+  NVML's (PCI bus order), and "GPU 0" would be ambiguous;
+- a GPU is in MIG mode: CUDA then sees its instances (a slice of the memory, a name of its own), not it.
 """
 
 from __future__ import annotations
@@ -78,6 +79,14 @@ def visible_indices(value: str | None, count: int) -> list[int] | None:
     return picked
 
 
+def _mig_enabled(lib: Any, handle: ctypes.c_void_p) -> bool:
+    """Whether MIG mode is on; a GPU without MIG answers "not supported", which is off."""
+    current, pending = ctypes.c_uint(), ctypes.c_uint()
+    query = getattr(lib, "nvmlDeviceGetMigMode", None)
+    return query is not None and query(handle, ctypes.byref(current), ctypes.byref(pending)) == _SUCCESS \
+        and current.value == 1
+
+
 def _call(lib: Any, name: str, *args: Any) -> None:
     if getattr(lib, name)(*args) != _SUCCESS:
         raise OSError(f"{name} failed")
@@ -98,6 +107,8 @@ def query(lib: Any, env: Mapping[str, str]) -> Driver | None:
         for index in indices:
             handle = ctypes.c_void_p()
             _call(lib, "nvmlDeviceGetHandleByIndex_v2", ctypes.c_uint(index), ctypes.byref(handle))
+            if _mig_enabled(lib, handle):
+                return None
             name = ctypes.create_string_buffer(96)
             _call(lib, "nvmlDeviceGetName", handle, name, ctypes.c_uint(len(name)))
             major, minor = ctypes.c_int(), ctypes.c_int()

@@ -18,8 +18,8 @@ H100_CUDA_MEMORY = 85_017_493_504  # torch.cuda.get_device_properties(0).total_m
 class FakeNvml:
     """The NVML calls popkit makes, answering through ctypes out-parameters as the real library does."""
 
-    def __init__(self, gpus, driver_cuda=13000, fail="", v2=True):
-        self.gpus, self.driver_cuda, self.fail, self.v2 = gpus, driver_cuda, fail, v2
+    def __init__(self, gpus, driver_cuda=13000, fail="", v2=True, mig=None):
+        self.gpus, self.driver_cuda, self.fail, self.v2, self.mig = gpus, driver_cuda, fail, v2, mig
         self.shut = False
 
     def __getattr__(self, name):
@@ -70,6 +70,12 @@ class FakeNvml:
         memory.total, memory.reserved = self._gpu(handle)[2:4]
         return 0
 
+    def _nvmlDeviceGetMigMode(self, handle, current, pending):
+        if self.mig is None:
+            return 3  # NVML_ERROR_NOT_SUPPORTED: a GPU without MIG
+        self._out(current).value = self._out(pending).value = self.mig[handle.value - 1]
+        return 0
+
     def _nvmlDeviceGetCudaComputeCapability(self, handle, major, minor):
         self._out(major).value, self._out(minor).value = self._gpu(handle)[1]
         return 0
@@ -111,6 +117,13 @@ def test_mixed_models_are_left_to_torch():
     """CUDA orders the fastest first by default, NVML by PCI bus: which one is GPU 0 is not knowable here."""
     assert nvml.query(FakeNvml([A100, H100]), {}) is None
     assert nvml.query(FakeNvml([A100, H100]), {"CUDA_VISIBLE_DEVICES": "1"}).gpus[0].name == H100[0]
+
+
+def test_a_gpu_in_mig_mode_is_left_to_torch():
+    """CUDA sees MIG instances (a slice of the memory, their own names), not the GPU NVML names."""
+    assert nvml.query(FakeNvml([H100, H100], mig=[0, 1]), {}) is None
+    assert nvml.query(FakeNvml([H100, H100], mig=[0, 1]), {"CUDA_VISIBLE_DEVICES": "0"}).gpus[0].name == H100[0]
+    assert len(nvml.query(FakeNvml([H100, H100], mig=[0, 0]), {}).gpus) == 2
 
 
 def test_a_failing_call_is_no_answer_and_still_shuts_down(monkeypatch):
