@@ -81,7 +81,7 @@ def probe(python: str | None = None, timeout: float = 60.0, env: Mapping[str, st
     its versions read without importing torch, the NVIDIA GPUs from the driver (popkit.nvml), in a
     fraction of a second and without a CUDA context. Where the driver cannot answer as torch would (an AMD
     or HIP build, GPUs named by UUID, mixed models, a driver older than torch's CUDA, no torch), a tiny
-    script imports torch in that interpreter instead (seconds). `timeout` bounds either.
+    script imports torch in that interpreter instead (seconds). `timeout` bounds each of the two.
     Never raises: what could not be learned is None, and "error" says why.
     """
     python = python or sys.executable
@@ -144,7 +144,8 @@ def _probe(python: str, timeout: float, extended: bool, env: Mapping[str, str] |
         # yields the CPU to the eval's on a busy machine. Doctor's extended probe runs alone.
         done = subprocess.run([python, "-c", _PROBE_SCRIPT] + (["extended"] if extended else []),
                               capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
-                              preexec_fn=None if extended else _lower_priority, env=None if env is None else dict(env))
+                              preexec_fn=None if extended else _lower_priority,
+                              env=None if env is None else dict(env))
     except subprocess.TimeoutExpired:
         return {**empty, "error": f"{python} did not answer within {timeout:.0f} s"}
     except (OSError, ValueError) as exc:
