@@ -92,14 +92,21 @@ def test_a_timeout_returns_in_time_whatever_a_detached_grandchild_holds_open(tmp
 # ------------------------------------------------------------------ 4: popkit stopped by a signal
 
 
-def _popkit_on(tmp_path: Path, attack: str) -> tuple[subprocess.Popen, Path]:
+def _default_stop_signals() -> None:
+    """popkit as a terminal starts it, whatever started the tests: under `nohup` SIGHUP arrives ignored, and
+    popkit rightly keeps ignoring it."""
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+def _popkit_on(tmp_path: Path, attack: str, start=_default_stop_signals) -> tuple[subprocess.Popen, Path]:
     log = tmp_path / "attack.log"
     env = {**os.environ, **attack_env(log), "POPKIT_HOME": str(tmp_path / "home")}
     env["PYTHONPATH"] = os.pathsep.join((str(ROOT), env["PYTHONPATH"]))
     popkit = subprocess.Popen(
         [sys.executable, "-m", "popkit", "test", str(ATTACKS / attack), "--task", str(TASKS / "double"),
          "--no-precompile", "--no-history"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=start)
     assert wait_until(lambda: len(recorded(log)) >= 2, 30), "the attack did not start"
     return popkit, log
 
@@ -113,6 +120,22 @@ def test_a_stop_signal_ends_popkit_cleanly_with_its_children_and_workdir(tmp_pat
     assert popkit.returncode == 128 + sig, err
     assert err.strip().splitlines()[-1].startswith(f"popkit: stopped by {sig.name};"), err  # after progress lines
     assert "Traceback" not in err
+    assert_nothing_left(log)
+
+
+@pytest.mark.slow
+def test_under_nohup_popkit_keeps_ignoring_sighup(tmp_path):
+    def nohup() -> None:
+        _default_stop_signals()
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    popkit, log = _popkit_on(tmp_path, "escape.py", start=nohup)
+    popkit.send_signal(signal.SIGHUP)
+    time.sleep(1.0)
+    assert popkit.poll() is None, "popkit stopped on a SIGHUP it was started ignoring"
+    popkit.send_signal(signal.SIGTERM)
+    popkit.communicate(timeout=10)
+    assert popkit.returncode == 128 + signal.SIGTERM
     assert_nothing_left(log)
 
 
