@@ -133,10 +133,15 @@ def test_shape_and_mode_cheats_pass_test_mode(name, tmp_path):
 
 @pytest.mark.slow
 def test_forged_pipe_lines_never_win(tmp_path):
-    """Even where /proc lets the forger reach the pipe (as root), the harness's later lines win."""
+    """Forged `check: pass` lines never make a run pass. Where the forger cannot reach the pipe, the harness's
+    own lines fail every case; where it can (as root, seen in about 1 run in 10 on a busy machine), its bytes
+    break the harness's closing record and the run fails as tampering, whatever the lines say."""
     result = run(SUBMISSIONS / "cheats" / "pipe_write.py", "test", tmp_path)
-    assert result.raw["check"] == "fail"
-    assert all(result.raw[f"test.{i}.status"] == "fail" for i in range(len(TEST_CASES["vectoradd"])))
+    assert result.outcome == "failed" and int(result.exit_code) != 0, result.summary
+    if result.raw["check"] == "fail":  # nothing foreign arrived
+        assert all(result.raw[f"test.{i}.status"] == "fail" for i in range(len(TEST_CASES["vectoradd"])))
+    else:
+        assert result.summary.startswith("result-pipe tampering: "), result.summary
 
 
 @pytest.mark.gpu
