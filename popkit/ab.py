@@ -416,9 +416,7 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: runner.R
     for content in contents.values():
         options = runner.with_toolkit(options, content, progress)
     started, t0 = datetime.now(timezone.utc), clock()
-    probe = runner.SystemProbe(options.python, runner.child_env(options)) if system is None else None
-    runner.runnable.preflight(task, options.python, lambda: system if system is not None else probe.result(),
-                              env=runner.child_env(options))
+    probe = runner.probe_and_preflight(task, options, system)
     failed_side, failure, compile_failure, stopped = "", None, None, "max_rounds"
     eval_s: list[float] = []
     with proc.WorkDir("popkit-ab-", keep=options.keep_workdir) as root:

@@ -324,11 +324,13 @@ def precompile(workdir: Path, submission_name: str, options: RunOptions,
 
 
 def pre_step(workdir: Path, submission_name: str, content: bytes, options: RunOptions, progress: Progress,
-             side: str = "", pristine: Mapping[str, bytes] | None = None) -> tuple[CompileStep | None, prestep.Decision]:
+             side: str = "", pristine: Mapping[str, bytes] | None = None
+             ) -> tuple[CompileStep | None, prestep.Decision, str]:
     """The compile pre-step where it can matter (prestep.decide); a success is recorded in the build-cache index.
 
-    With `pristine` (the task files as written), a pre-step that changed one is never recorded, so the
-    next run does not skip it: harness tampering is found every time.
+    With `pristine` (the task files as written), task files the pre-step changed are put back and named in
+    the third value (restore_task_files); such a pre-step is never recorded, so the next run does not skip
+    it: harness tampering is found every time.
     """
     what = "compile pre-step" + (f" {side}" if side else "")
     env = child_env(options)
@@ -336,13 +338,14 @@ def pre_step(workdir: Path, submission_name: str, content: bytes, options: RunOp
     if plan.reason:
         progress(f"{what}: skipped ({plan.reason})")
     if not plan.run:
-        return None, plan
+        return None, plan, ""
     progress(what)
     with timed(progress, what):
         step = precompile(workdir, submission_name, options)
-    if step.ok and not changed_task_files(workdir, pristine or {}):
+    tampered = restore_task_files(workdir, pristine or {}, "the compile pre-step")
+    if step.ok and not tampered:
         prestep.record(plan.key, env)
-    return step, plan
+    return step, plan, tampered
 
 
 def timed(progress: Progress | None, label: str):
@@ -642,10 +645,9 @@ def set_up(task: Task, submission: Path, data: bytes, workdir: Path, options: Ru
     """
     main = prepare_workdir(task, data, workdir, options.harness)
     pristine = {p.name: p.read_bytes() for p in workdir.iterdir() if p.name != task.submission_name}
-    step, plan = pre_step(workdir, task.submission_name, data, options, progress, side, pristine)
+    step, plan, tampered = pre_step(workdir, task.submission_name, data, options, progress, side, pristine)
     if step is not None and step.build_failed:
         step = replace(step, diagnostics=compile_diagnostics(step, submission, data))
-    tampered = restore_task_files(workdir, pristine, "the compile pre-step") if step is not None else ""
     return Workdir(workdir, main, step, plan.reason, pristine, tampered)
 
 
@@ -714,15 +716,13 @@ def run_submission(task: Task, submission: Path, mode: str, options: RunOptions 
         raise TaskError(f"{task.yml}: no `tests` to run", "add test cases to task.yml")
     started = datetime.now(timezone.utc)
     t0 = time.monotonic()
-    probe = SystemProbe(options.python, child_env(options)) if system is None else None
     notes: tuple[str, ...] = ()
     if options.world_size is not None:
         asked = sorted({c["world_size"] for c in task.tests + task.benchmarks if "world_size" in c})
         task = scale_world_size(task, options.world_size)
         notes = (f"world_size scaled to {options.world_size} (the task's cases ask for "
                  f"{', '.join(map(str, asked))}): not leaderboard-faithful",)
-    runnable.preflight(task, options.python, lambda: system if system is not None else probe.result(),
-                       env=child_env(options))
+    probe = probe_and_preflight(task, options, system)
     with proc.WorkDir("popkit-run-", keep=options.keep_workdir) as workdir:
         if options.keep_workdir:
             progress(f"working directory kept: {workdir}")
@@ -774,6 +774,15 @@ def compile_diagnostics(step: CompileStep, submission: Path, data: bytes) -> tup
     raw = diagnostics.parse_log(step.stdout + "\n" + step.stderr)
     found = diagnostics.map_diagnostics(raw, diagnostics.SourceMap(submission, text), None)
     return tuple(d for d in found if d.severity == "error")
+
+
+def probe_and_preflight(task: Task, options: RunOptions, system: Mapping[str, Any] | None) -> "SystemProbe | None":
+    """Start the system probe beside the runs (none when `system` is given), then stop here (exit 11) when
+    the task cannot run on this machine (runnable.preflight); both see the environment the evals get."""
+    env = child_env(options)
+    probe = SystemProbe(options.python, env) if system is None else None
+    runnable.preflight(task, options.python, lambda: system if system is not None else probe.result(), env=env)
+    return probe
 
 
 class SystemProbe:
