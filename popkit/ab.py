@@ -23,7 +23,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from popkit import proc, runner, stats
+from popkit import proc, runner, sandbox, stats
+from popkit.executor import Executor
 from popkit.errors import ExitCode, TaskError
 from popkit.results import OUTCOME_EXIT, CaseResult, CompileStep, ModeRun, RunReport, score_s
 from popkit.stats import Interval, Summary
@@ -267,6 +268,7 @@ class ABReport:
     failure: ModeRun | None = None  # the eval that did not pass
     compile_failure: CompileStep | None = None  # or the pre-step whose build failed
     eval_s: tuple[float, ...] = ()  # wall time of each counted eval, in order (where an A/B's time goes)
+    isolation: Mapping[str, str] = field(default_factory=dict)  # executor.Isolation.to_json of the evals
     schema: str = AB_SCHEMA
 
     @property
@@ -296,7 +298,7 @@ class ABReport:
             "schema", "task", "a_path", "b_path", "a_sha256", "b_sha256", "harness", "ranking_by", "statistic",
             "max_rounds", "budget_s", "rounds", "stopped", "started_at", "duration_s", "failed_side")}
         data["eval_s"] = list(self.eval_s)
-        data.update(system=dict(self.system), shapes=[s.to_json() for s in self.shapes],
+        data.update(system=dict(self.system), isolation=dict(self.isolation), shapes=[s.to_json() for s in self.shapes],
                     score=self.score.to_json() if self.score is not None else None, verdict=self.verdict,
                     failure=self.failure.to_json() if self.failure else None,
                     compile_failure=self.compile_failure.to_json() if self.compile_failure else None,
@@ -313,7 +315,8 @@ class ABReport:
                    system=dict(data.get("system") or {}), failed_side=data.get("failed_side", ""),
                    failure=ModeRun.from_json(data["failure"]) if data.get("failure") else None,
                    compile_failure=CompileStep.from_json(data["compile_failure"]) if data.get("compile_failure")
-                   else None, eval_s=tuple(data.get("eval_s", ())), schema=data.get("schema", AB_SCHEMA))
+                   else None, eval_s=tuple(data.get("eval_s", ())), isolation=dict(data.get("isolation") or {}),
+                   schema=data.get("schema", AB_SCHEMA))
 
 
 def _spec(case: Mapping[str, Any]) -> str:
@@ -394,7 +397,8 @@ class _Rounds:
 def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: runner.RunOptions | None = None,
            max_rounds: int = DEFAULT_MAX_ROUNDS, budget_s: float = DEFAULT_BUDGET_S, progress: Progress | None = None,
            system: Mapping[str, Any] | None = None, run_eval: RunEval | None = None,
-           clock: Callable[[], float] = time.monotonic, warmup: bool = True) -> ABReport:
+           clock: Callable[[], float] = time.monotonic, warmup: bool = True,
+           contents: Mapping[str, bytes] | None = None, executor: Executor | None = None) -> ABReport:
     """Compare A and B in counterbalanced rounds until settled, out of rounds or out of budget (module doc).
 
     Both sides are set up as runner.run_submission sets up one (`runner.set_up`), their pre-steps in
@@ -402,7 +406,8 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: runner.R
     slowdown seen on an idle GPU. A new ABBA block starts only while `budget_s` (0: none) is not
     expected to run out, and never before the first look. The A/B stops at the first eval that does
     not pass; the report names the side and keeps that run. `run_eval` replaces runner.run_mode
-    (tests), `system` the environment probe.
+    (tests), `system` the environment probe. `contents` ({"A": bytes, "B": bytes}) are the bytes that run
+    (read once by the caller; default: the files'); `executor` where (default: sandbox.executor_for).
     """
     options = options or runner.RunOptions()
     progress = progress or (lambda _msg: None)
@@ -412,19 +417,22 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: runner.R
         raise TaskError(f"{task.yml}: no `benchmarks` to compare on", "add benchmark cases to task.yml")
     state = _Rounds(cases, task.ranking_by, max_rounds)
     paths = {"A": Path(a_path), "B": Path(b_path)}
-    contents = {side: runner.checked_submission(task, p, "benchmark", options) for side, p in paths.items()}
+    contents = {side: runner.checked_submission(task, p, "benchmark", options, (contents or {}).get(side))
+                for side, p in paths.items()}
+    executor = executor or sandbox.executor_for(options.isolation)
     for content in contents.values():
         options = runner.with_toolkit(options, content, progress)
     started, t0 = datetime.now(timezone.utc), clock()
-    probe = runner.probe_and_preflight(task, options, system)
+    probe = runner.probe_and_preflight(task, options, system, executor)
     failed_side, failure, compile_failure, stopped = "", None, None, "max_rounds"
     eval_s: list[float] = []
     with proc.WorkDir("popkit-ab-", keep=options.keep_workdir) as root:
         if options.keep_workdir:
             progress(f"working directories kept: {root}")
         with ThreadPoolExecutor(2) as pool:  # both pre-steps at once: nothing is timed yet
-            jobs = {side: pool.submit(runner.set_up, task, paths[side], contents[side], root / side, options,
-                                      progress, side) for side in SIDES}
+            jobs = {side: pool.submit(runner.set_up, task, paths[side], contents[side],
+                                      executor.new_workspace(root / side), options, progress, side)
+                    for side in SIDES}
             dirs = {side: job.result() for side, job in jobs.items()}
         failed_side = next((side for side in SIDES if dirs[side].build_failed), "")
         if failed_side:
@@ -433,10 +441,9 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: runner.R
         gpus = runner.eval_gpus(task, system, probe)
 
         def evaluate(side: str, shapes: Sequence[Mapping[str, Any]], name: str) -> ModeRun:
-            run = run_eval(root / side, dirs[side].main, "benchmark", shapes, options=options, gpus=gpus,
+            run = run_eval(dirs[side].workspace, dirs[side].main, "benchmark", shapes, options=options, gpus=gpus,
                            timeout_s=task.timeout_for("benchmark"), cases_name=name)
-            tampered = dirs[side].tampered or runner.restore_task_files(
-                root / side, dirs[side].pristine, f"the benchmark mode of side {side}")
+            tampered = dirs[side].tampered or dirs[side].workspace.tampered(f"the benchmark mode of side {side}")
             return replace(run, outcome="failed", summary=tampered) if tampered else run
 
         if warmup and not failed_side:  # its timings are not used, so the system probe may still run beside it
@@ -480,7 +487,8 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: runner.R
                     budget_s=budget_s, rounds=state.done, stopped=stopped,
                     started_at=started.isoformat(timespec="seconds"), duration_s=clock() - t0, shapes=shapes_out,
                     score=score, system=probe.result() if probe else dict(system or {}), failed_side=failed_side,
-                    failure=failure, compile_failure=compile_failure, eval_s=tuple(eval_s))
+                    failure=failure, compile_failure=compile_failure, eval_s=tuple(eval_s),
+                    isolation=executor.isolation.to_json())
 
 
 def side_report(report: ABReport, side: str, task: Task) -> RunReport | None:
@@ -512,6 +520,6 @@ def side_report(report: ABReport, side: str, task: Task) -> RunReport | None:
     return RunReport(task=task.name, task_path=str(task.path), leaderboard=task.leaderboard,
                      ranking_by=task.ranking_by, submission=path, sha256=sha, mode="benchmark",
                      harness=report.harness, started_at=report.started_at, duration_s=report.duration_s,
-                     system=dict(report.system), runs=runs,
+                     system=dict(report.system), runs=runs, isolation=dict(report.isolation),
                      precompile=report.compile_failure if failed and report.failure is None else None,
                      label=f"A/B side {side}, against {other}")

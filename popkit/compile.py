@@ -22,6 +22,9 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from popkit import hipbuild, proc, runner, tasks
+from popkit.contract import entry_points
+from popkit.executor import Executor
+from popkit.source import read_submission, task_spec_for, validate_submission
 from popkit.buildlocks import check_locks, find_locks
 from popkit.diagnostics import Diagnostic, SourceMap, loader_diagnostic, map_diagnostics, parse_log
 from popkit.directives import server_directives
@@ -146,13 +149,13 @@ def compile_submission(path: Path | str, *, task: str | None = None, roots: Sequ
     if path.suffix != ".py":
         raise UsageError(f"{path}: popkit compile builds Python submissions (load_inline in a .py file)",
                          "a .cu/.cpp file is compiled by the task's own eval, not by popkit")
-    source = runner.read_submission(path, None)  # missing file, not UTF-8, syntax error: SubmissionError (exit 4)
+    source = read_submission(path, None)  # missing file, not UTF-8, syntax error: SubmissionError (exit 4)
     text = source.decode("utf-8")
     smap = SourceMap(path, text)
     target = detect_target(text)
     found_task, notes = _find_task(path, source, task, roots)
-    names = runner.entry_points(found_task) if found_task else ("custom_kernel",)
-    runner.validate_submission(path, source, names)  # the names the task's eval takes (exit 4)
+    names = entry_points(found_task) if found_task else ("custom_kernel",)
+    validate_submission(path, source, names)  # the names the task's eval takes (exit 4)
     test_timeout = found_task.test_timeout if found_task else DEFAULT_TEST_TIMEOUT_S
     static = hip_checks(text, str(path)) if target == "hip" else []
     base = dict(submission=str(path), target=target, extensions=tuple(smap.extension_names()),
@@ -255,7 +258,7 @@ def _find_task(path: Path, source: bytes, explicit: str | None,
     if explicit:
         return tasks.resolve_task(explicit, list(roots)), []
     try:
-        return tasks.resolve_task(runner.task_spec_for(path, source, None), list(roots)), []
+        return tasks.resolve_task(task_spec_for(path, source, None), list(roots)), []
     except PopkitError:
         return None, [f"no task found (no --task, and the leaderboard directive names none popkit knows): "
                       f"build time is compared with the default test_timeout of {DEFAULT_TEST_TIMEOUT_S:.0f} s"]
@@ -287,7 +290,7 @@ def _arch_for_directive(text: str, tools: Toolchain) -> str | None:
 def _prepare(workdir: Path, task: tasks.Task | None, source: bytes) -> str:
     """A fresh working directory as the runner makes it: the task's files flat, the submission beside them."""
     if task is not None:
-        runner.prepare_workdir(task, source, workdir)
+        Executor().new_workspace(workdir).prepare(task, source)
         return task.submission_name
     (workdir / "submission.py").write_bytes(source)
     return "submission.py"
@@ -300,7 +303,8 @@ def _import(workdir: Path, name: str, env: Mapping[str, str], tools: Toolchain, 
     full_env = runner.child_env(runner.RunOptions(python=tools.python), **env)
     pre_import = "0" if target == "hip" else "1"  # a HIP file must set its environment before torch loads
     argv = [tools.python, "-c", _DRIVER, name, str(result_path), pre_import]
-    code, out, err, secs, timed_out = runner.run_child(argv, workdir, full_env, timeout_s)
+    done = proc.run(argv, workdir, full_env, timeout_s)
+    code, out, err, secs, timed_out = done.code, done.stdout, done.stderr, done.seconds, done.timed_out
     log = out + (("\n" if out and err else "") + err)
     if timed_out:
         for lock in find_locks(build_dir):  # our own killed build: a baton lock would block the next one

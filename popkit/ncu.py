@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from popkit import runner
+from popkit.executor import Executor
 from popkit.errors import EnvironmentProblem, ExitCode, PopkitError, TaskError
 from popkit.tasks import Task
 
@@ -123,7 +123,7 @@ def profile(task: Task, submission: Path, content: bytes, python: str, ncu: str 
     case = task.benchmarks[case_index]
     with tempfile.TemporaryDirectory(prefix="popkit-ncu-") as tmp:
         workdir = Path(tmp)
-        runner.prepare_workdir(task, content, workdir)
+        Executor().new_workspace(workdir).prepare(task, content)
         (workdir / DRIVER).write_text(_DRIVER_SOURCE)
         argv = [ncu, "--csv", "--page", "raw", "--profile-from-start", "off", "--metrics", ",".join(METRICS),
                 python, DRIVER, json.dumps(dict(case))]

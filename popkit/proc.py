@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import selectors
-import shutil
 import signal
 import subprocess
 import sys
@@ -43,6 +42,16 @@ def _lifeline() -> int:
         if not _LIFELINE:
             _LIFELINE.extend(os.pipe())
     return _LIFELINE[0]
+
+
+def _protect_self() -> None:
+    """Make this process non-dumpable (Linux), once: its /proc/<pid>/fd and environ become root's, so a child of
+    the same user cannot reopen popkit's end of a result pipe through /proc (a root child still can)."""
+    if not _PROTECTED:
+        _PROTECTED.append(_watchdog.prctl(_watchdog.PR_SET_DUMPABLE, 0))
+
+
+_PROTECTED: list[bool] = []
 
 
 def _watchdog_argv(*args: str) -> list[str]:
@@ -98,16 +107,20 @@ class Finished:
 
 
 def run(argv: Sequence[str], cwd: Path | str | None, env: Mapping[str, str], timeout_s: float,
-        result_fd_env: str | None = None, watch: Callable[[bytes], None] | None = None) -> Finished:
+        result_fd_env: str | None = None, watch: Callable[[bytes], None] | None = None,
+        inputs: Mapping[str, bytes] | None = None) -> Finished:
     """Run `argv` to its end or its timeout; its whole process tree is gone when this returns.
 
     With `result_fd_env`, the child also gets the write end of a result pipe, its number in that
     environment variable. Reading stops when the child exits: what its leftovers write later is lost.
     `watch`, when given, gets each chunk of the result pipe as it arrives and b"" about once a second
-    (for live progress); it runs on the calling thread and must be quick.
+    (for live progress); it runs on the calling thread and must be quick. `inputs` maps an environment
+    variable to bytes the child reads from the descriptor it names (a pipe holding them, then closed):
+    a secret passed that way is in no environment and no command line.
     Raises OSError when argv[0] cannot be executed.
     """
     start = time.monotonic()
+    _protect_self()
     env = dict(env)
     status_r, status_w = os.pipe()
     result_r = result_w = None
@@ -116,6 +129,16 @@ def run(argv: Sequence[str], cwd: Path | str | None, env: Mapping[str, str], tim
         result_r, result_w = os.pipe()
         env[result_fd_env] = str(result_w)
         passed.append(result_w)
+    given = []
+    for name, data in (inputs or {}).items():
+        read, write = os.pipe()
+        try:
+            os.write(write, data)  # a few bytes: the pipe's buffer holds them
+        finally:
+            os.close(write)
+        env[name] = str(read)
+        given.append(read)
+    passed += given
     try:
         watchdog = subprocess.Popen(
             _watchdog_argv("run", str(status_w), str(passed[1]), "--", *argv), cwd=cwd, env=env,
@@ -126,7 +149,7 @@ def run(argv: Sequence[str], cwd: Path | str | None, env: Mapping[str, str], tim
                 os.close(fd)
         raise
     finally:
-        for fd in (status_w, result_w):  # only the child's tree holds the write ends now
+        for fd in (status_w, result_w, *given):  # only the child's tree holds these now
             if fd is not None:
                 os.close(fd)
     reader = _Reader(watchdog, status_r, result_r, watch)
@@ -277,7 +300,7 @@ class WorkDir:
         if self.keep:
             os.write(self._write, b"keep")
         else:
-            shutil.rmtree(self.path, ignore_errors=True)
+            _watchdog.force_remove(str(self.path))
         os.close(self._write)
         try:
             self._guard.wait(KILL_GRACE_S)

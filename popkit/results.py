@@ -272,12 +272,16 @@ class RunReport:
     label: str = ""  # e.g. "reference" for a --baseline run, "hip-on-cuda" for a HIP logic check on NVIDIA
     notes: tuple[str, ...] = ()  # what the run is (e.g. a HIP-on-CUDA logic check) and its warnings
     world_size: int | None = None  # set when --world-size scaled the task's cases down: not leaderboard-faithful
+    # How the run's processes were kept apart (executor.Isolation.to_json): {"level": "namespaces"|"none",
+    # "detail": ...}; empty in records made before popkit had a sandbox.
+    isolation: Mapping[str, str] = field(default_factory=dict)
+    skipped_shapes: tuple[str, ...] = ()  # benchmark shapes left out (a CPU run, popkit.sizing): not faithful
     schema: str = RUN_SCHEMA
 
     @property
     def leaderboard_faithful(self) -> bool:
         """False when the cases were changed from the task's (a scaled-down world_size)."""
-        return self.world_size is None
+        return self.world_size is None and not self.skipped_shapes
 
     @property
     def outcome(self) -> str:
@@ -337,6 +341,7 @@ class RunReport:
         data["runs"] = [r.to_json() for r in self.runs]
         data["precompile"] = self.precompile.to_json() if self.precompile else None
         data["system"] = dict(self.system)
+        data["isolation"] = dict(self.isolation)
         data["outcome"] = self.outcome
         data["leaderboard_faithful"] = self.leaderboard_faithful
         data["exit_code"] = int(self.exit_code)
@@ -350,7 +355,7 @@ class RunReport:
             cls, data,
             runs=lambda items: tuple(ModeRun.from_json(r) for r in items),
             precompile=lambda p: CompileStep.from_json(p) if p else None,
-            system=dict,
+            system=dict, isolation=dict,
         )
 
 

@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from popkit import system as sysmod  # `system` names the probe's result in this module
 from popkit.errors import EnvironmentProblem
+from popkit.resources import data_dir
 from popkit.tasks import SUBMISSION_SOURCE, Task
 
 GiB = 1024**3
@@ -98,14 +99,18 @@ class Verdict:
 # ------------------------------------------------------------------------------ what a task needs
 
 
-def _sources(task: Task) -> dict[str, ast.Module]:
-    """The task's own Python files (not the submission), parsed; a file that does not parse is skipped."""
+def _sources(task: Task, harness: str = "task") -> dict[str, ast.Module]:
+    """The Python files that run besides the submission, parsed (one that does not parse is skipped): the task's
+    own, with popkit's harness in place of the task's eval under `--harness popkit`."""
+    paths = {f.name: task.path / f.source for f in task.files
+             if f.source != SUBMISSION_SOURCE and f.name.endswith(".py")}
+    if harness == "popkit":
+        paths.pop(task.main, None)
+        paths["popkit_eval.py"] = data_dir("tasks") / "eval.py"
     trees = {}
-    for f in task.files:
-        if f.source == SUBMISSION_SOURCE or not f.name.endswith(".py"):
-            continue
+    for name, path in paths.items():
         try:
-            trees[f.name] = ast.parse((task.path / f.source).read_text(encoding="utf-8"))
+            trees[name] = ast.parse(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
             continue
     return trees
@@ -118,15 +123,16 @@ def _walk(tree: ast.AST) -> tuple[ast.AST, ...]:
     return tuple(ast.walk(tree))
 
 
-def needs(task: Task) -> Needs:
+def needs(task: Task, harness: str = "task") -> Needs:
+    """What running `task` takes, read from the files that will run (`harness`: the eval in use)."""
     try:
-        return _needs(task)
+        return _needs(task, harness)
     finally:
         _walk.cache_clear()
 
 
-def _needs(task: Task) -> Needs:
-    trees = _sources(task)
+def _needs(task: Task, harness: str = "task") -> Needs:
+    trees = _sources(task, harness)
     local = {Path(f.name).stem for f in task.files}
     found: dict[str, Any] = {}
     packages = _third_party_imports(trees, local)
@@ -137,8 +143,9 @@ def _needs(task: Task) -> Needs:
         found.update(vendor="amd", vendor_why=f"imports {amd[0]} (ROCm only)")
     elif nvidia:
         found.update(vendor="nvidia", vendor_why=f"imports {nvidia[0]} (CUDA only)")
+    cpu_path = any(_names_cpu(tree) for tree in trees.values())  # a helper with a CPU path: never certain
     for fname, tree in trees.items():
-        if not found.get("gpu") and _puts_tensors_on_cuda(tree):
+        if not found.get("gpu") and not cpu_path and _puts_tensors_on_cuda(tree):
             found["gpu"] = f"{fname} puts tensors on \"cuda\""
         if not found.get("min_sm") and any(isinstance(n, ast.Attribute) and n.attr == "float4_e2m1fn_x2"
                                            for n in _walk(tree)):
@@ -193,14 +200,31 @@ def _is_cuda(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.split(":")[0] == "cuda"
 
 
-def _puts_tensors_on_cuda(tree: ast.Module) -> bool:
-    """`device="cuda"`, `torch.device("cuda")`, `.to("cuda")`, `.cuda()`, torch.cuda.Event or synchronize, in a
-    file that never names the "cpu" device (a file that does has a CPU path)."""
-    has_fallback = any(isinstance(n, ast.Constant) and n.value == "cpu" for n in _walk(tree))
-    if has_fallback:
-        return False
+def _names_cpu(tree: ast.Module) -> bool:
+    """Whether the file names the "cpu" device: it has a CPU path."""
+    return any(isinstance(n, ast.Constant) and n.value == "cpu" for n in _walk(tree))
+
+
+def _guarded(tree: ast.Module) -> set[int]:
+    """ids of the nodes that run only after asking whether a GPU is there (`if torch.cuda.is_available():`, a
+    conditional expression on it, `device_count()`), or inside a `try` that catches a failure."""
+    ids: set[int] = set()
     for node in _walk(tree):
-        if not isinstance(node, ast.Call):
+        asks = isinstance(node, (ast.If, ast.IfExp, ast.While)) and any(
+            isinstance(n, ast.Attribute) and n.attr in ("is_available", "device_count") for n in ast.walk(node.test))
+        if asks or isinstance(node, ast.Try) and node.handlers:
+            ids |= {id(n) for n in ast.walk(node)}
+    return ids
+
+
+def _puts_tensors_on_cuda(tree: ast.Module) -> bool:
+    """`device="cuda"`, `torch.device("cuda")`, `.to("cuda")`, `.cuda()`, torch.cuda.Event or synchronize, outside
+    any guard (_guarded), in a file that never names the "cpu" device (a file that does has a CPU path)."""
+    if _names_cpu(tree):
+        return False
+    guarded = _guarded(tree)
+    for node in _walk(tree):
+        if not isinstance(node, ast.Call) or id(node) in guarded:
             continue
         if any(k.arg == "device" and _is_cuda(k.value) for k in node.keywords):
             return True
@@ -394,7 +418,7 @@ def gpu_devices_visible() -> bool | None:
 
 
 def preflight(task: Task, python: str, system: Callable[[], Mapping[str, Any]],
-              world_size: int | None = None, env: Mapping[str, str] | None = None) -> None:
+              world_size: int | None = None, env: Mapping[str, str] | None = None, harness: str = "task") -> None:
     """Raise EnvironmentProblem (exit 11) when the task cannot run here, before anything starts.
 
     Packages cost a find_spec in the eval's interpreter (`env`: its environment), answered here when it is
@@ -402,7 +426,7 @@ def preflight(task: Task, python: str, system: Callable[[], Mapping[str, Any]],
     (a torch import, seconds) is waited for only when the task needs more: a vendor, an architecture,
     several GPUs, or a buffer larger than any leaderboard GPU's memory.
     """
-    need = needs(task)
+    need = needs(task, harness)
     heavy = need.vendor or need.min_sm or (world_size or need.world_size) > 1 or need.memory_bytes > _HEAVY_MEMORY
     if heavy:
         here = Machine.from_probe(system())

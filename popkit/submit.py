@@ -21,6 +21,7 @@ from popkit.errors import ExitCode, HistoryError, PopcornError, RefusedError, Us
 from popkit.history import RunRecord
 from popkit.lint import LintReport, check_bytes, read_bytes
 from popkit.results import RemoteResult, RunReport
+from popkit.protocol import random_secret_seeds
 from popkit.runner import RunOptions
 from popkit.tasks import MODES
 
@@ -130,7 +131,7 @@ def run_gate(plan: SubmitPlan, path: Path, content: bytes, task_spec: str | None
     if options is None:
         options = runner.RunOptions()
     if mode == "leaderboard" and not options.secret_seeds:
-        options = replace(options, secret_seeds=runner.random_secret_seeds(1))
+        options = replace(options, secret_seeds=random_secret_seeds(1))
     return runner.run_submission(task, path, mode, options, progress=progress, content=content)
 
 

@@ -218,6 +218,17 @@ def gpu_devices_visible(env: Mapping[str, str] | None = None) -> bool | None:
     return bool(glob.glob("/dev/nvidia[0-9]*")) or Path("/dev/kfd").exists() or Path("/dev/dxg").exists()
 
 
+def gpu_count() -> int | None:
+    """How many GPUs CUDA (or HIP) can enumerate here, from the device nodes (NVIDIA's /dev/nvidiaN, AMD's render
+    nodes), without importing torch; None where unknown (not Linux, POPKIT_ASSUME_GPU)."""
+    if os.environ.get("POPKIT_ASSUME_GPU") or not Path("/dev").is_dir() or sys.platform != "linux":
+        return None
+    nvidia = glob.glob("/dev/nvidia[0-9]*")
+    if nvidia:
+        return len(nvidia)
+    return len(glob.glob("/dev/dri/renderD*")) if Path("/dev/kfd").exists() else 0
+
+
 def has_gpu() -> bool:
     """A GPU may be here (gpu_devices_visible is not False)."""
     return gpu_devices_visible() is not False

@@ -17,6 +17,7 @@ from typing import Callable
 
 from popkit import runner
 from popkit.contract import entry_points
+from popkit.source import reference_submission
 from popkit.errors import EnvironmentProblem
 from popkit.tasks import Task, load_task
 
@@ -140,7 +141,7 @@ def _run_reference(task: Task, options: runner.RunOptions, result: TaskCheck, pr
     """The reference through the ranked chain; returns the system probe for the runs after it."""
     try:
         report = runner.run_submission(task, Path("<reference>"), "leaderboard", options, progress=progress,
-                                       content=runner.reference_submission())
+                                       content=reference_submission())
     except EnvironmentProblem as exc:
         result.skipped = "not run: this machine cannot run the task"
         result.environment = exc.message

@@ -20,8 +20,9 @@ Environment:
     POPKIT_TRUST  "0" turns popkit's trust checks off (fidelity runs: only what the leaderboard's
                   own eval does). Any other value, or unset, leaves them on. Removed from the
                   environment before the submission is imported.
-    POPKIT_PIPE_KEY  set by popkit: the key of the closing record `popkit.end: HMAC` (see ResultPipe).
-                  Removed from the environment before the submission is imported.
+    POPKIT_KEY_FD set by popkit: a descriptor holding the key of the closing record `popkit.end: HMAC`
+                  (see ResultPipe). The key is read and the descriptor closed before anything else
+                  starts, so the key is in no environment, command line or open file of the worker.
 
 Pipe keys: test-count, test.I.spec|status|error|message; benchmark-count,
 benchmark.I.spec|runs|mean|std|err|best|worst (nanoseconds), benchmark.I.status: fail with
@@ -373,7 +374,7 @@ def format_number(x: float) -> str:
 class ResultPipe:
     """The result pipe: one `key: value` line per write, flushed at once (a timeout keeps what was written).
 
-    With a key (POPKIT_PIPE_KEY), close() writes one closing record last, `popkit.end: HMAC`, the
+    With a key (read from POPKIT_KEY_FD), close() writes one closing record last, `popkit.end: HMAC`, the
     HMAC-SHA256 of every byte written before it: popkit requires it, so a line that another process
     wrote on the pipe (or a run cut short) cannot pass as this harness's verdict.
     """
@@ -411,8 +412,17 @@ class WorkerLink:
         self._conn, child_conn = ctx.Pipe(duplex=True)
         # Not daemonic: a daemonic process may not start children, and honest kernels may (torch.compile).
         # close() stops it; PR_SET_PDEATHSIG stops it if this process dies first.
-        self._proc = ctx.Process(target=worker_main, args=(child_conn, settings), name="popkit-worker")
-        self._proc.start()
+        self._proc = ctx.Process(target=worker_main, args=(child_conn, {**settings, "cwd": os.getcwd()}),
+                                 name="popkit-worker")
+        # A spawned worker starts as `python -c ...`, with its working folder first on its import path until
+        # multiprocessing sets it up: it starts in this file's folder (where the submission cannot write in a
+        # sandbox) and moves to the working folder before anything of the submission runs.
+        here = os.getcwd()
+        os.chdir(os.path.dirname(os.path.abspath(__file__)))
+        try:
+            self._proc.start()
+        finally:
+            os.chdir(here)
         child_conn.close()  # only the worker holds its end, so its death reads as EOF here
 
     def receive(self) -> dict:
@@ -644,6 +654,25 @@ class Session:
             self.pipe.write(f"{prefix}.timer", self.timer)
 
 
+def read_key() -> str:
+    """The closing record's key from the descriptor POPKIT_KEY_FD names ('' without one); the descriptor is
+    closed, and the variable removed, before the worker starts."""
+    fd_text = os.environ.pop("POPKIT_KEY_FD", "")
+    try:
+        fd = int(fd_text)
+    except ValueError:
+        return ""
+    try:
+        return os.read(fd, 4096).decode("ascii", "replace").strip()
+    except OSError:
+        return ""
+    finally:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv if argv is None else argv)
     fd_text = os.environ.get("POPCORN_FD", "")
@@ -661,7 +690,7 @@ def main(argv: list[str] | None = None) -> int:
     mode, cases_path = argv[1], argv[2]
     seed_text = os.environ.pop("POPCORN_SEED", None)  # read, then unset: the worker never sees it
     trust = os.environ.pop("POPKIT_TRUST", "1").strip() != "0"
-    pipe_key = os.environ.pop("POPKIT_PIPE_KEY", "")  # read, then unset: the worker never sees it
+    pipe_key = read_key()
     try:
         secret = int(seed_text) if seed_text not in (None, "") else None
     except ValueError:
@@ -1503,6 +1532,10 @@ def worker_main(conn, settings: dict) -> None:
     _die_with_parent()
     if os.getppid() != parent:  # the parent died before the death signal was armed
         os._exit(1)
+    try:
+        os.chdir(settings.get("cwd") or os.getcwd())
+    except OSError:
+        pass
     worker = Worker(settings)
     try:
         ready = worker.start()

@@ -21,7 +21,7 @@ from popkit.errors import ExitCode
 from popkit.results import CaseResult, CompileStep, ModeRun
 from popkit.stats import Interval, Summary
 from popkit.tasks import load_task
-from popkit.views.remote import show_ab
+from popkit.views.comparison import show_ab
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 TASK_DIR = FIXTURES / "tasks" / "double"
@@ -100,8 +100,8 @@ class FakeEval:
         self.clock, self.eval_s, self.median = clock, eval_s, median
         self.calls: list[tuple[str, list[int], str]] = []
 
-    def __call__(self, workdir, main, mode, cases, *, timeout_s, options, seed=None, gpus=None, cases_name=None):
-        side = Path(workdir).name
+    def __call__(self, workspace, main, mode, cases, *, timeout_s, options, seed=None, gpus=None, cases_name=None):
+        side = Path(workspace.root).name
         sizes = [dict(c)["size"] for c in cases]
         self.calls.append((side, sizes, cases_name))
         if self.clock is not None:
@@ -193,7 +193,7 @@ def test_settled_shapes_leave_only_once_the_score_is_settled(tmp_path):
     class Mixed(FakeEval):
         def __call__(self, workdir, main, mode, cases, **kw):
             run = super().__call__(workdir, main, mode, cases, **kw)
-            b = Path(workdir).name == "B"
+            b = Path(workdir.root).name == "B"
             scaled = [replace_time(c, (0.9 if b else 1.0) * quiet(0, 0) if c.spec == "size: 10" else noisy(0, 0))
                       for c in run.benchmarks]
             return ModeRun(**{**run.__dict__, "benchmarks": tuple(scaled)})
@@ -249,8 +249,8 @@ def test_a_failure_after_the_first_look_keeps_that_looks_intervals(tmp_path):
 
 
 def test_compile_failure_names_the_side_and_the_mode(tmp_path, monkeypatch, capsys):
-    def fake_precompile(workdir, name, options, timeout_s=120.0):
-        bad = Path(workdir).name == "B"
+    def fake_precompile(workspace, options, timeout_s=120.0):
+        bad = Path(workspace.root).name == "B"
         return CompileStep(exit_code=1 if bad else 0, duration_s=0.1,
                            stderr="RuntimeError: Error building extension 'x'" if bad else "")
 

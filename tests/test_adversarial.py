@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import popkit
+from popkit import protocol
 from popkit import runner
 from popkit.tasks import load_task
 
@@ -67,7 +68,7 @@ def run_attack(name: str, log: Path, task: str = "double", mode: str = "test", *
     task_ = load_task(TASKS / task)
     if task_changes:
         task_ = replace(task_, **task_changes)
-    options = runner.RunOptions(precompile=False, env=attack_env(log))
+    options = runner.RunOptions(precompile=False, env=attack_env(log), isolation="none")  # the log is outside
     return runner.run_submission(task_, ATTACKS / name, mode, options, system=NO_PROBE)
 
 
@@ -166,19 +167,19 @@ def test_popkit_harness_needs_its_closing_record_and_keeps_the_first_value_of_a_
     import hmac
 
     record = b"popkit.end: " + hmac.new(key.encode(), body, hashlib.sha256).hexdigest().encode() + b"\n"
-    assert runner.sealed_pipe(body + record + b"check: pass\n", key) == (body, "")
-    forged, problem = runner.sealed_pipe(b"check: pass\n" + body + record, key)
+    assert protocol.sealed_pipe(body + record + b"check: pass\n", key) == (body, "")
+    forged, problem = protocol.sealed_pipe(b"check: pass\n" + body + record, key)
     assert problem.startswith("result-pipe tampering")
-    assert runner.parse_pipe(forged.decode(), first_wins=True)["check"] == "pass"  # why the record matters
-    assert runner.sealed_pipe(body, key)[1].startswith("result pipe: popkit's harness ended without")
-    assert runner.parse_pipe("check: fail\ncheck: pass\n", first_wins=True) == {"check": "fail"}
+    assert protocol.parse_pipe(forged.decode(), first_wins=True)["check"] == "pass"  # why the record matters
+    assert protocol.sealed_pipe(body, key)[1].startswith("result pipe: popkit's harness ended without")
+    assert protocol.parse_pipe("check: fail\ncheck: pass\n", first_wins=True) == {"check": "fail"}
 
 
 @pytest.mark.slow
 def test_the_result_pipe_reopened_through_proc_cannot_forge_popkits_harness(tmp_path):
     log = tmp_path / "attack.log"
     task = load_task(Path(popkit.__file__).resolve().parent.parent / "tasks" / "vectoradd")
-    options = runner.RunOptions(precompile=False, env=attack_env(log))
+    options = runner.RunOptions(precompile=False, env=attack_env(log), isolation="none")  # the log is outside
     report = runner.run_submission(task, ATTACKS / "late_pipe_proc.py", "test", options, system=NO_PROBE)
     run = report.runs[0]
     assert run.outcome == "failed" and int(report.exit_code) == 1, run.summary

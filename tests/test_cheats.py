@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from popkit.executor import Executor
 from popkit import runner
 from popkit.tasks import load_task
 
@@ -48,8 +49,9 @@ def run(submission: Path, mode: str, tmp_path: Path, *, cases=None, seed=None, t
     if cases is None:
         cases = TEST_CASES[task_name] if mode == "test" else BENCH_CASES[task_name]
     dest = tmp_path / f"{submission.stem}-{mode}"
-    main = runner.prepare_workdir(task, submission.read_bytes(), dest)
-    return runner.run_mode(dest, main, mode, cases, timeout_s=timeout_s,
+    ws = Executor().new_workspace(dest)
+    main = ws.prepare(task, submission.read_bytes())
+    return runner.run_mode(ws, main, mode, cases, timeout_s=timeout_s,
                            options=runner.RunOptions(env=CHILD_ENV), seed=seed)
 
 

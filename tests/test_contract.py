@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from popkit import source
+from popkit import protocol
 from popkit import contract, runner
 from popkit.errors import SubmissionError
 from popkit.tasks import load_task, resolve_task
@@ -62,12 +64,12 @@ def test_a_missing_entry_point_is_named_before_the_run(tmp_path):
 
 
 def test_read_submission_without_a_task_checks_no_names():
-    assert runner.read_submission(PAIR / "template.py", entry_points=None).startswith(b"def forward")
+    assert source.read_submission(PAIR / "template.py", entry_points=None).startswith(b"def forward")
 
 
 def test_a_runtime_import_failure_names_the_missing_function():
     stderr = "ImportError: cannot import name 'forward' from 'submission' (/tmp/x/submission.py)"
     run = runner.ModeRun(mode="test", secret=False, seed=None, exit_code=1, duration_s=0.1, timeout_s=1,
                          timed_out=False, check=None, stderr=stderr)
-    assert runner.classify(run) == ("bad_submission",
+    assert protocol.classify(run) == ("bad_submission",
                                     "bad submission: no `forward` could be imported from the submission")

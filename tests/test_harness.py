@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from popkit.executor import Executor
+from popkit import protocol
 from popkit import runner
 from popkit.tasks import load_task
 
@@ -39,19 +41,20 @@ def load_eval():
 ev = load_eval()
 
 
-def workdir_for(task_dir: Path, submission: str | bytes, dest: Path) -> str:
-    """The task's files flat in `dest`, as the runner lays them out; returns the eval's file name."""
+def workdir_for(task_dir: Path, submission: str | bytes, dest: Path):
+    """The task's files flat in `dest`, as the runner lays them out; returns the workspace and the eval's name."""
     data = submission.encode() if isinstance(submission, str) else submission
-    return runner.prepare_workdir(load_task(task_dir), data, dest)
+    ws = Executor().new_workspace(dest)
+    return ws, ws.prepare(load_task(task_dir), data)
 
 
 def run_eval(task_dir: Path, submission: str | bytes, mode: str, cases: list[dict], tmp_path: Path, *,
              seed: int | None = None, env: dict | None = None, timeout_s: float = 120):
     """One eval process through popkit.runner; returns its ModeRun (raw pipe keys in .raw)."""
     dest = tmp_path / f"work-{mode}-{len(list(tmp_path.iterdir()))}"
-    main = workdir_for(task_dir, submission, dest)
+    ws, main = workdir_for(task_dir, submission, dest)
     options = runner.RunOptions(env={**CHILD_ENV, **(env or {})})
-    return runner.run_mode(dest, main, mode, cases, timeout_s=timeout_s, options=options, seed=seed)
+    return runner.run_mode(ws, main, mode, cases, timeout_s=timeout_s, options=options, seed=seed)
 
 
 def raw_eval(workdir: Path, args: list[str], env: dict, with_fd: bool = True, timeout_s: float = 120):
@@ -109,7 +112,7 @@ def test_cases_file_skips_blank_lines_and_names_the_bad_line():
 
 def test_secret_seed_transform_matches_the_protocol_and_the_runner():
     assert ev.combine_seed(4242, 7) == 4242 + (4242 + 7) * (4242 + 7 + 1) // 2
-    assert ev.combine_seed(4242, 7) == runner.secret_case_seed(4242, 7)
+    assert ev.combine_seed(4242, 7) == protocol.secret_case_seed(4242, 7)
     assert ev.apply_secret_seed({"size": 3, "seed": 1}, 2) == {"size": 3, "seed": 1 + 3 * 4 // 2}
     assert ev.apply_secret_seed({"size": 3}, 2) == {"size": 3}
     assert ev.apply_secret_seed({"size": 3, "seed": 5}, None) == {"size": 3, "seed": 5}
@@ -381,7 +384,7 @@ def test_the_submission_never_sees_the_pipe_the_seed_or_the_trust_switch(tmp_pat
                             pass_fds=(write_fd,), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     os.close(write_fd)
     with os.fdopen(read_fd) as pipe:
-        raw = runner.parse_pipe(pipe.read())
+        raw = protocol.parse_pipe(pipe.read())
     proc.communicate(timeout=120)
     assert proc.returncode == 0, raw
     assert raw["test.0.status"] == "pass" and raw["check"] == "pass"

@@ -70,22 +70,47 @@ def test_pure_pytorch_still_runs_on_the_cpu(cli, tmp_path):
     assert result.exit_code == 0, result.output
 
 
-def test_gpu_sized_benchmarks_on_a_cpu_are_said_before_the_run(cli, monkeypatch):
+def _cpu_timing(monkeypatch, call_s: float) -> list:
+    """No GPU here; the smallest benchmark shape (1024) takes `call_s` a call and the next (2048) four times
+    that (popkit.sizing's probe, faked)."""
+    from popkit import sizing, system
+
+    probed = []
+    monkeypatch.setattr(system, "has_gpu", lambda: False)
+    monkeypatch.setattr(sizing, "probe", lambda task, source, options, executor, indices, progress:
+                        probed.append(list(indices)) or sizing.Timing(((1024, call_s), (2048, 4 * call_s)), 2.0))
+    return probed
+
+
+def test_gpu_sized_benchmarks_on_a_cpu_are_timed_and_said_before_the_run(cli, monkeypatch):
+    probed = _cpu_timing(monkeypatch, 0.05)  # 50 ms, 200 ms: a call's time grows with the square of `size`
     _never_runs(monkeypatch)
     sub = str(Path(__file__).parents[1] / "submissions" / "vectoradd" / "pytorch.py")
     result = cli("bench", sub, "--leaderboard", "--baseline", "reference", "--no-history")
     assert result.exit_code == 11, result.output
-    assert "error: this machine has no GPU, and the benchmarks of `vectoradd` are sized for H100/A100 GPUs" in result.output
-    assert ("hint: `popkit test` runs the tests on the CPU; pass --allow-cpu to run the benchmarks here anyway"
-            in result.output)
+    assert probed == [[0, 1]]
+    assert ("error: this machine has no GPU, and the benchmark shape size: 8192; seed: 1358 of `vectoradd` would "
+            "take about 106 s here (timed from size: 1024; seed: 3211), past the 300 s timeout") in result.output
+    assert ("hint: pass --allow-cpu to run the 3 shape(s) that fit (not leaderboard-faithful); `popkit test` runs "
+            "the tests on the CPU") in result.output
 
 
-def test_allow_cpu_runs_them_anyway(cli, monkeypatch):
+def test_allow_cpu_runs_the_shapes_that_fit_and_names_the_others(cli, monkeypatch):
+    _cpu_timing(monkeypatch, 0.5)  # 8192 takes 32 s a call: three calls and the checks pass the 180 s timeout
     seen = []
-    monkeypatch.setattr("popkit.runner.run_submission", lambda task, *a, **k: seen.append(task.name) or (_ for _ in ()).throw(SystemExit(0)))
+    monkeypatch.setattr("popkit.runner.run_submission", lambda task, *a, **k: seen.append(task) or (_ for _ in ()).throw(SystemExit(0)))
     sub = str(Path(__file__).parents[1] / "submissions" / "vectoradd" / "pytorch.py")
     cli("bench", sub, "--allow-cpu", "--no-history")
-    assert seen == ["vectoradd"]
+    assert [t.name for t in seen] == ["vectoradd"] and [c["size"] for c in seen[0].benchmarks] == [1024, 2048, 4095]
+
+
+def test_benchmarks_that_fit_a_cpu_run_as_the_task_gives_them(cli, monkeypatch):
+    _cpu_timing(monkeypatch, 1e-5)
+    seen = []
+    monkeypatch.setattr("popkit.runner.run_submission", lambda task, *a, **k: seen.append(task) or (_ for _ in ()).throw(SystemExit(0)))
+    sub = str(Path(__file__).parents[1] / "submissions" / "vectoradd" / "pytorch.py")
+    cli("bench", sub, "--no-history")
+    assert len(seen[0].benchmarks) == 4
 
 
 def test_baseline_typo_is_a_usage_error_before_any_run(cli, monkeypatch):
@@ -186,8 +211,8 @@ def test_test_passes_the_toolkit_to_the_pre_step_and_evals(tmp_path, monkeypatch
                     f"    open({str(seen)!r}, 'w').write(os.environ.get('CUDA_HOME', 'unset'))\n\n\n"
                     "def custom_kernel(data):\n    return 2 * data\n")
     lines: list[str] = []
-    report = runner.run_submission(load_task(DOUBLE), path, "test", runner.RunOptions(), progress=lines.append,
-                                   system={"device": "test"})
+    report = runner.run_submission(load_task(DOUBLE), path, "test", runner.RunOptions(isolation="none"),
+                                   progress=lines.append, system={"device": "test"})  # seen.txt is outside
     assert report.outcome == "passed" and seen.read_text() == "/opt/cuda-13.0"
     assert lines[0] == ("builds use the CUDA toolkit at /opt/cuda-13.0 (CUDA_HOME is unset, and torch would guess "
                         f"{system.cuda_home()}, which cannot build an extension)")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from popkit.executor import Executor
 from popkit import runner
 from popkit.tasks import load_task
 
@@ -30,12 +31,13 @@ def test_honest_example_passes_ten_fresh_runs(task_name, tmp_path):
     task = load_task(ROOT / "tasks" / task_name)
     rng = random.SystemRandom()
     submission = (ROOT / "submissions" / task_name / "pytorch.py").read_bytes()
-    main = runner.prepare_workdir(task, submission, tmp_path)
+    ws = Executor().new_workspace(tmp_path)
+    main = ws.prepare(task, submission)
     options = runner.RunOptions(env={"OMP_NUM_THREADS": "1"})
     secret = rng.randrange(1, 2**31)
 
     cases = _fresh_cases(task, rng, RUNS)
-    run = runner.run_mode(tmp_path, main, "test", cases, timeout_s=600, options=options, seed=secret)
+    run = runner.run_mode(ws, main, "test", cases, timeout_s=600, options=options, seed=secret)
     failed = [c for c in run.tests if not c.passed]
     assert run.passed and len(run.tests) == len(cases), (
         f"secret seed {secret}: {run.summary}; {[(c.spec, c.error) for c in failed][:3]}; {run.stderr[-800:]}")
@@ -43,5 +45,5 @@ def test_honest_example_passes_ten_fresh_runs(task_name, tmp_path):
 
     # Leaderboard mode on test-sized shapes: every timed call gets a fresh input and a full recheck.
     ranked = _fresh_cases(task, rng, 1)[:2]
-    run = runner.run_mode(tmp_path, main, "leaderboard", ranked, timeout_s=600, options=options, seed=secret)
+    run = runner.run_mode(ws, main, "leaderboard", ranked, timeout_s=600, options=options, seed=secret)
     assert run.passed, f"secret seed {secret}, cases {ranked}: {run.summary}; {run.stderr[-800:]}"

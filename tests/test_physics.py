@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from popkit.executor import Executor
+from popkit import protocol
 from popkit import gpus, runner
 from popkit.gpus import peak_bandwidth
 from popkit.results import CaseResult, ModeRun, RunReport, beats_physics, judge_physics
@@ -48,7 +50,7 @@ def test_a_time_that_beats_physics_fails_the_case_and_the_run():
                                                          "above the NVIDIA H200's 4.80 TB/s peak")
     assert kept.passed and kept.error == ""
     assert (run.check, run.exit_code) == ("fail", 112)
-    outcome, summary = runner.classify(run)
+    outcome, summary = protocol.classify(run)
     assert outcome == "failed" and "time beats physics" in summary
     report = RunReport(task="t", task_path="p", leaderboard=None, ranking_by="geom", submission="s", sha256="x",
                        mode="benchmark", harness="popkit", started_at="now", duration_s=1,
@@ -66,17 +68,17 @@ def test_possible_times_and_unknown_devices_leave_the_run_alone():
 def test_the_runner_fails_an_impossible_time(tmp_path, monkeypatch):
     """The CPU gets an absurdly low 'peak' here, so the doubler's honest time beats it."""
     monkeypatch.setattr(gpus, "GPUS", (gpus.Gpu("cpu", "none", "", 1.0, None, "CPU", leaderboard=False),))
-    main = runner.prepare_workdir(load_task(DOUBLER), b"def custom_kernel(d):\n    return d['x'] * d['scale']\n",
-                                  tmp_path)
-    run = runner.run_mode(tmp_path, main, "benchmark", [{"size": 1000, "seed": 3}], timeout_s=120,
+    ws = Executor().new_workspace(tmp_path)
+    main = ws.prepare(load_task(DOUBLER), b"def custom_kernel(d):\n    return d['x'] * d['scale']\n")
+    run = runner.run_mode(ws, main, "benchmark", [{"size": 1000, "seed": 3}], timeout_s=120,
                           options=runner.RunOptions(env={"OMP_NUM_THREADS": "1"}))
     assert run.outcome == "failed" and run.benchmarks[0].error.startswith("time beats physics: size: 1000")
 
 
 def test_harness_reports_the_bytes_a_call_must_move(tmp_path):
-    main = runner.prepare_workdir(load_task(DOUBLER), b"def custom_kernel(d):\n    return d['x'] * d['scale']\n",
-                                  tmp_path)
-    run = runner.run_mode(tmp_path, main, "benchmark", [{"size": 1000, "seed": 3}], timeout_s=120,
+    ws = Executor().new_workspace(tmp_path)
+    main = ws.prepare(load_task(DOUBLER), b"def custom_kernel(d):\n    return d['x'] * d['scale']\n")
+    run = runner.run_mode(ws, main, "benchmark", [{"size": 1000, "seed": 3}], timeout_s=120,
                           options=runner.RunOptions(env={"OMP_NUM_THREADS": "1"}))
     assert run.passed, run.summary
     assert run.benchmarks[0].bytes == 1000 * 4 + 1000 * 4  # x read once, the output written once

@@ -51,8 +51,9 @@ def env(tmp_path, monkeypatch):
 
 def _run(path: Path, **opts):
     lines: list[str] = []
-    report = runner.run_submission(DOUBLE, path, "test", runner.RunOptions(**opts), progress=lines.append,
-                                   system=NO_PROBE)
+    # isolation none: the fake build's log lies outside the workspace, where a sandboxed process cannot write
+    report = runner.run_submission(DOUBLE, path, "test", runner.RunOptions(isolation="none", **opts),
+                                   progress=lines.append, system=NO_PROBE)
     return report, lines
 
 

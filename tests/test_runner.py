@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from popkit import ab, runner
+from popkit.executor import POPKIT_EVAL_NAME, Executor
+from popkit import source
+from popkit import protocol
+from popkit import ab, proc, runner
 from popkit.errors import SubmissionError, TaskError
 from popkit.results import RunReport, score_s
 from popkit.tasks import load_task
@@ -29,7 +32,7 @@ def run(task: str, sub: str, mode: str, **opts) -> RunReport:
 
 
 def test_cases_file_keeps_yaml_order_and_python_literals():
-    text = runner.render_cases([{"size": 127, "seed": 4242}, {"flag": True, "off": False, "dims": [1, 2], "x": 0.5}])
+    text = protocol.render_cases([{"size": 127, "seed": 4242}, {"flag": True, "off": False, "dims": [1, 2], "x": 0.5}])
     assert text == "size: 127; seed: 4242\nflag: True; off: False; dims: [1, 2]; x: 0.5\n"
 
 
@@ -42,13 +45,13 @@ def test_ranking_last_gets_only_the_last_benchmark():
 
 
 def test_pipe_parser_splits_at_first_colon_and_later_keys_win():
-    raw = runner.parse_pipe("a: 1\nmsg: x: y: z\na: 2\nnot a key line\n  spaced  :  v  \n")
+    raw = protocol.parse_pipe("a: 1\nmsg: x: y: z\na: 2\nnot a key line\n  spaced  :  v  \n")
     assert raw == {"a": "2", "msg": "x: y: z", "spaced": "v"}
 
 
 def test_secret_seed_combination_is_the_cantor_pairing():
-    assert runner.secret_case_seed(4242, 0) == 4242 + 4242 * 4243 // 2
-    assert runner.secret_case_seed(1, 2) == 1 + 3 * 4 // 2
+    assert protocol.secret_case_seed(4242, 0) == 4242 + 4242 * 4243 // 2
+    assert protocol.secret_case_seed(1, 2) == 1 + 3 * 4 // 2
 
 
 @pytest.mark.parametrize("ranking,expected", [
@@ -60,7 +63,7 @@ def test_score_by_ranking(ranking, expected):
 
 def test_workdir_flattens_relative_sources_and_renames_the_submission(tmp_path):
     task = load_task(TASKS / "double")
-    main = runner.prepare_workdir(task, b"def custom_kernel(d):\n    return 2 * d\n", tmp_path)
+    main = Executor().new_workspace(tmp_path).prepare(task, b"def custom_kernel(d):\n    return 2 * d\n")
     assert main == "eval.py"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["eval.py", "submission.py"]
     assert (tmp_path / "eval.py").read_text() == (TASKS / "common" / "tiny_eval.py").read_text()
@@ -68,8 +71,8 @@ def test_workdir_flattens_relative_sources_and_renames_the_submission(tmp_path):
 
 def test_popkit_harness_replaces_the_eval(tmp_path):
     task = load_task(TASKS / "double")
-    main = runner.prepare_workdir(task, b"x", tmp_path, harness="popkit")
-    assert main == runner.POPKIT_EVAL_NAME
+    main = Executor().new_workspace(tmp_path).prepare(task, b"x", harness="popkit")
+    assert main == POPKIT_EVAL_NAME
     assert (tmp_path / "eval.py").exists() and (tmp_path / main).exists()
 
 
@@ -78,31 +81,31 @@ def test_popkit_harness_replaces_the_eval(tmp_path):
 
 def test_read_submission_checks(tmp_path):
     with pytest.raises(SubmissionError, match="no such file"):
-        runner.read_submission(tmp_path / "missing.py")
+        source.read_submission(tmp_path / "missing.py")
     with pytest.raises(SubmissionError, match="a folder, not a file"):
-        runner.read_submission(tmp_path)
+        source.read_submission(tmp_path)
     with pytest.raises(SubmissionError, match="/dev/null: not a regular file"):
-        runner.read_submission(Path("/dev/null"))
+        source.read_submission(Path("/dev/null"))
     with pytest.raises(SubmissionError, match=r"syntax.py:1:\d+: syntax error"):
-        runner.read_submission(SUBS / "syntax.py")
+        source.read_submission(SUBS / "syntax.py")
     with pytest.raises(SubmissionError, match="no `custom_kernel` defined"):
-        runner.read_submission(SUBS / "noentry.py")
+        source.read_submission(SUBS / "noentry.py")
     guarded = tmp_path / "guarded.py"
     guarded.write_text("try:\n    import torch\nexcept ImportError:\n    pass\nelse:\n    def custom_kernel(d):\n        return d\n")
-    assert runner.read_submission(guarded).startswith(b"try:")
+    assert source.read_submission(guarded).startswith(b"try:")
     bom = tmp_path / "bom.py"  # Python runs a file that starts with a UTF-8 byte-order mark
     bom.write_bytes(b"\xef\xbb\xbfdef custom_kernel(d):\n    return d\n")
-    assert runner.read_submission(bom).startswith(b"\xef\xbb\xbf")
+    assert source.read_submission(bom).startswith(b"\xef\xbb\xbf")
     five = tmp_path / "five.py"
     five.write_text("import torch\n\ncustom_kernel = 5\n")
     with pytest.raises(SubmissionError) as info:
-        runner.read_submission(five)
+        source.read_submission(five)
     assert info.value.message == f"{five}: custom_kernel is not a function (it is bound to an int at line 3)"
     assert info.value.exit_code == 4
     latin = tmp_path / "latin.py"
     latin.write_bytes(b"# caf\xe9\ndef custom_kernel(d): return d\n")
     with pytest.raises(SubmissionError, match="not UTF-8"):
-        runner.read_submission(latin)
+        source.read_submission(latin)
 
 
 def test_user_file_is_never_modified():
@@ -139,11 +142,12 @@ def test_secret_seed_reaches_only_the_secret_evals():
 def test_precompile_sees_seed_one(tmp_path, monkeypatch):
     monkeypatch.setenv("POPCORN_SEED", "12345")  # must not leak from popkit's own environment
     task = load_task(TASKS / "double")
-    runner.prepare_workdir(task, (SUBS / "good.py").read_bytes(), tmp_path)
-    step = runner.precompile(tmp_path, "submission.py", runner.RunOptions())
+    ws = Executor().new_workspace(tmp_path)
+    ws.prepare(task, (SUBS / "good.py").read_bytes())
+    step = runner.precompile(ws, runner.RunOptions())
     assert step.ok
     assert (tmp_path / "precompile-seen.txt").read_text() == "1"
-    public = runner.run_mode(tmp_path, "eval.py", "test", task.tests, timeout_s=20, options=runner.RunOptions())
+    public = runner.run_mode(ws, "eval.py", "test", task.tests, timeout_s=20, options=runner.RunOptions())
     assert public.raw["env.seed"] == "none"
 
 
@@ -184,12 +188,12 @@ def test_crashing_eval_is_crashed_with_signal():
 
 def test_missing_pipe_fd_and_bad_mode_exit_codes(tmp_path):
     task = load_task(TASKS / "double")
-    runner.prepare_workdir(task, (SUBS / "good.py").read_bytes(), tmp_path)
+    ws = Executor().new_workspace(tmp_path)
+    ws.prepare(task, (SUBS / "good.py").read_bytes())
     (tmp_path / "cases.txt").write_text("size: 1; seed: 1\n")
-    code, *_ = runner.run_child([sys.executable, "eval.py", "test", "cases.txt"], tmp_path,
-                                runner.child_env(runner.RunOptions()), 20)
-    assert code == 111
-    bad = runner.run_mode(tmp_path, "eval.py", "bogus", [{"size": 1}], timeout_s=20, options=runner.RunOptions())
+    done = proc.run([sys.executable, "eval.py", "test", "cases.txt"], tmp_path, runner.child_env(runner.RunOptions()), 20)
+    assert done.code == 111
+    bad = runner.run_mode(ws, "eval.py", "bogus", [{"size": 1}], timeout_s=20, options=runner.RunOptions())
     assert bad.exit_code == 2 and bad.outcome == "crashed" and "bad usage or unknown mode" in bad.summary
 
 

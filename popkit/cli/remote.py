@@ -8,12 +8,14 @@ from typing import Annotated, List, Optional
 import typer
 
 from popkit import history as ledger
-from popkit import lint, popcorn, runner, submit as workflow
+from popkit import lint, popcorn, submit as workflow
+from popkit.source import check_language
 from popkit.cli.app import app
 from popkit.errors import ExitCode, TaskError
 from popkit.resources import popkit_home_source
 from popkit.tasks import MAX_TIMEOUT_S, resolve_task, task_roots
 from popkit.views import common
+from popkit.views import comparison as comparison_view
 from popkit.views import remote as view
 
 SubmissionArg = Annotated[Path, typer.Argument(help="The submission file, exactly as it would be submitted.")]
@@ -59,7 +61,7 @@ def _check_language(submission: Path, leaderboard: Optional[str], roots) -> None
         task = resolve_task(leaderboard, roots)
     except TaskError:  # a leaderboard popkit does not know: the server's rules above are all it can check
         return
-    runner.check_language(task, submission)
+    check_language(task, submission)
 
 
 @app.command()
@@ -139,4 +141,4 @@ def compare(
     """
     common.set_json(json)
     a, b, comparison = ledger.compare_runs(run_a, run_b)
-    view.show_compare(a, b, comparison, json=json)
+    comparison_view.show_compare(a, b, comparison, json=json)

@@ -12,14 +12,16 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from popkit import ab, hiponcuda, history, ncu, runnable, runner, spread, system, taskcheck
+from popkit import hiponcuda, ncu, runnable, system, taskcheck, workflows
 from popkit.cli.app import app
 from popkit.contract import entry_points
-from popkit.errors import EnvironmentProblem, ExitCode, UsageError
-from popkit.results import RunReport
-from popkit.tasks import list_tasks, resolve_task, shadowed_tasks, task_roots
+from popkit.errors import ExitCode, UsageError
+from popkit.protocol import MAX_SECRET_RUNS, MAX_SECRET_SEED, random_secret_seeds
+from popkit.runner import RunOptions
+from popkit.source import Source, validate_submission
+from popkit.tasks import list_tasks, resolve_task, task_roots
 from popkit.views import common
-from popkit.views import remote as remote_view
+from popkit.views import comparison as comparison_view
 from popkit.views.common import escape
 from popkit.views import running as view
 
@@ -29,20 +31,24 @@ RootsOpt = Annotated[Optional[List[Path]], typer.Option("--tasks-root", help="Fo
 PythonOpt = Annotated[Optional[str], typer.Option("--python", help="Interpreter for the eval (default: the one running popkit).")]
 PrecompileOpt = Annotated[Optional[bool], typer.Option("--precompile/--no-precompile", help="Force or skip the compile pre-step (`python submission.py`). Default: run it unless there is nothing to build or the build cache already holds this source.")]
 HarnessOpt = Annotated[str, typer.Option("--harness", help="`task`: the task's own eval (fidelity). `popkit`: popkit's harness with trust checks.")]
-SeedOpt = Annotated[Optional[List[int]], typer.Option("--secret-seed", min=0, max=runner.MAX_SECRET_SEED, help="Secret seed for a secret run, 0 to 2147483647 (repeatable).")]
+SeedOpt = Annotated[Optional[List[int]], typer.Option("--secret-seed", min=0, max=MAX_SECRET_SEED, help="Secret seed for a secret run, 0 to 2147483647 (repeatable).")]
 KeepOpt = Annotated[bool, typer.Option("--keep-workdir", help="Keep the working directory and print where it is.")]
 HistoryOpt = Annotated[bool, typer.Option("--history/--no-history", help="Record the run in the history database.")]
 WorldSizeOpt = Annotated[Optional[int], typer.Option("--world-size", min=1, help="Multi-GPU tasks: run every case at this world_size, for a machine with fewer GPUs than the task asks for (scaled down: marked not leaderboard-faithful).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document (schema popkit/run/1) instead of the report.")]
+GpusOpt = Annotated[Optional[str], typer.Option("--gpus", help="Independent runs of every file spread over these local GPUs (e.g. 0,1), one process per GPU; two files are then two runs, not an A/B.")]
+
+
+IsolationOpt = Annotated[bool, typer.Option("--require-isolation", help="Stop (exit 11) unless every process of the run can be sandboxed (Linux namespaces); without it a run where they are unavailable goes on, and its report says `isolation: none (reason)`.")]
 
 
 def _options(python: Optional[str], precompile: Optional[bool], harness: str, seeds: tuple[int, ...], keep: bool,
-             label: str = "", world_size: Optional[int] = None) -> runner.RunOptions:
+             label: str = "", world_size: Optional[int] = None, require_isolation: bool = False) -> RunOptions:
     if harness not in ("task", "popkit"):
         raise UsageError(f"unknown harness `{harness}`", "use --harness task or --harness popkit")
     kwargs = {"python": _interpreter(python)} if python else {}
-    return runner.RunOptions(precompile=precompile, harness=harness, secret_seeds=seeds, keep_workdir=keep,
-                             label=label, world_size=world_size, **kwargs)
+    return RunOptions(precompile=precompile, harness=harness, secret_seeds=seeds, keep_workdir=keep, label=label,
+                      world_size=world_size, isolation="require" if require_isolation else "auto", **kwargs)
 
 
 def _interpreter(python: str) -> str:
@@ -56,77 +62,34 @@ def _interpreter(python: str) -> str:
     raise UsageError(f"--python {python}: {what}", "give the path of a Python executable, e.g. --python python3")
 
 
-def _record(report: RunReport, content: bytes, enabled: bool) -> str:
-    """Record the run in history; a history problem is a warning here, never a lost result."""
-    return history.record_run(report, content).warning if enabled else ""
+def _say(notes) -> None:
+    for note in notes:
+        common.err_console().print(f"note: {escape(note)}")
 
 
-def _resolve(submission: Path, content: bytes, task_spec: Optional[str], roots: Optional[List[Path]]):
-    """The task to run; a problem-set task that a bundled one of the same name hides is said on stderr."""
-    spec = runner.task_spec_for(submission, content, task_spec)
-    search = task_roots(roots or [])
-    task = resolve_task(spec, search)
-    for hidden in shadowed_tasks(spec, search):
-        common.err_console().print(
-            f"note: `{escape(spec)}` is popkit's bundled task; {escape(str(hidden))} (under --tasks-root) has the "
-            f"same leaderboard name: pass --task {escape(str(hidden))} to run that one")
-    return task
-
-
-def _check_gpu_sized(task, mode: str, allow_cpu: bool) -> None:
-    """Benchmarks of a task made for GPUs, on a machine without one: said before anything runs."""
-    if mode == "test" or allow_cpu or not task.gpus or system.has_gpu():
-        return
-    largest = "; ".join(f"{k}: {v}" for k, v in (task.cases_for(mode) or [{}])[-1].items())
-    raise EnvironmentProblem(
-        f"this machine has no GPU, and the benchmarks of `{task.name}` are sized for "
-        f"{'/'.join(task.gpus[:2])} GPUs (e.g. {largest}): on the CPU they can run for many minutes, past the "
-        f"{task.timeout_for(mode):g} s timeout",
-        "`popkit test` runs the tests on the CPU; pass --allow-cpu to run the benchmarks here anyway")
-
-
-def _run(submission: Path, task_spec: Optional[str], roots: Optional[List[Path]], mode: str,
-         options: runner.RunOptions, json: bool, history: bool, baseline: Optional[str] = None,
-         allow_cpu: bool = False, notes: tuple[str, ...] = ()) -> None:
+def _single(request: workflows.Request, json: bool) -> None:
     started = time.monotonic()  # the footer counts all of it: resolving, the run, the baseline, the ledger
-    content = runner.read_submission(submission, entry_points=None)  # the task's names are checked in the run
-    task = _resolve(submission, content, task_spec, roots)
-    runner.check_runnable(task, submission, content, mode)  # a CUDA build without a GPU says so first
-    _check_gpu_sized(task, mode, allow_cpu)
-    if baseline and "custom_kernel" not in (entry_points(task, options.harness) or ("custom_kernel",)):
-        raise UsageError(f"--baseline reference needs a task whose submissions define custom_kernel "
-                         f"({task.name} asks for {', '.join(entry_points(task, options.harness))})",
-                         "time the reference as a submission of its own instead")
     with common.progress_printer(json) as progress:
-        report = runner.run_submission(task, submission, mode, options, progress=progress, content=content)
-        if notes:
-            report = replace(report, notes=report.notes + tuple(notes))
-        base = None
-        if baseline:
-            # The reference is timed in the same mode, without the chain before it: it is the yardstick.
-            base_opts = runner.RunOptions(python=options.python, precompile=False, harness=options.harness,
-                                          chain=False, label="reference", world_size=options.world_size)
-            progress("baseline: the task's reference")
-            base = runner.run_submission(task, Path("reference"), mode, base_opts, progress=progress,
-                                         system=report.system, content=runner.reference_submission())
-    warning = _record(report, content, history)
-    view.show_run(report, task, baseline=base, json=json, warning=warning, total_s=time.monotonic() - started)
-    raise typer.Exit(int(report.exit_code))
+        outcome = workflows.run(request, progress=progress, note=lambda line: _say([line]))
+    view.show_outcome(outcome, json=json, total_s=time.monotonic() - started)
+    raise typer.Exit(outcome.exit_code)
 
 
 @app.command()
 def test(
-    submission: SubmissionArg,
+    submissions: Annotated[List[Path], typer.Argument(help="Your submission file (any name; it runs as the task's submission.py). Several files with --gpus.")],
     task: TaskOpt = None,
     tasks_root: RootsOpt = None,
     python: PythonOpt = None,
     precompile: PrecompileOpt = None,
     harness: HarnessOpt = "task",
     secret_seed: SeedOpt = None,
-    secret_runs: Annotated[int, typer.Option("--secret-runs", min=0, max=runner.MAX_SECRET_RUNS, help="Also run the tests under K random secret seeds (each printed), after the public run.")] = 0,
+    secret_runs: Annotated[int, typer.Option("--secret-runs", min=0, max=MAX_SECRET_RUNS, help="Also run the tests under K random secret seeds (each printed), after the public run.")] = 0,
     keep_workdir: KeepOpt = False,
     world_size: WorldSizeOpt = None,
     hip_on_cuda: Annotated[bool, typer.Option("--hip-on-cuda", help="A HIP file on an NVIDIA GPU: build its kernels with nvcc through popkit's HIP-to-CUDA mapping and run the tests. A logic check, not AMD timing; code that depends on 64-lane wavefronts is flagged.")] = False,
+    gpus: GpusOpt = None,
+    require_isolation: IsolationOpt = False,
     history: HistoryOpt = True,
     json: JsonOpt = False,
 ) -> None:
@@ -138,15 +101,22 @@ def test(
       popkit test submissions/softmax/hip.py --hip-on-cuda
     """
     common.set_json(json)
-    seeds = tuple(secret_seed or ()) + runner.random_secret_seeds(secret_runs)
-    options = _options(python, precompile, harness, seeds, keep_workdir, world_size=world_size)
+    seeds = tuple(secret_seed or ()) + random_secret_seeds(secret_runs)
+    options = _options(python, precompile, harness, seeds, keep_workdir, world_size=world_size,
+                       require_isolation=require_isolation)
+    sources = tuple(Source.read(path) for path in submissions)
+    if len(sources) > 1 and gpus is None:
+        raise UsageError("test takes one submission", "several independent runs: popkit test a.py b.py --gpus 0,1")
     notes: tuple[str, ...] = ()
     if hip_on_cuda:
-        text = runner.read_submission(submission, entry_points=None).decode("utf-8")
-        hiponcuda.require_hip(text, str(submission))
+        text = sources[0].text
+        hiponcuda.require_hip(text, str(sources[0].path))
         options = replace(options, env={**options.env, **hiponcuda.child_env()}, label=hiponcuda.LABEL)
-        notes = hiponcuda.notes_for(text, str(submission))
-    _run(submission, task, tasks_root, "test", options, json, history, notes=notes)
+        notes = hiponcuda.notes_for(text, str(sources[0].path))
+    request = workflows.Request(sources, "test", task, tuple(tasks_root or ()), options, record=history, notes=notes)
+    if gpus is not None:
+        _spread(replace(request, gpus=workflows.parse_gpus(gpus)), json)
+    _single(request, json)
 
 
 @app.command()
@@ -157,18 +127,19 @@ def bench(
     leaderboard: Annotated[bool, typer.Option("--leaderboard", help="Run the ranked chain (test, benchmark, leaderboard), public then secret, and print the score.")] = False,
     profile: Annotated[bool, typer.Option("--profile", help="Run profile mode (one profiler table per benchmark).")] = False,
     secret_seed: SeedOpt = None,
-    secret_runs: Annotated[int, typer.Option("--secret-runs", min=0, max=runner.MAX_SECRET_RUNS, help="With --leaderboard: number of secret runs with random seeds (each printed).")] = 1,
+    secret_runs: Annotated[int, typer.Option("--secret-runs", min=0, max=MAX_SECRET_RUNS, help="With --leaderboard: number of secret runs with random seeds (each printed).")] = 1,
     baseline: Annotated[Optional[str], typer.Option("--baseline", help="`reference`: also time the task's ref_kernel and show the speedup.")] = None,
     rounds: Annotated[int, typer.Option("--rounds", min=4, help="A/B only: most rounds (even; one fresh eval per side each, in ABBA order).")] = 8,
     budget: Annotated[float, typer.Option("--budget", min=0, help="A/B only: seconds after which no new pair of rounds starts (0: no limit; never before round 4).")] = 60.0,
-    allow_cpu: Annotated[bool, typer.Option("--allow-cpu", help="Run a GPU task's benchmarks on a machine without a GPU (slow: minutes, may time out).")] = False,
+    allow_cpu: Annotated[bool, typer.Option("--allow-cpu", help="On a machine without a GPU: run the benchmark shapes that fit the timeout (timed from the smallest; the others are named and skipped, and the run is marked not leaderboard-faithful).")] = False,
     python: PythonOpt = None,
     precompile: PrecompileOpt = None,
     harness: HarnessOpt = "task",
     keep_workdir: KeepOpt = False,
     world_size: WorldSizeOpt = None,
     profiler: Annotated[str, typer.Option("--profiler", help="With --profile: `torch` (the eval's profile mode) or `ncu` (Nsight Compute on the last benchmark case: per kernel time, DRAM and SM % of peak, registers, occupancy). `--profile ncu` works too.")] = "torch",
-    gpus: Annotated[Optional[str], typer.Option("--gpus", help="Independent runs of every file spread over these local GPUs (e.g. 0,1), one process per GPU; two files are then two runs, not an A/B.")] = None,
+    gpus: GpusOpt = None,
+    require_isolation: IsolationOpt = False,
     history: HistoryOpt = True,
     json: JsonOpt = False,
 ) -> None:
@@ -199,69 +170,57 @@ def bench(
         raise UsageError(f"unknown baseline `{baseline}`", "the only baseline is `reference`: --baseline reference")
     seeds = tuple(secret_seed or ())
     if leaderboard and not seeds:
-        seeds = runner.random_secret_seeds(secret_runs)
-    options = _options(python, precompile, harness, seeds, keep_workdir, world_size=world_size)
+        seeds = random_secret_seeds(secret_runs)
+    options = _options(python, precompile, harness, seeds, keep_workdir, world_size=world_size,
+                       require_isolation=require_isolation)
     mode = "leaderboard" if leaderboard else "profile" if profile else "benchmark"
-    if gpus is not None:
-        if baseline:
-            raise UsageError("--baseline reference runs with one submission", "drop --baseline with --gpus")
-        _spread(submissions, task, tasks_root, mode, options, spread.parse_gpus(gpus), json, history, allow_cpu)
-        return
-    if len(submissions) == 2:
+    if gpus is None and len(submissions) == 2:
         if leaderboard or profile or baseline or world_size:
             raise UsageError("an A/B comparison runs the task's own benchmarks in benchmark mode only",
                              "drop --leaderboard/--profile/--baseline/--world-size for A/B")
         if rounds % 2:
             raise UsageError(f"--rounds {rounds}: the A/B runs rounds in pairs (ABBA)",
                              "give an even number, e.g. --rounds 8")
-        _ab(submissions[0], submissions[1], task, tasks_root, options, rounds, budget, json, history, allow_cpu)
-        return
-    _run(submissions[0], task, tasks_root, mode, options, json, history, baseline, allow_cpu)
+    if gpus is not None and baseline:
+        raise UsageError("--baseline reference runs with one submission", "drop --baseline with --gpus")
+    sources = tuple(Source.read(path) for path in submissions)
+    request = workflows.Request(sources, mode, task, tuple(tasks_root or ()), options, baseline=baseline is not None,
+                                allow_cpu=allow_cpu, record=history, rounds=rounds, budget_s=budget)
+    if gpus is not None:
+        _spread(replace(request, gpus=workflows.parse_gpus(gpus)), json)
+    if len(sources) == 2:
+        _ab(request, json)
+    _single(request, json)
 
 
 def _ncu(submission: Path, task_spec: Optional[str], roots: Optional[List[Path]], python: Optional[str],
          json: bool) -> None:
-    content = runner.read_submission(submission, entry_points=None)
-    task = _resolve(submission, content, task_spec, roots)
-    if "custom_kernel" not in (entry_points(task) or ("custom_kernel",)):
-        raise UsageError(f"--profiler ncu calls custom_kernel; {task.name} asks for "
-                         f"{', '.join(entry_points(task))}", "profile with --profiler torch")
-    runner.validate_submission(submission, content, entry_points(task))
-    report = ncu.profile(task, submission, content, python or sys.executable)
+    source = Source.read(submission)
+    found = workflows.resolve(source, task_spec, tuple(roots or ()))
+    _say(found.notes)
+    if "custom_kernel" not in (entry_points(found.task) or ("custom_kernel",)):
+        raise UsageError(f"--profiler ncu calls custom_kernel; {found.task.name} asks for "
+                         f"{', '.join(entry_points(found.task))}", "profile with --profiler torch")
+    validate_submission(submission, source.content, entry_points(found.task))
+    report = ncu.profile(found.task, submission, source.content, python or sys.executable)
     view.show_ncu(report, json=json)
 
 
-def _spread(files: List[Path], task_spec: Optional[str], roots: Optional[List[Path]], mode: str,
-            options: runner.RunOptions, gpus: tuple[str, ...], json: bool, history: bool, allow_cpu: bool) -> None:
+def _spread(request: workflows.Request, json: bool) -> None:
     """Independent runs over local GPUs; each is recorded as a single run would be."""
-    jobs = []
-    for path in files:  # every file and its task is checked before anything runs
-        content = runner.read_submission(path, entry_points=None)
-        found = _resolve(path, content, task_spec, roots)
-        _check_gpu_sized(found, mode, allow_cpu)
-        jobs.append(spread.Job(path, content, found))
-    outcomes = spread.run_spread(jobs, mode, options, gpus, progress=common.progress_printer(json))
-    warnings = [_record(o.report, o.job.content, history) if o.report is not None else "" for o in outcomes]
-    view.show_spread(outcomes, warnings, json=json)
-    raise typer.Exit(next((o.exit_code for o in outcomes if o.exit_code), 0))
-
-
-def _ab(a: Path, b: Path, task_spec, roots, options, rounds: int, budget: float, json: bool, history: bool,
-        allow_cpu: bool) -> None:
-    contents = {"A": runner.read_submission(a, None), "B": runner.read_submission(b, None)}
-    task = _resolve(a, contents["A"], task_spec, roots)
-    _check_gpu_sized(task, "benchmark", allow_cpu)
     with common.progress_printer(json) as progress:
-        report = ab.run_ab(task, a, b, options, max_rounds=rounds, budget_s=budget, progress=progress)
-    warnings = []
-    for side in ab.SIDES:  # each side goes to the history as a bench run; a failed side with its failure
-        side_report = ab.side_report(report, side, task)
-        if side_report is not None:
-            warnings.append(_record(side_report, contents[side], history))
-    remote_view.show_ab(report, json=json)
-    for warning in filter(None, warnings):
-        common.err_console().print(f"warning: {warning}")
-    raise typer.Exit(int(report.exit_code))
+        runs = workflows.spread(request, progress=progress)
+    view.show_spread(runs, json=json)
+    raise typer.Exit(workflows.first_failure([r.exit_code for r in runs]))
+
+
+def _ab(request: workflows.Request, json: bool) -> None:
+    with common.progress_printer(json) as progress:
+        outcome = workflows.compare(request, progress=progress)
+    comparison_view.show_ab(outcome.report, json=json)
+    for warning in outcome.warnings:
+        common.err_console().print(f"warning: {escape(warning)}")
+    raise typer.Exit(outcome.exit_code)
 
 
 tasks_app = typer.Typer(no_args_is_help=False)  # help: tasks_list's docstring

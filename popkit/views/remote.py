@@ -1,4 +1,4 @@
-"""Output of check, submit, history, show, compare and the A/B bench: Rich for people, JSON for agents."""
+"""Output of check, submit, history and show: Rich for people, JSON for agents (comparisons: views/comparison.py)."""
 
 from __future__ import annotations
 
@@ -6,18 +6,13 @@ import shlex
 from pathlib import Path
 from typing import Sequence
 
-from rich.table import Table
-
-from popkit import stats
-from popkit.ab import A_FASTER, B_FASTER, INCOMPLETE, SAME, ABReport, Comparison, Series
 from popkit.history import RunRecord
 from popkit.lint import LintReport
 from popkit.results import RemoteResult
-from popkit.stats import Interval
 from popkit.submit import SubmitResult
 from popkit.tasks import Task
 from popkit.views.common import console, emit_json, escape, format_time, table as common_table
-from popkit.views.running import show_run, system_line
+from popkit.views.running import show_run
 
 _MARK = {"error": "[bold red]error[/]", "warning": "[yellow]warning[/]"}
 
@@ -216,127 +211,3 @@ def show_record(record: RunRecord, *, source: bytes | None = None, json: bool = 
             con.print(line)
     if record.error:
         con.print(f"[red]{escape(record.error)}[/]")
-
-
-# ------------------------------------------------------------------------------- comparisons
-
-
-def _interval(ci: Interval) -> str:
-    if not ci.defined:
-        return f"{ci.estimate:.3f}× [dim](no interval: too few samples)[/]"
-    return f"{ci.estimate:.3f}× [{ci.low:.3f}, {ci.high:.3f}]"
-
-
-def _verdict_text(code: str, a_label: str, b_label: str) -> str:
-    if code == B_FASTER:
-        return f"[green]{escape(b_label)} faster[/]"
-    if code == A_FASTER:
-        return f"[red]{escape(a_label)} faster[/]"
-    if code == SAME:
-        return "no significant difference"
-    if code == INCOMPLETE:
-        return "[yellow]incomplete[/]"
-    return "[dim]too few samples to tell[/]"
-
-
-def _comparison_table(comparison: Comparison) -> Table:
-    a, b = comparison.a_label, comparison.b_label
-    table = common_table(("shape", "A", "B", "B / A (95% CI)", "verdict", "n (A/B)"),
-                         right=("A", "B", "B / A (95% CI)", "n (A/B)"), show_edge=False)
-    for s in comparison.shapes:
-        n = f"{s.a.n}/{s.b.n}" + ("" if s.from_samples else "*")
-        table.add_row(escape(s.spec), format_time(s.a.mean), format_time(s.b.mean), _interval(s.ratio),
-                      _verdict_text(s.verdict, a, b), n)
-    if comparison.score is not None:
-        table.add_row("[bold]score (geomean)[/]", "", "", f"[bold]{_interval(comparison.score)}[/]",
-                      _verdict_text(comparison.verdict, a, b), "")
-    return table
-
-
-def _comparison_footer(comparison: Comparison) -> list[str]:
-    lines = [f"[dim]A = {escape(comparison.a_label)}, B = {escape(comparison.b_label)}; B / A below 1 means B"
-             " takes less time[/]"]
-    if any(not s.from_samples for s in comparison.shapes):
-        lines.append("[dim]* no raw samples reported (task's own eval): interval from runs/mean/std;"
-                     " --harness popkit keeps every sample[/]")
-    if comparison.missing:
-        lines.append("[yellow]incomplete:[/] timed in one run only, left out of the score: "
-                     + escape(", ".join(comparison.missing)))
-    lines.append("[dim]intervals from the calls of one process per side: the spread between processes is not in"
-                 " them; `popkit bench A B` gives a verdict over rounds[/]")
-    return lines
-
-
-def show_compare(a: RunRecord, b: RunRecord, comparison: Comparison, *, json: bool = False) -> None:
-    if json:
-        emit_json("compare", {"a": a.to_json(summary=True), "b": b.to_json(summary=True),
-                              "comparison": comparison.to_json()})
-        return
-    con = console()
-    for label, r in (("A", a), ("B", b)):
-        con.print(f"{label}: run {r.id} · {escape(r.submission)} · {escape(r.created_at)} · "
-                  f"{escape(r.device or '-')} · sha256 {r.sha256[:8]}")
-    if a.device != b.device:
-        con.print("[yellow]warning:[/] the runs were on different devices; the ratio mixes code and hardware")
-    con.print(_comparison_table(comparison))
-    for line in _comparison_footer(comparison):
-        con.print(line)
-
-
-_STOPPED = {"settled": "every verdict settled", "max_rounds": "out of rounds", "budget": "time budget reached",
-            "failed": "a run failed"}
-
-
-def _series_verdict(s: Series, report: ABReport) -> str:
-    if s.status == INCOMPLETE:
-        return f"[yellow]incomplete[/]: {_plural(len(s.missing), 'shape')} not compared"
-    if s.status != "ok":
-        return f"[red]{escape(s.status.replace('_', ' '))} on {s.status_side}[/]"
-    text = _verdict_text(s.verdict, report.a_path, report.b_path)
-    if s.ratio is not None and not s.ratio.defined:
-        text = "[dim]too few rounds to tell[/]"
-    return text
-
-
-def _ab_table(report: ABReport) -> Table:
-    table = common_table(("shape", "A", "B", "B / A [95% CI]", "verdict", "rounds"),
-                         right=("A", "B", "B / A [95% CI]", "rounds"), show_edge=False)
-    rows = list(report.shapes) + ([report.score] if report.score is not None else [])
-    for s in rows:
-        name = f"[bold]score ({escape(report.ranking_by)})[/]" if s is report.score else escape(s.spec)
-        a = format_time(stats.median(s.a_ns)) if s.a_ns else "-"
-        b = format_time(stats.median(s.b_ns)) if s.b_ns else "-"
-        ratio = _interval(s.ratio) if s.ratio is not None else "[dim]-[/]"
-        table.add_row(name, a, b, ratio, _series_verdict(s, report), str(s.rounds))
-    return table
-
-
-def show_ab(report: ABReport, *, json: bool = False) -> None:
-    if json:
-        emit_json("ab", report.to_json())
-        return
-    con = console()
-    con.print(f"[bold]popkit bench A/B[/] · task [bold]{escape(report.task)}[/] · {report.rounds} rounds (ABBA,"
-              f" a fresh eval per side and round), {_STOPPED.get(report.stopped, report.stopped)} · harness"
-              f" {escape(report.harness)}")
-
-    con.print(f"[dim]system:[/] {escape(system_line(dict(report.system)))}")
-    if any(s.a_ns or s.status != "ok" for s in report.shapes):
-        con.print(_ab_table(report))
-        con.print(f"[dim]A = {escape(report.a_path)}, B = {escape(report.b_path)}; A and B: median over rounds of"
-                  f" each eval's {escape(report.statistic)}; B / A below 1 means B takes less time. Intervals:"
-                  " Student t over rounds on log ratios, 95% wherever the A/B stopped (docs/design.md)[/]")
-    if report.failed_side:
-        side = report.failed_side
-        path = escape(report.path(side))
-        if report.failure_mode == "compile":
-            con.print(f"[bold red]{side} ({path}) did not pass: compile failed:[/] its compile pre-step could not"
-                      " build the extension")
-            con.print(f"[dim]hint: `popkit compile {path}` shows the compiler's errors at lines of the file[/]")
-        else:
-            failure = report.failure
-            con.print(f"[bold red]{side} ({path}) did not pass in benchmark mode:[/] "
-                      f"{escape(failure.summary or failure.outcome)}")  # type: ignore[union-attr]
-            con.print(f"[dim]hint: `popkit bench {path}` runs benchmark mode alone and shows the details[/]")
-        return
-    con.print(f"done in {report.duration_s:.1f} s")

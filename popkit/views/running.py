@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from rich.table import Table
 
 from popkit import stats
 from popkit.ncu import NcuReport
 from popkit.results import CaseResult, ModeRun, RunReport
+from popkit.stats import Interval
 from popkit.tasks import Skipped, Task, display_path
+from popkit.workflows import RunOutcome, SpreadRun
 from popkit.views.common import (console, emit_json, err_console, escape, format_interval, format_time,
                                   table as common_table)
 
@@ -144,7 +146,7 @@ def _compile_failure(step, system=None) -> list[str]:
     return lines
 
 
-def _speedups(report: RunReport, baseline: RunReport) -> Table | None:
+def _speedups(report: RunReport, baseline: RunReport, interval: Interval | None = None) -> Table | None:
     mode = "leaderboard" if report.runs_of("leaderboard") else "benchmark"
     mine = next((r for r in report.runs_of(mode, secret=False) if r.passed), None)
     ref = next((r for r in baseline.runs_of(mode, secret=False) if r.passed), None)
@@ -156,29 +158,36 @@ def _speedups(report: RunReport, baseline: RunReport) -> Table | None:
         if a.mean_ns and b.mean_ns:
             table.add_row(escape(a.spec), format_time(a.mean_ns), format_time(b.mean_ns), f"{b.mean_ns / a.mean_ns:.2f}×")
     if report.score_public_s and baseline.score_public_s:
+        ci = (f" [{interval.low:.2f}, {interval.high:.2f}]" if interval is not None and interval.defined else "")
         table.add_row("[bold]score[/]", format_time(report.score_public_s * 1e9),
                       format_time(baseline.score_public_s * 1e9),
-                      f"[bold]{baseline.score_public_s / report.score_public_s:.2f}×[/]")
+                      f"[bold]{baseline.score_public_s / report.score_public_s:.2f}×[/]{ci}")
     return table
 
 
-def show_run(report: RunReport, task: Task, *, baseline: RunReport | None = None, json: bool = False,
-             warning: str = "", total_s: float | None = None) -> None:
-    """The report; the footer's time is `total_s` (the whole command) when given, else the run's."""
+def isolation_line(isolation: Mapping[str, str]) -> str:
+    """`namespaces (user, pid, ...)` or `none (reason)`; '' for records made before popkit had a sandbox."""
+    return f"{isolation['level']} ({isolation.get('detail', '')})" if isolation.get("level") else ""
+
+
+def show_outcome(outcome: RunOutcome, *, json: bool = False, total_s: float | None = None) -> None:
+    """`popkit test` / `popkit bench FILE`: the run and its baseline; `--json` prints the outcome's document."""
     if json:
-        payload = report.to_json()
-        if baseline is not None:
-            payload["baseline"] = baseline.to_json()
-            if report.score_public_s and baseline.score_public_s:
-                payload["speedup"] = baseline.score_public_s / report.score_public_s
-        if warning:
-            payload["warning"] = warning
-        emit_json("run", payload)
+        emit_json("run", outcome.to_json())
         return
+    show_run(outcome.report, outcome.task, baseline=outcome.baseline, warning=outcome.warning, total_s=total_s,
+             speedup=outcome.speedup_interval())
+
+
+def show_run(report: RunReport, task: Task, *, baseline: RunReport | None = None, warning: str = "",
+             total_s: float | None = None, speedup: Interval | None = None) -> None:
+    """The report; the footer's time is `total_s` (the whole command) when given, else the run's."""
     con = console()
     board = f" (leaderboard {task.leaderboard})" if task.leaderboard and task.leaderboard != task.name else ""
     con.print(f"[bold]popkit {report.mode}[/] · task [bold]{escape(task.name)}[/]{escape(board)} · {escape(report.submission)}")
-    con.print(f"[dim]system:[/] {escape(system_line(dict(report.system)))} · [dim]harness:[/] {report.harness}")
+    isolation = isolation_line(report.isolation)
+    con.print(f"[dim]system:[/] {escape(system_line(dict(report.system)))} · [dim]harness:[/] {report.harness}"
+              + (f" · [dim]isolation:[/] {escape(isolation)}" if isolation else ""))
     for note in report.notes:
         con.print(f"[bold yellow]{escape(note)}[/]")
     if report.precompile is not None:
@@ -209,7 +218,7 @@ def show_run(report: RunReport, task: Task, *, baseline: RunReport | None = None
             state = f"passed, {format_time(score * 1e9)}" if score is not None else "did not pass"
             con.print(f"  secret seed {seed}: {state}")
     if baseline is not None:
-        table = _speedups(report, baseline)
+        table = _speedups(report, baseline, speedup)
         if table is None:
             con.print(f"[yellow]no speedup: the reference run did not pass ({escape(baseline.outcome)})[/]")
         else:
@@ -324,27 +333,25 @@ def show_taskcheck(result, *, json: bool = False) -> None:
     con.print(verdict)
 
 
-def show_spread(outcomes: Sequence, warnings: Sequence[str], *, json: bool = False) -> None:
+def show_spread(runs: Sequence[SpreadRun], *, json: bool = False) -> None:
     """`popkit bench a.py b.py --gpus 0,1`: each run's report, then one line per run."""
     if json:
-        emit_json("runs", {"runs": [{"submission": str(o.job.submission), "gpu": o.gpu,
-                                     **({"report": o.report.to_json()} if o.report is not None
-                                        else {"error": o.error.to_json()}),
-                                     **({"warning": w} if w else {})} for o, w in zip(outcomes, warnings)]})
+        emit_json("runs", {"runs": [r.to_json() for r in runs]})
         return
     con = console()
-    for outcome, warning in zip(outcomes, warnings):
-        con.print(f"[bold]── {escape(str(outcome.job.submission))} · GPU {outcome.gpu}[/]")
-        if outcome.report is not None:
-            show_run(outcome.report, outcome.job.task, warning=warning)
+    for r in runs:
+        where = f" · worker {escape(r.worker)}" if r.worker else ""
+        con.print(f"[bold]── {escape(str(r.source.path))} · GPU {r.gpu}{where}[/]")
+        if r.report is not None and r.task is not None:
+            show_run(r.report, r.task, warning=r.warning)
         else:
-            con.print(f"[red]{escape(outcome.error.message)}[/]")
+            con.print(f"[red]{escape(r.error.message if r.error else 'not run')}[/]")
         con.print()
     table = common_table(("submission", "GPU", "outcome", "score"), right=("score",), show_edge=False)
-    for o in outcomes:
-        score = o.report.score_public_s if o.report is not None else None
-        state = o.report.outcome if o.report is not None else f"not run (exit {o.exit_code})"
-        table.add_row(escape(str(o.job.submission)), o.gpu, escape(state),
+    for r in runs:
+        score = r.report.score_public_s if r.report is not None else None
+        state = r.report.outcome if r.report is not None else f"not run (exit {r.exit_code})"
+        table.add_row(escape(str(r.source.path)), r.gpu, escape(state),
                       format_time(score * 1e9) if score is not None else "-")
     con.print(table)
 

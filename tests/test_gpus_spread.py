@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from popkit import runner, spread
+from popkit import runner, system, workflows
 from popkit.cli import app
 from popkit.errors import UsageError
-from popkit.tasks import load_task
+from popkit.source import Source
 from test_cli_running import cli  # noqa: F401  (the fixture: fixture tasks, no probe, a fresh history)
 
 FIX = Path(__file__).parent / "fixtures"
@@ -20,23 +20,39 @@ SUBS = FIX / "submissions"
 
 
 def test_gpu_lists_are_checked():
-    assert spread.parse_gpus("0, 1,3") == ("0", "1", "3")
+    assert workflows.parse_gpus("0, 1,3") == ("0", "1", "3")
     for bad in ("", "0,a", "0,0"):
         with pytest.raises(UsageError):
-            spread.parse_gpus(bad)
+            workflows.parse_gpus(bad)
+
+
+@pytest.fixture
+def six_gpus(monkeypatch):
+    monkeypatch.setattr(system, "gpu_count", lambda: 6)
 
 
 @pytest.mark.slow
-def test_run_j_goes_to_gpu_j_mod_n_and_results_keep_the_files_order():
-    jobs = [spread.Job(SUBS / name, (SUBS / name).read_bytes(), load_task(DOUBLE))
-            for name in ("good.py", "wrong.py", "good.py")]
-    outcomes = spread.run_spread(jobs, "benchmark", runner.RunOptions(precompile=False), ("3", "5"))
+def test_run_j_goes_to_gpu_j_mod_n_and_results_keep_the_files_order(six_gpus):
+    sources = tuple(Source.read(SUBS / name) for name in ("good.py", "wrong.py", "good.py"))
+    request = workflows.Request(sources, "benchmark", str(DOUBLE), options=runner.RunOptions(precompile=False),
+                                record=False, gpus=("3", "5"))
+    outcomes = workflows.spread(request)
     assert [o.gpu for o in outcomes] == ["3", "5", "3"]
     assert [o.report.runs[0].raw["env.visible"] for o in outcomes] == ["3", "5", "3"]
     assert [o.report.outcome for o in outcomes] == ["passed", "failed", "passed"]
 
 
-def test_the_cli_runs_each_file_records_each_and_returns_the_first_failure(cli):
+def test_gpus_that_do_not_exist_stop_before_anything_runs(cli, monkeypatch):
+    monkeypatch.setattr(system, "gpu_count", lambda: 0)
+    result = cli("bench", str(SUBS / "good.py"), "--task", str(DOUBLE), "--gpus", "99")
+    assert result.exit_code == 11, result.output
+    assert "--gpus 99: there is no GPU 99 (this machine has no GPU)" in result.output
+    monkeypatch.setattr(system, "gpu_count", lambda: 2)
+    result = cli("bench", str(SUBS / "good.py"), "--task", str(DOUBLE), "--gpus", "0,2")
+    assert result.exit_code == 11 and "there is no GPU 2 (GPUs here: 0, 1)" in result.output
+
+
+def test_the_cli_runs_each_file_records_each_and_returns_the_first_failure(cli, six_gpus):
     files = [str(SUBS / n) for n in ("good.py", "wrong.py", "good.py")]
     result = cli("bench", *files, "--task", str(DOUBLE), "--gpus", "0,1", "--json")
     assert result.exit_code == 1, result.output

@@ -1,0 +1,165 @@
+"""The first process inside popkit's sandbox. Standard library only: popkit runs it as a script.
+
+    unshare --user --map-root-user --mount --pid --fork --kill-child --mount-proc --net --ipc --uts -- \\
+        python -I -S _sandbox.py SPEC_JSON -- ARGV...
+
+`unshare` (util-linux) makes the namespaces; this script is process 1 of the new pid namespace and, as
+root of the new user namespace, lays out the mounts (see `mount_layout`): every mount read-only, the
+working folder and the build caches writable, fresh /tmp, /dev/shm and /run, the loopback interface up.
+It then starts ARGV in a nested user namespace as uid and gid 65534 (no capabilities, no_new_privs),
+reaps everything, and exits with ARGV's exit code (128 + N, with a last line on stderr, when signal N
+killed it). When it exits, the kernel kills every process left in the namespace.
+
+SPEC_JSON: {"files": DIR, "cwd": DIR, "writable": [DIR, ...]}. `files` (the task's files as popkit wrote
+them) stays read-only; `cwd` and each `writable` folder are writable; all keep their paths.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import json
+import os
+import socket
+import struct
+import sys
+
+CLONE_NEWUSER = 0x10000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND = 1, 2, 4, 8, 32, 4096
+AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 1
+SYS_MOUNT_SETATTR = {"x86_64": 442, "aarch64": 442}
+PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 4, 38
+SANDBOX_UID = 65534
+SIGNAL_LINE = "popkit-sandbox: killed by signal "
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class SetupError(Exception):
+    """The sandbox could not be laid out; the message names the step."""
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise SetupError(f"{what}: {os.strerror(err)}")
+
+
+def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    enc = lambda s: s.encode() if s is not None else None  # noqa: E731
+    _check(_libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)),
+           f"mount {target}")
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64), ("propagation", ctypes.c_uint64),
+                ("userns_fd", ctypes.c_uint64)]
+
+
+def read_only_everywhere() -> None:
+    """Every mount below / read-only: mount_setattr(2) recursively, else each mount point in turn."""
+    number = SYS_MOUNT_SETATTR.get(os.uname().machine)
+    if number is not None:
+        attr = _MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
+        if _libc.syscall(number, AT_FDCWD, b"/", AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr)) == 0:
+            return
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+        points = [line.split()[4].replace("\\040", " ") for line in f]
+    for point in sorted(set(points), key=len):
+        flags = MS_BIND | MS_REMOUNT | MS_RDONLY
+        if _libc.mount(None, point.encode(), None, ctypes.c_ulong(flags), None) != 0:
+            # A mount locked with nosuid/nodev/noexec by the outer namespace keeps them: say them again.
+            stat = os.statvfs(point) if os.path.exists(point) else None
+            extra = (MS_NOSUID if stat and stat.f_flag & os.ST_NOSUID else 0) | (
+                MS_NODEV if stat and stat.f_flag & os.ST_NODEV else 0)
+            _libc.mount(None, point.encode(), None, ctypes.c_ulong(flags | extra), None)
+
+
+def bind_writable(fds: dict[str, int]) -> None:
+    """Each folder (opened before /tmp was replaced) mounted writable at its own path."""
+    for path, fd in fds.items():
+        os.makedirs(path, exist_ok=True)
+        mount(f"/proc/self/fd/{fd}", path, None, MS_BIND)
+        mount(None, path, None, MS_BIND | MS_REMOUNT)  # a bind copies the read-only flag: clear it
+        os.close(fd)
+
+
+def mount_layout(spec: dict) -> None:
+    """The file system the eval sees: read-only but for its working folder and the build caches."""
+    keep = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in [spec["files"], spec["cwd"], *spec["writable"]]
+            if os.path.isdir(p)}
+    read_only_everywhere()
+    # This namespace's own /proc (unshare --mount-proc) stays writable: the user-namespace maps are written there.
+    mount(None, "/proc", None, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    for fresh in ("/tmp", "/dev/shm", "/run"):
+        if os.path.isdir(fresh) and not os.path.islink(fresh):
+            mount("tmpfs", fresh, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+    files_fd = keep.pop(spec["files"], None)
+    if files_fd is not None:  # read-only, at its own path (which may have been under /tmp)
+        os.makedirs(spec["files"], exist_ok=True)
+        mount(f"/proc/self/fd/{files_fd}", spec["files"], None, MS_BIND)
+        mount(None, spec["files"], None, MS_BIND | MS_REMOUNT | MS_RDONLY)
+        os.close(files_fd)
+    bind_writable(keep)
+
+
+def loopback_up() -> None:
+    """The new network namespace's `lo` up, for evals that rendezvous on localhost (multi-GPU)."""
+    siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        flags = struct.unpack("16sH", fcntl.ioctl(s, siocgifflags, struct.pack("16sH", b"lo", 0)))[1]
+        fcntl.ioctl(s, siocsifflags, struct.pack("16sH", b"lo", flags | iff_up))
+
+
+def become_nobody() -> None:
+    """A nested user namespace in which this process is uid and gid 65534: it keeps no capability after exec,
+    so the mounts above cannot be undone."""
+    outer_uid, outer_gid = os.getuid(), os.getgid()
+    _check(_libc.unshare(CLONE_NEWUSER), "unshare(CLONE_NEWUSER)")
+    with open("/proc/self/setgroups", "w") as f:
+        f.write("deny")
+    with open("/proc/self/uid_map", "w") as f:
+        f.write(f"{SANDBOX_UID} {outer_uid} 1")
+    with open("/proc/self/gid_map", "w") as f:
+        f.write(f"{SANDBOX_UID} {outer_gid} 1")
+    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+
+
+def main(args: list[str]) -> int:
+    if len(args) < 3 or args[1] != "--":
+        print("usage: _sandbox.py SPEC_JSON -- ARGV...", file=sys.stderr)
+        return 2
+    spec, argv = json.loads(args[0]), args[2:]
+    _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # nothing in the namespace reads this process's memory or fds
+    try:
+        mount_layout(spec)
+        loopback_up()
+    except (SetupError, OSError) as exc:
+        print(f"popkit-sandbox: setup failed: {exc}", file=sys.stderr)
+        return 125
+    pid = os.fork()
+    if pid == 0:
+        try:
+            become_nobody()
+            os.chdir(spec["cwd"])
+            os.execvp(argv[0], argv)
+        except (SetupError, OSError) as exc:
+            print(f"popkit-sandbox: cannot start {argv[0]}: {exc}", file=sys.stderr)
+        os._exit(127)
+    while True:  # process 1 reaps every orphan of the namespace until the eval itself is done
+        try:
+            done, status = os.waitpid(-1, 0)
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            return 1
+        if done == pid:
+            break
+    if os.WIFSIGNALED(status):
+        print(f"{SIGNAL_LINE}{os.WTERMSIG(status)}", file=sys.stderr, flush=True)
+        return 128 + os.WTERMSIG(status)
+    return os.waitstatus_to_exitcode(status)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,268 @@
+"""Where an eval's processes run: the one interface between the runner's chain and a place to run it.
+
+An `Executor` gives a `Workspace` (protocol step 1: the task's files flat, the user's bytes under the
+task's submission name) and runs processes in it: the compile pre-step and each mode's eval, each below
+popkit's watchdog with a timeout (proc.run). After every step the workspace checks the files it wrote
+(`tampered`): a changed or replaced task file, or a module planted where an eval would import it, fails
+the run as harness tampering and is put right before the next step.
+
+`Executor` runs the processes as they are (isolation none). popkit.sandbox.SandboxExecutor runs each
+one in Linux namespaces instead; `on_gpu` pins either to one GPU (`--gpus`); popkit.cluster ships whole
+runs to workers, each of which runs them here (docs/design.md, "Executors").
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import importlib.util
+import marshal
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, Mapping, Sequence
+
+from popkit import _watchdog, proc
+from popkit.errors import TaskError, UsageError
+from popkit.resources import data_dir
+from popkit.tasks import SUBMISSION_SOURCE, Task
+
+POPKIT_EVAL_NAME = "popkit_eval.py"  # popkit's harness, when it replaces a task's own eval
+# Modules the standard library and the frameworks every eval imports: a file of that name in a folder on an
+# eval's import path is imported instead of the real one (`hmac.py`, `torch.py`).
+_FRAMEWORKS = frozenset({"torch", "numpy", "triton", "yaml"})
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """How far a run's processes are kept from popkit and the machine: `namespaces` or `none`."""
+
+    level: str
+    detail: str  # the namespaces used, or why there are none
+
+    @property
+    def isolated(self) -> bool:
+        return self.level != "none"
+
+    def __str__(self) -> str:
+        return f"{self.level} ({self.detail})"
+
+    def to_json(self) -> dict:
+        return {"level": self.level, "detail": self.detail}
+
+
+def shadowable_names(files: Mapping[str, bytes]) -> frozenset[str]:
+    """Module names an eval of these files imports: the standard library's, the frameworks', the files' own
+    and every top-level module they import."""
+    names = set(sys.stdlib_module_names) | _FRAMEWORKS
+    for name, data in files.items():
+        if not name.endswith(".py"):
+            continue
+        names.add(name[:-3])
+        try:
+            tree = ast.parse(data)
+        except (SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names.add(node.module.split(".")[0])
+    return frozenset(names)
+
+
+def module_name(entry: Path) -> str:
+    """The module a folder entry would be imported as ('' when none): `x.py`, `x.cpython-311-...so`, `x/`
+    with an `__init__`, and `__pycache__` itself (its byte code is imported in place of the sources)."""
+    if entry.name == "__pycache__":
+        return "__pycache__"
+    if entry.is_dir() and not entry.is_symlink():
+        return entry.name if any((entry / f"__init__{s}").exists() for s in (".py", ".pyc", ".so")) else ""
+    stem, dot, suffix = entry.name.partition(".")
+    return stem if dot and (suffix in ("py", "pyc", "pyw") or suffix.endswith(("so", "pyd"))) else ""
+
+
+class Workspace:
+    """One run's folder. `files` holds what popkit wrote (the eval's import folder); processes start in `cwd`.
+
+    Here both are one folder, as on the leaderboard's runner; a sandbox keeps `files` read-only and gives
+    the processes a separate writable `cwd` holding copies (popkit.sandbox).
+    """
+
+    def __init__(self, executor: "Executor", root: Path, files: Path, cwd: Path):
+        self.executor, self.root, self.files, self.cwd = executor, root, files, cwd
+        self.written: dict[str, bytes] = {}  # every file popkit wrote but the submission
+        self.submission_name = ""
+        self._shadowable: frozenset[str] = frozenset()
+
+    def prepare(self, task: Task, submission: bytes, harness: str = "task") -> str:
+        """Write the task's files and the user's bytes; returns the eval file to run (the task's `config.main`,
+        or popkit's harness)."""
+        if task.lang != "py":
+            raise TaskError(f"{task.yml}: `lang: {task.lang}` tasks are not supported",
+                            "popkit runs `lang: py` tasks (all public problems are)")
+        if harness not in ("task", "popkit"):
+            raise UsageError(f"unknown harness `{harness}`", "use --harness task or --harness popkit")
+        files: dict[str, bytes] = {}
+        for f in task.files:
+            if f.source == SUBMISSION_SOURCE:
+                self.submission_name = f.name
+                files[f.name] = submission
+            else:
+                files[f.name] = (task.path / f.source).read_bytes()
+        main = task.main
+        if harness == "popkit":
+            main = POPKIT_EVAL_NAME
+            files[main] = (data_dir("tasks") / "eval.py").read_bytes()
+        self.written = {name: data for name, data in files.items() if name != self.submission_name}
+        self._shadowable = shadowable_names(files)
+        for folder in self._folders():
+            folder.mkdir(parents=True, exist_ok=True)
+            for name, data in files.items():
+                (folder / name).write_bytes(data)
+        self.executor.sealed(self)
+        return main
+
+    def _folders(self) -> list[Path]:
+        return [self.files] if self.cwd == self.files else [self.files, self.cwd]
+
+    def write_cases(self, name: str, text: str) -> None:
+        """The cases file under `name` in `cwd`. Whatever the submission left there under that name (a FIFO,
+        a link, a folder) is removed first and the file is created anew, never followed or opened."""
+        path = self.cwd / name
+        _remove(path)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+
+    def run(self, python: str, script: str, args: Sequence[str], env: Mapping[str, str], timeout_s: float, *,
+            result_fd_env: str | None = None, inputs: Mapping[str, bytes] | None = None,
+            watch: Callable[[bytes], None] | None = None) -> proc.Finished:
+        """`python script args...` started in `cwd`, its script taken from `files`; see proc.run."""
+        argv = self.executor.argv(self, python, script, args)
+        return self.executor.finish(proc.run(argv, self.cwd, self.executor.env(env), timeout_s,
+                                             result_fd_env=result_fd_env, inputs=inputs, watch=watch))
+
+    def tampered(self, during: str) -> str:
+        """Put back every task file the submission changed, replaced or removed `during` a step, and remove
+        every module it planted where an eval imports from (`hmac.py`, a package, byte code).
+
+        Returns the harness-tampering line naming them, or "" when nothing was touched. Nothing of the
+        submission runs between steps (its process tree is gone), so checking after each step is checking
+        before the next.
+        """
+        changed: set[str] = set()
+        planted: set[str] = set()
+        stuck: set[str] = set()
+        for folder in self._folders():
+            for name, data in self.written.items():
+                if not _holds(folder / name, data):
+                    changed.add(name)
+                    try:
+                        _remove(folder / name)
+                        (folder / name).write_bytes(data)
+                    except OSError:
+                        stuck.add(name)
+            for entry in _entries(folder):
+                module = module_name(entry)
+                if entry.name in self.written or entry.name == self.submission_name or not module:
+                    continue
+                if module == "__pycache__":
+                    planted.update(f"__pycache__/{p.name}" for p in _entries(entry) if forged_byte_code(p, folder))
+                    _remove(entry)  # an eval compiles its sources again
+                elif module in self._shadowable:
+                    planted.add(entry.name)
+                    _remove(entry)
+        lines = []
+        if changed:
+            them = "it" if len(changed) == 1 else "them"
+            done = (f"popkit could not restore {', '.join(sorted(stuck))}: no later step runs" if stuck
+                    else f"popkit restored {them}")
+            lines.append(f"the submission modified {', '.join(sorted(changed))} during {during}; the leaderboard "
+                         f"would run the modified file ({done})")
+        if planted:
+            lines.append(f"the submission wrote {', '.join(sorted(planted))} into the working folder during "
+                         f"{during}; the leaderboard's next eval would import it in place of the real module "
+                         "(popkit removed it)")
+        return "harness tampering: " + "; ".join(lines) if lines else ""
+
+
+def forged_byte_code(pyc: Path, folder: Path) -> bool:
+    """Whether `pyc` (in `folder`/__pycache__) holds code other than its source's in `folder`: Python imports
+    such byte code in place of the source. Byte code of another Python version cannot be judged (False)."""
+    source = folder / (pyc.name.split(".")[0] + ".py")
+    try:
+        data = pyc.read_bytes()
+        if data[:4] != importlib.util.MAGIC_NUMBER:
+            return False
+        optimize = int(pyc.name.split(".opt-")[1][0]) if ".opt-" in pyc.name else 0
+        return marshal.loads(data[16:]) != compile(source.read_bytes(), str(source), "exec", optimize=optimize)
+    except (OSError, ValueError, EOFError, TypeError, SyntaxError, IndexError):
+        return True
+
+
+def _holds(path: Path, data: bytes) -> bool:
+    try:
+        return not path.is_symlink() and path.is_file() and path.read_bytes() == data
+    except OSError:
+        return False
+
+
+def _entries(folder: Path) -> list[Path]:
+    try:
+        return list(folder.iterdir())
+    except OSError:
+        return []
+
+
+def _remove(path: Path) -> bool:
+    """Remove whatever `path` is (file, link, FIFO, folder), read-only or immutable, never following a link."""
+    return _watchdog.force_remove(str(path))
+
+
+class Executor:
+    """Runs a workspace's processes on this machine as they are: no isolation beyond popkit's watchdog.
+
+    `gpu` pins every process to one GPU (CUDA_VISIBLE_DEVICES, `--gpus`).
+    """
+
+    isolation = Isolation("none", "processes run as your user, in one folder, as on the leaderboard's runner")
+    split_folders = False  # a sandbox keeps the files read-only and the working folder apart
+
+    def __init__(self, gpu: str | None = None):
+        self.gpu = gpu
+
+    def on_gpu(self, gpu: str) -> "Executor":
+        """This executor, with every process it runs pinned to `gpu`."""
+        pinned = self.__class__.__new__(self.__class__)
+        pinned.__dict__.update(self.__dict__, gpu=gpu)
+        return pinned
+
+    @contextlib.contextmanager
+    def workspace(self, prefix: str = "popkit-run-", keep: bool = False) -> Iterator[Workspace]:
+        """A fresh workspace, removed when the block ends (or by a guard when popkit dies first)."""
+        with proc.WorkDir(prefix, keep=keep) as root:
+            yield self.new_workspace(root)
+
+    def new_workspace(self, root: Path) -> Workspace:
+        """A workspace in the existing folder `root` (an A/B keeps both sides under one WorkDir)."""
+        if self.split_folders:
+            return Workspace(self, root, root / "files", root / "work")
+        return Workspace(self, root, root, root)
+
+    def sealed(self, workspace: Workspace) -> None:
+        """Called once the files are written; a sandbox makes `files` read-only here."""
+
+    def env(self, env: Mapping[str, str]) -> dict[str, str]:
+        pinned = dict(env)
+        if self.gpu is not None:
+            pinned["CUDA_VISIBLE_DEVICES"] = self.gpu
+        return pinned
+
+    def argv(self, workspace: Workspace, python: str, script: str, args: Sequence[str]) -> list[str]:
+        return [python, script, *args]
+
+    def finish(self, done: proc.Finished) -> proc.Finished:
+        """How the process ended, as a plain child's would read (a sandbox maps its signal report back)."""
+        return done

@@ -1,0 +1,142 @@
+"""popkit's sandbox: every process that runs submission code in Linux namespaces (docs/design.md, "The sandbox").
+
+Each process (the compile pre-step, every eval) starts through util-linux `unshare` in new user, pid,
+mount, network, IPC and UTS namespaces; popkit/_sandbox.py, process 1 inside, makes every mount
+read-only but for the run's working folder and the build caches, gives fresh /tmp, /dev/shm and /run,
+and starts the process as uid 65534 in a nested user namespace. What that closes:
+
+- files: the task's files and popkit's harness sit read-only in the folder the eval imports from; the
+  processes work in a separate writable folder that is on no import path; nothing outside the working
+  folder and the build caches can be written (popkit's installation, site-packages, your home);
+- processes: nothing of popkit, its watchdog or other users is visible or signalable in /proc; every
+  process dies with the eval; no network; the key of popkit's closing record comes on a descriptor, in
+  no environment or command line.
+
+Where namespaces are unavailable (no `unshare`, user namespaces disabled, not Linux) runs still work,
+without it, and every report says `isolation: none (<reason>)`; `--require-isolation` makes that exit 11.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from popkit import _sandbox, prestep, proc
+from popkit.errors import EnvironmentProblem, UsageError
+from popkit.executor import Executor, Isolation, Workspace
+
+SANDBOX_SCRIPT = Path(_sandbox.__file__).resolve()
+NAMESPACES = "user, pid, mount, network, IPC; uid 65534; read-only files"
+UNSHARE_ARGS = ("--user", "--map-root-user", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc",
+                "--net", "--ipc", "--uts")
+ISOLATION_CHOICES = ("auto", "require", "none")
+_PROBE_TIMEOUT_S = 20.0
+
+
+def build_caches(env: Mapping[str, str]) -> list[str]:
+    """Folders an eval may write besides its working folder: the extension build cache torch uses, Triton's
+    cache and CUDA's JIT cache (each created if missing)."""
+    home = Path(env.get("HOME") or Path.home())
+    folders = [prestep.extensions_root(env), Path(env.get("TRITON_CACHE_DIR") or home / ".triton"),
+               Path(env.get("CUDA_CACHE_PATH") or home / ".nv")]
+    made = []
+    for folder in folders:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            made.append(str(folder.resolve()))
+        except OSError:
+            continue
+    return made
+
+
+class SandboxExecutor(Executor):
+    """Runs every process of a workspace in Linux namespaces (module doc)."""
+
+    isolation = Isolation("namespaces", NAMESPACES)
+    split_folders = True
+
+    def __init__(self, gpu: str | None = None, unshare: str | None = None):
+        super().__init__(gpu)
+        self.unshare = unshare or shutil.which("unshare") or "unshare"
+
+    def argv(self, workspace: Workspace, python: str, script: str, args: Sequence[str]) -> list[str]:
+        spec = {"files": str(workspace.files.resolve()), "cwd": str(workspace.cwd.resolve()),
+                "writable": build_caches(os.environ)}
+        return [self.unshare, *UNSHARE_ARGS, "--", sys.executable or "python3", "-I", "-S", str(SANDBOX_SCRIPT),
+                json.dumps(spec), "--", python, str(workspace.files.resolve() / script), *args]
+
+    def finish(self, done: proc.Finished) -> proc.Finished:
+        code, stderr = signal_from(done.code, done.stderr)
+        return replace(done, code=code, stderr=stderr)
+
+
+def unavailable(unshare: str | None = None) -> str:
+    """Why the sandbox cannot run here ('' when it can): a trial run of the whole layout, once per process."""
+    key = unshare or ""
+    if key not in _TRIED:
+        _TRIED[key] = _try(unshare)
+    return _TRIED[key]
+
+
+_TRIED: dict[str, str] = {}
+
+
+def _try(unshare: str | None) -> str:
+    if not sys.platform.startswith("linux"):
+        return f"Linux namespaces are not available on {sys.platform}"
+    tool = unshare or shutil.which("unshare")
+    if not tool:
+        return "util-linux `unshare` is not installed"
+    root = Path(os.environ.get("TMPDIR") or "/tmp")
+    try:
+        argv = [tool, *UNSHARE_ARGS, "--", sys.executable or "python3", "-I", "-S", str(SANDBOX_SCRIPT),
+                json.dumps({"files": str(root), "cwd": str(root), "writable": []}), "--", "true"]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=_PROBE_TIMEOUT_S,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"`unshare` could not run: {exc}"
+    if done.returncode != 0:
+        said = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        return f"namespaces refused here: {said[:160]}"
+    return ""
+
+
+def executor_for(isolation: str = "auto", gpu: str | None = None) -> Executor:
+    """The executor for a run: the sandbox where namespaces work; `require` raises exit 11 where they do not;
+    `none` runs without (isolation none, said in every report)."""
+    if isolation == "auto":
+        isolation = os.environ.get("POPKIT_ISOLATION", "").strip() or "auto"
+        if isolation not in ISOLATION_CHOICES:
+            raise UsageError(f"POPKIT_ISOLATION={isolation}: not one of {', '.join(ISOLATION_CHOICES)}",
+                             "unset it, or set auto, require or none")
+    if isolation not in ISOLATION_CHOICES:
+        raise UsageError(f"unknown isolation `{isolation}`", "use auto, require or none")
+    if isolation == "none":
+        plain = Executor(gpu)
+        plain.isolation = Isolation("none", "turned off for this run")
+        return plain
+    reason = unavailable()
+    if not reason:
+        return SandboxExecutor(gpu)
+    if isolation == "require":
+        raise EnvironmentProblem(f"--require-isolation: the sandbox cannot run here: {reason}",
+                                 "run on Linux with util-linux `unshare` and user namespaces enabled "
+                                 "(sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0)")
+    plain = Executor(gpu)
+    plain.isolation = Isolation("none", reason)
+    return plain
+
+
+def signal_from(code: int, stderr: str) -> tuple[int, str]:
+    """An exit code and stderr as a plain run would give them: the sandbox's process 1 reports a signal N that
+    killed the eval as exit 128 + N and a last stderr line; that becomes -N, the line dropped."""
+    lines = stderr.rstrip("\n").splitlines()
+    if code > 128 and lines and lines[-1] == f"{_sandbox.SIGNAL_LINE}{code - 128}":
+        return -(code - 128), "\n".join(lines[:-1]) + ("\n" if len(lines) > 1 else "")
+    return code, stderr

@@ -1,0 +1,146 @@
+"""The sealed run (issue 20): attacks on popkit itself, under the sandbox and, where they can be closed
+without it, with no isolation. Each attack file (tests/adversarial/) says its class in its docstring."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from popkit import runner, sandbox
+from popkit.executor import Executor
+from popkit.tasks import load_task
+
+ROOT = Path(__file__).resolve().parent.parent
+ATTACKS = Path(__file__).parent / "adversarial"
+TASKS = Path(__file__).parent / "fixtures" / "tasks"
+NO_PROBE = {"device": "test"}
+
+needs_sandbox = pytest.mark.skipif(bool(sandbox.unavailable()), reason=f"no sandbox here: {sandbox.unavailable()}")
+
+
+def executors() -> list:
+    """Every executor this machine has: the sandbox where namespaces work, and none."""
+    found = [pytest.param(Executor(), id="none")]
+    if not sandbox.unavailable():
+        found.insert(0, pytest.param(sandbox.SandboxExecutor(), id="sandbox"))
+    return found
+
+
+def bundled(name: str):
+    return load_task(ROOT / "tasks" / name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("executor", executors())
+def test_a_planted_module_never_passes_a_wrong_kernel(executor):
+    """Item 1: hmac.py, __future__.py and a forged reference byte code planted by the pre-step."""
+    report = runner.run_submission(bundled("vectoradd"), ATTACKS / "plant_module.py", "test",
+                                   runner.RunOptions(precompile=True), system=NO_PROBE, executor=executor)
+    assert report.outcome == "failed", report.runs
+    summary = report.runs[0].summary
+    assert summary.startswith("harness tampering: the submission wrote ") and "hmac.py" in summary, summary
+    assert "the leaderboard's next eval would import it in place of the real module" in summary
+
+
+@pytest.mark.slow
+@needs_sandbox
+def test_nothing_of_popkit_is_within_reach_of_the_sandbox():
+    """Items 2 and 3: keys in environments, pipes through /proc, the watchdog stopped and its status forged."""
+    report = runner.run_submission(bundled("vectoradd"), ATTACKS / "reach_out.py", "test",
+                                   runner.RunOptions(precompile=True), system=NO_PROBE,
+                                   executor=sandbox.SandboxExecutor())
+    assert report.outcome == "failed"
+    assert report.precompile is not None and "reached: nothing" in report.precompile.stderr, report.precompile.stderr
+    run = report.runs[0]
+    # Inside the eval it may reach the processes of its own namespace (multiprocessing's resource tracker), never
+    # the harness's result pipe or a key: the verdict is the wrong kernel's own.
+    assert run.summary.startswith("check failed: test, test size: 1; seed: 4242: 1 of 1 elements mismatch"), run.summary
+    assert "environ of" not in run.stderr, run.stderr[-2000:]
+
+
+@pytest.mark.parametrize("executor", executors())
+def test_cases_files_are_written_anew_whatever_the_pre_step_left(executor, tmp_path):
+    """Item 4: a FIFO (popkit hung), a link out of the folder (popkit wrote through it), a folder (exit 70)."""
+    target = tmp_path / "outside.txt"
+    target.write_text("untouched")
+    task = load_task(TASKS / "double")
+    options = runner.RunOptions(precompile=True, env={"POPKIT_ATTACK_TARGET": str(target)})
+    done: dict = {}
+    thread = threading.Thread(target=lambda: done.update(report=runner.run_submission(
+        task, ATTACKS / "cases_trap.py", "leaderboard", options, system=NO_PROBE, executor=executor)), daemon=True)
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive(), "popkit hung on the cases file"
+    report = done["report"]
+    assert [r.mode for r in report.runs] == ["test", "benchmark", "leaderboard"]
+    assert report.outcome == "passed", [r.summary for r in report.runs]
+    assert target.read_text() == "untouched"
+
+
+def test_a_huge_pipe_line_ends_within_the_timeout(tmp_path):
+    """Item 5: 200 MB without a newline on the result pipe under live progress, 5 s timeout."""
+    task = load_task(TASKS / "double")
+    task = type(task)(**{**task.__dict__, "test_timeout": 5.0})
+    sub = tmp_path / "flood.py"
+    sub.write_text("import os\nfd = int(os.environ.get('POPCORN_FD', '-1'))\n"
+                   "chunk = b'x' * (1 << 20)\n"
+                   "for _ in range(200):\n    os.write(fd, chunk)\n"
+                   "def custom_kernel(d):\n    return 2 * d\n")
+
+    class Printer:
+        lines: list = []
+
+        def __call__(self, msg):
+            pass
+
+        def live(self, text, key=""):
+            self.lines.append(text)
+
+    start = time.monotonic()
+    report = runner.run_submission(task, sub, "test", runner.RunOptions(precompile=False), progress=Printer(),
+                                   system=NO_PROBE, executor=Executor())
+    assert time.monotonic() - start < 5.0 + 5.0
+    assert report.outcome in ("failed", "crashed", "timed_out")
+
+
+@pytest.mark.parametrize("executor", executors())
+def test_a_task_file_that_cannot_be_put_back_fails_the_run_and_leaves_no_folder(executor, tmp_path, monkeypatch):
+    """Item 7: the submission makes its copy of the eval immutable (root) or read-only in a read-only folder."""
+    seen: list[Path] = []
+    real = Executor.new_workspace
+
+    def spy(self, root):
+        seen.append(root)
+        return real(self, root)
+
+    monkeypatch.setattr(Executor, "new_workspace", spy)
+    sub = tmp_path / "lock.py"
+    sub.write_text(LOCK)
+    report = runner.run_submission(load_task(TASKS / "double"), sub, "test", runner.RunOptions(precompile=True),
+                                   system=NO_PROBE, executor=executor)
+    assert report.outcome == "failed"
+    line = report.runs[0].summary
+    assert line.startswith("harness tampering: the submission modified eval.py during the compile pre-step"), line
+    assert seen and not any(p.exists() for p in seen)
+
+
+LOCK = '''
+import fcntl, os, struct
+if __name__ == "__main__":
+    with open("eval.py", "a") as f:
+        f.write("# changed\\n")
+    try:  # immutable: FS_IOC_SETFLAGS with FS_IMMUTABLE_FL (needs root on the host)
+        fd = os.open("eval.py", os.O_RDONLY)
+        fcntl.ioctl(fd, 0x40086602, struct.pack("l", 0x10))
+        os.close(fd)
+    except OSError:
+        os.chmod("eval.py", 0o444)
+        os.chmod(".", 0o555)
+# load_inline: so the pre-step runs
+def custom_kernel(d):
+    return 2 * d
+'''
