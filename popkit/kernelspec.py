@@ -50,7 +50,7 @@ DTYPES: dict[str, tuple[str, str, str, str, str, str | None, str | None]] = {
     "bool": ("bool", "bool", "at::kBool", "torch.bool", "static_cast<float>({})", None, None),
 }
 SCALAR_TYPES = {"int": ("int64_t", "int"), "float": ("double", "float")}  # C++ type, schema type
-_REDUCE_OPS = {"sum": ("SumOp", "{acc} += {value};"), "max": ("MaxOp", "{acc} = fmaxf({acc}, {value});"),
+REDUCE_OPS = {"sum": ("SumOp", "{acc} += {value};"), "max": ("MaxOp", "{acc} = fmaxf({acc}, {value});"),
                "min": ("MinOp", "{acc} = fminf({acc}, {value});")}
 # Names the templates use inside the kernel and the wrapper; a spec's names must not shadow them.
 RESERVED = frozenset({
@@ -224,7 +224,7 @@ def spec_from_mapping(raw: Any, *, label: str = SPEC_FILE, path: Path | None = N
     for n, item in enumerate(raw.get("reductions") or []):
         c.need(isinstance(item, Mapping), f"reductions[{n}]", "a mapping with name, op, init and value", item)
         name = c.ident(item.get("name"), f"reductions[{n}].name", taken)
-        c.need(item.get("op") in _REDUCE_OPS, f"reductions[{n}].op", "`sum`, `max` or `min`", item.get("op"))
+        c.need(item.get("op") in REDUCE_OPS, f"reductions[{n}].op", "`sum`, `max` or `min`", item.get("op"))
         for key in ("init", "value"):
             c.need(isinstance(item.get(key), (str, int, float)), f"reductions[{n}].{key}", "a C++ expression",
                    item.get(key))

@@ -20,7 +20,7 @@ from popkit.kernelspec import (  # noqa: F401  (re-exported: render is where cal
     DTYPES, GEOMETRIES, SCALAR_TYPES, SPEC_FILE, TARGETS, KernelSpec, find_spec, infer_skeleton, load_spec,
     spec_for_task, spec_from_mapping,
 )
-from popkit.kernelspec import _REDUCE_OPS
+from popkit.kernelspec import REDUCE_OPS
 from popkit.resources import data_dir
 
 if TYPE_CHECKING:
@@ -231,8 +231,8 @@ def build_context(spec: KernelSpec, *, task: str, leaderboard: str, target: str,
     for name in extents["kernel"]:
         kparams.append(f"int64_t {name}")
         kargs.append(name)
-    reductions = [{"name": r.name, "init": r.init, "op": _REDUCE_OPS[r.op][0],
-                   "accumulate": _REDUCE_OPS[r.op][1].format(acc=r.name, value=r.value)} for r in spec.reductions]
+    reductions = [{"name": r.name, "init": r.init, "op": REDUCE_OPS[r.op][0],
+                   "accumulate": REDUCE_OPS[r.op][1].format(acc=r.name, value=r.value)} for r in spec.reductions]
     return {
         "task": task, "leaderboard": leaderboard, "gpu": gpu, "target": target, "style": style,
         "arch": arch, "source": spec.source, "skeleton": spec.skeleton, "notes": list(spec.notes),

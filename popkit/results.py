@@ -13,6 +13,7 @@ from typing import Any, Mapping
 from popkit.diagnostics import Diagnostic
 from popkit.errors import ExitCode
 from popkit.gpus import peak_bandwidth
+from popkit.stats import derived
 
 RUN_SCHEMA = "popkit/run/1"
 # Markers of a failed extension build in a child's output (load_inline, ninja, nvcc, ptxas, the linker).
@@ -83,7 +84,9 @@ class CaseResult:
         return self.mean_ns is not None
 
     def to_json(self) -> dict:
-        return asdict(self)
+        data = asdict(self)
+        data["derived"] = derived(self.samples_ns)  # stats.DERIVED from the raw samples (ignored by from_json)
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "CaseResult":

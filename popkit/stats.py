@@ -13,9 +13,20 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 CONFIDENCE = 0.95
+
+
+def quantile(samples: Sequence[float], q: float) -> float:
+    """The q-quantile (0..1) of the samples, linear between order statistics."""
+    if not samples:
+        raise ValueError("quantile of no samples")
+    ordered = sorted(samples)
+    pos = q * (len(ordered) - 1)
+    low = math.floor(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
 
 def mean(samples: Sequence[float]) -> float:
@@ -293,3 +304,18 @@ def geomean_ratio_ci95(pairs: Sequence[tuple[Summary, Summary]]) -> Interval:
     var = math.fsum(scaled)
     denom = math.fsum(v ** 2 / p.df for v, p in zip(scaled, parts) if v and math.isfinite(p.df))  # type: ignore
     return _interval(value, var, var ** 2 / denom if denom else math.inf)
+
+
+# Statistics popkit derives from a case's raw timed calls (CaseResult.samples_ns, ns), never asked of the harness:
+# every report's JSON carries them per case (`derived`). A new one is one entry here (docs/design.md, extension points).
+DERIVED: dict[str, Callable[[Sequence[float]], float]] = {
+    "median": lambda s: median(s),
+    "p10": lambda s: quantile(s, 0.10),
+    "p90": lambda s: quantile(s, 0.90),
+    "trimmed_mean": lambda s: mean(sorted(s)[len(s) // 10:len(s) - len(s) // 10] or list(s)),
+}
+
+
+def derived(samples: Sequence[float]) -> dict[str, float]:
+    """Every DERIVED statistic of the samples ({} without samples)."""
+    return {name: float(f(samples)) for name, f in DERIVED.items()} if samples else {}
