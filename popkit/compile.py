@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping, Sequence
 from popkit import hipbuild, nvml, proc, runner, system, tasks
 from popkit.buildarch import ArchChoice, choose_arch, supported_archs
 from popkit.buildlocks import check_locks, find_locks
+from popkit.cputorch import CANNOT_BUILD, SECOND_VENV
 from popkit.diagnostics import (
     Diagnostic, SourceMap, loader_diagnostic, map_diagnostics, missing_module_hint, parse_log, task_imports,
     torch_error,
@@ -273,8 +274,8 @@ def _require_toolchain(tools: Toolchain, python: str, toolkit_found: bool = Fals
     if tools.torch is None:
         raise EnvironmentProblem(f"torch is not installed for {python}", "install a CUDA build of torch")
     if not tools.cuda and not tools.hip:
-        raise EnvironmentProblem(f"torch {tools.torch} is a CPU-only build; load_inline needs a CUDA (or ROCm) build",
-                                 "install a CUDA build of torch (popkit doctor checks the environment)")
+        raise EnvironmentProblem(f"torch {tools.torch} at {python} is a CPU-only build: {CANNOT_BUILD} "
+                                 "(load_inline needs a CUDA or ROCm build)", SECOND_VENV)
     if tools.cuda and not toolkit_found:
         problem = cuda_home_problem()
         if problem:

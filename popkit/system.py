@@ -20,6 +20,7 @@ from typing import Any, Mapping
 
 from popkit import hipbuild, nvml, popcorn
 from popkit.buildlocks import find_locks, lock_state
+from popkit.cputorch import CANNOT_BUILD, SECOND_VENV
 from popkit.errors import EnvironmentProblem, PopcornError, PopkitError
 from popkit.prestep import extensions_root
 
@@ -321,12 +322,16 @@ class DoctorReport:
         return [c for c in self.checks if c.status == "problem"]
 
     @property
+    def warnings(self) -> list[Check]:
+        return [c for c in self.checks if c.status == "warn"]
+
+    @property
     def ok(self) -> bool:
         return not self.problems
 
     def to_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "problems": len(self.problems), "checks": [c.to_json() for c in self.checks],
-                "system": dict(self.system)}
+        return {"ok": self.ok, "problems": len(self.problems), "warnings": len(self.warnings),
+                "checks": [c.to_json() for c in self.checks], "system": dict(self.system)}
 
 
 def _run(argv: list[str]) -> str | None:
@@ -378,8 +383,8 @@ def _torch_checks(info: Mapping[str, Any]) -> list[Check]:
                       "pip install torch (a CUDA build: see the install selector on the PyTorch site)")]
     backend = f"CUDA {info['cuda']}" if info.get("cuda") else f"ROCm {info['hip']}" if info.get("hip") else "CPU only"
     out = [Check("torch", "ok" if backend != "CPU only" else "warn", f"{info['torch']} ({backend})",
-                 "" if backend != "CPU only" else "a CPU-only torch cannot build CUDA or HIP extensions: "
-                 "install a CUDA build of torch")]
+                 "" if backend != "CPU only" else f"{CANNOT_BUILD} (nor HIP ones): `popkit compile`, and `popkit "
+                 f"test`/`bench` of a file that builds one, cannot run with it; {SECOND_VENV}")]
     if info.get("device") and info.get("device") != "cpu":
         arch, arch_list = info.get("arch"), info.get("arch_list") or []
         value = f"{info['device']} ({arch}), {info.get('gpu_count')} visible"
