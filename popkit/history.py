@@ -15,13 +15,12 @@ import sqlite3
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Mapping
 
 from popkit import __version__
-from popkit.ab import Comparison, compare_shapes
 from popkit.errors import HistoryError, UsageError
 from popkit.resources import popkit_home
-from popkit.results import CaseResult, RemoteResult, RunReport
+from popkit.results import RemoteResult, RunReport
 
 DB_NAME = "history.sqlite3"
 BUSY_TIMEOUT_S = 5.0  # how long a write waits for another popkit holding the database
@@ -298,38 +297,6 @@ def _record(row: sqlite3.Row, full: bool = False) -> RunRecord:
         seeds=tuple(json.loads(row["seeds"] or "[]")), remote_id=row["remote_id"],
         remote_score_s=row["remote_score_s"], error=row["error"] or "", popkit_version=row["popkit_version"],
         report=report, remote=remote)
-
-
-def _timed_cases(record: RunRecord) -> Iterator[CaseResult]:
-    """The public timed run of a record: leaderboard mode if it ran, else benchmark mode."""
-    report = record.report
-    if report is None:
-        return iter(())
-    for mode in ("leaderboard", "benchmark"):
-        for run in report.runs_of(mode, secret=False):
-            if any(c.mean_ns for c in run.benchmarks):
-                return iter(run.benchmarks)
-    return iter(())
-
-
-def compare_runs(a_id: int, b_id: int,
-                 history: History | None = None) -> tuple[RunRecord, RunRecord, Comparison]:
-    """`popkit compare`: per-shape and score ratios (time B / time A) of two recorded runs."""
-    history = history or History()
-    a, b = history.get_run(a_id), history.get_run(b_id)
-    cases = {}
-    for record in (a, b):
-        timed = list(_timed_cases(record))
-        if not timed:
-            what = "a submission" if record.kind == "submit" else f"a {record.mode} run, {record.outcome}"
-            raise UsageError(f"run {record.id} has no local timings ({what})",
-                             "compare two `popkit bench` runs; `popkit history` shows their ids")
-        cases[record.id] = {c.spec: [c] for c in timed}
-    comparison = compare_shapes(cases[a.id], cases[b.id], f"run {a.id}", f"run {b.id}")
-    if not comparison.shapes:
-        raise UsageError(f"runs {a.id} and {b.id} share no benchmark shape",
-                         "compare runs of the same task")
-    return a, b, comparison
 
 
 # Module-level entry points on the default database (popkit_home()). Every run popkit records

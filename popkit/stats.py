@@ -293,3 +293,25 @@ def geomean_ratio_ci95(pairs: Sequence[tuple[Summary, Summary]]) -> Interval:
     var = math.fsum(scaled)
     denom = math.fsum(v ** 2 / p.df for v, p in zip(scaled, parts) if v and math.isfinite(p.df))  # type: ignore
     return _interval(value, var, var ** 2 / denom if denom else math.inf)
+
+
+def sum_ratio_ci95(pairs: Sequence[tuple[Summary, Summary]]) -> Interval:
+    """95% interval of sum(mean(a_i)) / sum(mean(b_i)): the ratio of two `ranking_by: mean` scores.
+
+    Delta method on the log of each sum: var(log Σ) ≈ Σ var(mean_i) / (Σ mean_i)², with var(mean_i) = std²/n;
+    the two sides add, with Satterthwaite's degrees of freedom over every shape of both sides.
+    """
+    if not pairs:
+        raise ValueError("ratio of no sums")
+    a_sum = math.fsum(a.mean for a, _ in pairs)
+    b_sum = math.fsum(b.mean for _, b in pairs)
+    if a_sum <= 0 or b_sum <= 0:
+        raise ValueError("ratios need positive means")
+    estimate = math.log(a_sum / b_sum)
+    if any(s.n < 2 for pair in pairs for s in pair):
+        return Interval(math.exp(estimate), None, None)
+    parts = [(s.std ** 2 / s.n / total ** 2, s.n - 1)
+             for pair in pairs for s, total in zip(pair, (a_sum, b_sum))]
+    var = math.fsum(v for v, _ in parts)
+    denom = math.fsum(v ** 2 / df for v, df in parts if v)
+    return _interval(estimate, var, var ** 2 / denom if denom else math.inf)

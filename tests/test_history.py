@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from popkit import history
+from popkit import history, runcompare
 from popkit.errors import HistoryError, UsageError
 from popkit.history import History, RunRecord
 from popkit.results import RemoteResult, RemoteRun
@@ -217,8 +217,9 @@ def test_newer_schema_is_refused(db):
 
 def test_compare_runs(db):
     a = db.record_run(make_report(means=(1000.0, 4000.0)), b"1")
-    b = db.record_run(make_report(means=(500.0, 4000.0)), b"2")
-    rec_a, rec_b, comparison = history.compare_runs(a, b, db)
+    b = db.record_run(make_report(means=(500.0, 4000.0), sha="c" * 64), b"2")
+    rc = runcompare.compare_runs(a, b, db)
+    rec_a, rec_b, comparison = rc.a, rc.b, rc.comparison
     assert (rec_a.id, rec_b.id) == (a, b)
     assert [s.spec for s in comparison.shapes] == ["size: 1024; seed: 0", "size: 2048; seed: 1"]
     assert comparison.shapes[0].ratio.estimate == pytest.approx(0.5)
@@ -231,7 +232,7 @@ def test_compare_needs_timings(db):
     a = db.record_run(make_report(mode="test"), b"1")
     b = db.record_run(make_report(), b"2")
     with pytest.raises(UsageError, match=f"run {a} has no local timings"):
-        history.compare_runs(a, b, db)
+        runcompare.compare_runs(a, b, db)
 
 
 # ---------------------------------------------------------------------------------- the commands
@@ -312,7 +313,7 @@ def test_show_command_submission_and_unknown_run(cli_env):
 def test_compare_command(cli_env):
     db = _db(cli_env)
     a = db.record_run(make_report(means=(1000.0, 4000.0)), b"1")
-    b = db.record_run(make_report(means=(500.0, 4000.0)), b"2")
+    b = db.record_run(make_report(means=(500.0, 4000.0), sha="c" * 64), b"2")
     result = CliRunner().invoke(app, ["compare", str(a), str(b)], env=cli_env)
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()

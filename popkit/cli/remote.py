@@ -8,7 +8,7 @@ from typing import Annotated, List, Optional
 import typer
 
 from popkit import history as ledger
-from popkit import lint, popcorn, runner, submit as workflow
+from popkit import lint, popcorn, runcompare, runner, submit as workflow
 from popkit.cli.app import app
 from popkit.errors import ExitCode, TaskError
 from popkit.resources import popkit_home_source
@@ -133,10 +133,11 @@ def compare(
 ) -> None:
     """Compare two recorded bench runs shape by shape: B / A time ratio with 95% intervals.
 
+    Both runs are compared in one mode (leaderboard mode when both timed it, else benchmark mode), each
+    shape by its mean, the score as `popkit history` shows it. Two runs of identical bytes get no winner.
     For a fair A/B on one machine in one session, prefer `popkit bench A.py B.py`.
 
     Example: popkit compare 12 15
     """
     common.set_json(json)
-    a, b, comparison = ledger.compare_runs(run_a, run_b)
-    view.show_compare(a, b, comparison, json=json)
+    view.show_compare(runcompare.compare_runs(run_a, run_b), json=json)

@@ -13,6 +13,7 @@ from popkit.ab import A_FASTER, B_FASTER, INCOMPLETE, SAME, ABReport, Comparison
 from popkit.history import RunRecord
 from popkit.lint import LintReport
 from popkit.results import RemoteResult
+from popkit.runcompare import SAME_BYTES, RunComparison
 from popkit.stats import Interval
 from popkit.submit import SubmitResult
 from popkit.tasks import Task
@@ -234,22 +235,29 @@ def _verdict_text(code: str, a_label: str, b_label: str) -> str:
         return f"[red]{escape(a_label)} faster[/]"
     if code == SAME:
         return "no significant difference"
+    if code == SAME_BYTES:
+        return "same bytes: no winner"
     if code == INCOMPLETE:
         return "[yellow]incomplete[/]"
     return "[dim]too few samples to tell[/]"
 
 
-def _comparison_table(comparison: Comparison) -> Table:
+def _comparison_table(comparison: Comparison, verdict_of=lambda code: code,
+                      scores: tuple[float | None, float | None] | None = None, score_name: str = "geomean",
+                      statistic: str = "") -> Table:
     a, b = comparison.a_label, comparison.b_label
-    table = common_table(("shape", "A", "B", "B / A (95% CI)", "verdict", "n (A/B)"),
-                         right=("A", "B", "B / A (95% CI)", "n (A/B)"), show_edge=False)
+    suffix = f" {statistic}" if statistic else ""
+    table = common_table(("shape", f"A{suffix}", f"B{suffix}", "B / A (95% CI)", "verdict", "n (A/B)"),
+                         right=(f"A{suffix}", f"B{suffix}", "B / A (95% CI)", "n (A/B)"), show_edge=False)
     for s in comparison.shapes:
         n = f"{s.a.n}/{s.b.n}" + ("" if s.from_samples else "*")
         table.add_row(escape(s.spec), format_time(s.a.mean), format_time(s.b.mean), _interval(s.ratio),
-                      _verdict_text(s.verdict, a, b), n)
+                      _verdict_text(verdict_of(s.verdict), a, b), n)
     if comparison.score is not None:
-        table.add_row("[bold]score (geomean)[/]", "", "", f"[bold]{_interval(comparison.score)}[/]",
-                      _verdict_text(comparison.verdict, a, b), "")
+        a_score, b_score = scores or (None, None)
+        table.add_row(f"[bold]score ({escape(score_name)})[/]", _score(a_score) if scores else "",
+                      _score(b_score) if scores else "", f"[bold]{_interval(comparison.score)}[/]",
+                      _verdict_text(verdict_of(comparison.verdict), a, b), "")
     return table
 
 
@@ -257,8 +265,8 @@ def _comparison_footer(comparison: Comparison) -> list[str]:
     lines = [f"[dim]A = {escape(comparison.a_label)}, B = {escape(comparison.b_label)}; B / A below 1 means B"
              " takes less time[/]"]
     if any(not s.from_samples for s in comparison.shapes):
-        lines.append("[dim]* no raw samples reported (task's own eval): interval from runs/mean/std;"
-                     " --harness popkit keeps every sample[/]")
+        lines.append("[dim]* no raw samples reported (task's own eval, or an A/B side: its rounds' means): interval "
+                     "from runs/mean/std; --harness popkit keeps every sample[/]")
     if comparison.missing:
         lines.append("[yellow]incomplete:[/] timed in one run only, left out of the score: "
                      + escape(", ".join(comparison.missing)))
@@ -267,20 +275,31 @@ def _comparison_footer(comparison: Comparison) -> list[str]:
     return lines
 
 
-def show_compare(a: RunRecord, b: RunRecord, comparison: Comparison, *, json: bool = False) -> None:
+def show_compare(rc: RunComparison, *, json: bool = False) -> None:
     if json:
-        emit_json("compare", {"a": a.to_json(summary=True), "b": b.to_json(summary=True),
-                              "comparison": comparison.to_json()})
+        emit_json("compare", rc.to_json())
         return
     con = console()
-    for label, r in (("A", a), ("B", b)):
+    for label, r in (("A", rc.a), ("B", rc.b)):
         con.print(f"{label}: run {r.id} · {escape(r.submission)} · {escape(r.created_at)} · "
                   f"{escape(r.device or '-')} · sha256 {r.sha256[:8]}")
-    if a.device != b.device:
-        con.print("[yellow]warning:[/] the runs were on different devices; the ratio mixes code and hardware")
-    con.print(_comparison_table(comparison))
-    for line in _comparison_footer(comparison):
+    if not rc.same_device:
+        con.print(f"[yellow]warning:[/] the runs were on different devices ({escape(rc.a_device or '?')}, "
+                  f"{escape(rc.b_device or '?')}); the ratio mixes code and hardware")
+    con.print(f"{rc.mode} mode on both sides; each shape: the {rc.statistic} of its timed calls (what the leaderboard "
+              f"ranks); score: {escape(rc.ranking_by)} of those means, as `popkit history` shows it")
+    con.print(_comparison_table(rc.comparison, rc.shape_verdict, (rc.a_score_s, rc.b_score_s),
+                                _RANKING_NAME.get(rc.ranking_by, rc.ranking_by), rc.statistic))
+    for line in _comparison_footer(rc.comparison):
         con.print(line)
+    if rc.same_bytes:
+        con.print("[yellow]same bytes:[/] both runs are of the same file (sha256 "
+                  f"{rc.a.sha256[:8]}); their difference is the machine's run-to-run spread, not the code's")
+    for note in rc.notes:
+        con.print(f"[dim]note: {escape(note)}[/]")
+
+
+_RANKING_NAME = {"geom": "geomean", "mean": "mean", "last": "last shape"}
 
 
 _STOPPED = {"settled": "every verdict settled", "max_rounds": "out of rounds", "budget": "time budget reached",
