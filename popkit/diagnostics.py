@@ -470,3 +470,14 @@ def missing_module_hint(error_type: str, error: str, python: str) -> str:
                 "leaderboard name) so that popkit puts them beside the submission")
     return (f"`{module}` is not installed for {python}: install it (pip install {module.replace('_', '-')}) if the "
             "leaderboard's runner has it; popkit builds with the interpreter of --python")
+
+
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)', re.MULTILINE)
+
+
+def submission_frame(traceback_text: str, name: str = "submission.py") -> tuple[int, str] | None:
+    """(line, function) of the deepest frame of the submission (the file called `name` in the working
+    directory) in a Python traceback, or None when the traceback never entered it."""
+    found = [(int(m.group("line")), m.group("func")) for m in _FRAME.finditer(traceback_text or "")
+             if m.group("file").replace("\\", "/").rsplit("/", 1)[-1] == name]
+    return found[-1] if found else None

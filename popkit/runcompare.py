@@ -114,14 +114,7 @@ def common_mode(a: RunRecord, b: RunRecord) -> str:
 
 def _score_interval(shapes: Sequence[Any], ranking_by: str) -> stats.Interval | None:
     """The interval of time B / time A of the score itself (ShapeComparison.a/.b are Summaries)."""
-    if not shapes:
-        return None
-    pairs = [(s.b, s.a) for s in shapes]
-    if ranking_by == "last":
-        return shapes[-1].ratio
-    if ranking_by == "mean":
-        return stats.sum_ratio_ci95(pairs)
-    return stats.geomean_ratio_ci95(pairs)
+    return stats.score_ratio_ci95([(s.b, s.a) for s in shapes], ranking_by) if shapes else None
 
 
 def _run_score(run: ModeRun | None, ranking_by: str) -> float | None:

@@ -315,3 +315,13 @@ def sum_ratio_ci95(pairs: Sequence[tuple[Summary, Summary]]) -> Interval:
     var = math.fsum(v for v, _ in parts)
     denom = math.fsum(v ** 2 / df for v, df in parts if v)
     return _interval(estimate, var, var ** 2 / denom if denom else math.inf)
+
+
+def score_ratio_ci95(pairs: Sequence[tuple[Summary, Summary]], ranking_by: str) -> Interval:
+    """95% interval of score(a) / score(b) for a task's `ranking_by`, from per-shape (a_i, b_i) summaries in the
+    task's order: the geometric mean of the ratios (geom), the ratio of sums (mean), the last shape's (last)."""
+    if ranking_by == "last":
+        return ratio_ci95_summary(*pairs[-1])
+    if ranking_by == "mean":
+        return sum_ratio_ci95(pairs)
+    return geomean_ratio_ci95(pairs)

@@ -8,6 +8,7 @@ from typing import Sequence
 from rich.table import Table
 
 from popkit import stats
+from popkit.diagnostics import submission_frame
 from popkit.ncu import NcuReport
 from popkit.results import CaseResult, ModeRun, RunReport
 from popkit.tasks import Skipped, Task, display_path
@@ -54,13 +55,31 @@ def _ci95(case: CaseResult) -> str:
     return f"95% CI {format_interval(ci.low, ci.high)}"
 
 
-def _case_lines(case: CaseResult) -> list[str]:
+def where_it_raised(case: CaseResult, submission: str, name: str = "submission.py") -> str:
+    """`at mine.py:6 in helper`: the submission's deepest frame in the case's traceback, at the user's file
+    (the eval runs it as `name`); "" when the traceback never entered the submission."""
+    frame = submission_frame(case.message, name)
+    return f"at {submission or name}:{frame[0]} in {frame[1]}" if frame else ""
+
+
+def _name_in_workdir(task: Task) -> str:
+    """The name the eval gave the user's file (`submission.py` for a task rebuilt from the history)."""
+    try:
+        return task.submission_name
+    except StopIteration:
+        return "submission.py"
+
+
+def _case_lines(case: CaseResult, submission: str = "", name: str = "submission.py") -> list[str]:
     if case.kind == "test":
         mark = "✅" if case.passed else "❌"
         lines = [f"  {mark} {escape(case.spec)}"]
         if not case.passed:
             detail = case.error or case.message
             lines += [f"     [red]{escape(line)}[/]" for line in _tail(detail, 8).splitlines()]
+            where = where_it_raised(case, submission, name)
+            if where:
+                lines.append(f"     [red]{escape(where)}[/]")
         return lines
     lines = [f"  {escape(case.spec)}"]
     profiled = [f"   {escape(line)}" for line in case.report.rstrip().splitlines()]
@@ -68,7 +87,9 @@ def _case_lines(case: CaseResult) -> list[str]:
         return lines + profiled
     if not case.passed or case.mean_ns is None:
         detail = case.error or case.message or "no timing reported"
-        return lines + [f"   ❌ [red]{escape(line)}[/]" for line in _tail(detail, 8).splitlines()]
+        where = where_it_raised(case, submission, name)
+        return lines + [f"   ❌ [red]{escape(line)}[/]" for line in _tail(detail, 8).splitlines()] + (
+            [f"   [red]{escape(where)}[/]"] if where else [])
     lines.append(f"   ⏱ {format_time(case.mean_ns, case.err_ns)}")
     lines.append(f"   ⚡ {format_time(case.best_ns)} 🐌 {format_time(case.worst_ns)}")
     extra = [f"n={case.runs}"]
@@ -144,21 +165,60 @@ def _compile_failure(step, system=None) -> list[str]:
     return lines
 
 
-def _speedups(report: RunReport, baseline: RunReport) -> Table | None:
+def _summary(case: CaseResult) -> stats.Summary | None:
+    """What an interval needs from one case: its raw samples, else runs, mean and std (or err · √runs)."""
+    if len(case.samples_ns) >= 2:
+        return stats.Summary.of(list(case.samples_ns))
+    if not case.mean_ns or case.runs < 2:
+        return None
+    std = case.std_ns if case.std_ns is not None else (case.err_ns or 0.0) * case.runs ** 0.5
+    return stats.Summary(n=case.runs, mean=float(case.mean_ns), std=float(std))
+
+
+def speedup_intervals(report: RunReport, baseline: RunReport) -> tuple[list[tuple[str, float, float, stats.Interval | None]],
+                                                                        stats.Interval | None] | None:
+    """Per shape (spec, submission mean, reference mean, speedup interval) and the score's speedup interval:
+    time of the reference / time of the submission, 95%, from each run's timed calls (one process each); None
+    when either run has no passed timed run."""
     mode = "leaderboard" if report.runs_of("leaderboard") else "benchmark"
     mine = next((r for r in report.runs_of(mode, secret=False) if r.passed), None)
     ref = next((r for r in baseline.runs_of(mode, secret=False) if r.passed), None)
     if mine is None or ref is None:
         return None
-    table = common_table(("shape", "submission", "reference", "speedup"), right=("submission", "reference", "speedup"),
-                         title="speedup over the reference", title_justify="left", show_edge=False)
+    rows, pairs = [], []
     for a, b in zip(mine.benchmarks, ref.benchmarks):
         if a.mean_ns and b.mean_ns:
-            table.add_row(escape(a.spec), format_time(a.mean_ns), format_time(b.mean_ns), f"{b.mean_ns / a.mean_ns:.2f}×")
+            sa, sb = _summary(a), _summary(b)
+            interval = stats.ratio_ci95_summary(sb, sa) if sa and sb else None
+            rows.append((a.spec, float(a.mean_ns), float(b.mean_ns), interval))
+            if sa and sb:
+                pairs.append((sb, sa))
+    complete = len(pairs) == len(rows) == len(mine.benchmarks)
+    score = stats.score_ratio_ci95(pairs, report.ranking_by) if pairs and complete else None
+    return rows, score
+
+
+def _speedup_text(estimate: float, interval: stats.Interval | None) -> str:
+    if interval is None or not interval.defined:
+        return f"{estimate:.2f}× [dim](no interval: too few calls)[/]"
+    return f"{estimate:.2f}× [{interval.low:.2f}, {interval.high:.2f}]"
+
+
+def _speedups(report: RunReport, baseline: RunReport) -> Table | None:
+    found = speedup_intervals(report, baseline)
+    if found is None:
+        return None
+    rows, score = found
+    table = common_table(("shape", "submission", "reference", "speedup (95% CI)"),
+                         right=("submission", "reference", "speedup (95% CI)"),
+                         title="speedup over the reference: its mean / yours", title_justify="left",
+                         show_edge=False)
+    for spec, mine, ref, interval in rows:
+        table.add_row(escape(spec), format_time(mine), format_time(ref), _speedup_text(ref / mine, interval))
     if report.score_public_s and baseline.score_public_s:
         table.add_row("[bold]score[/]", format_time(report.score_public_s * 1e9),
                       format_time(baseline.score_public_s * 1e9),
-                      f"[bold]{baseline.score_public_s / report.score_public_s:.2f}×[/]")
+                      f"[bold]{_speedup_text(baseline.score_public_s / report.score_public_s, score)}[/]")
     return table
 
 
@@ -171,6 +231,9 @@ def show_run(report: RunReport, task: Task, *, baseline: RunReport | None = None
             payload["baseline"] = baseline.to_json()
             if report.score_public_s and baseline.score_public_s:
                 payload["speedup"] = baseline.score_public_s / report.score_public_s
+                found = speedup_intervals(report, baseline)
+                if found is not None and found[1] is not None and found[1].defined:
+                    payload["speedup_ci95"] = [found[1].low, found[1].high]
         if warning:
             payload["warning"] = warning
         emit_json("run", payload)
@@ -195,7 +258,7 @@ def show_run(report: RunReport, task: Task, *, baseline: RunReport | None = None
         con.print()
         con.print(_run_title(run))
         for case in run.tests + run.benchmarks:
-            for line in _case_lines(case):
+            for line in _case_lines(case, report.submission, _name_in_workdir(task)):
                 con.print(line)
         if run.outcome != "passed":
             con.print()
@@ -214,7 +277,7 @@ def show_run(report: RunReport, task: Task, *, baseline: RunReport | None = None
             con.print(f"[yellow]no speedup: the reference run did not pass ({escape(baseline.outcome)})[/]")
         else:
             con.print(table)
-    for text in report.warnings + ((warning,) if warning else ()):
+    for text in report.folded_warnings + ((warning,) if warning else ()):
         con.print(f"[yellow]warning:[/] {escape(text)}")
     verdict = "[bold green]PASSED[/]" if report.outcome == "passed" else f"[bold red]{report.outcome.upper().replace('_', ' ')}[/]"
     con.print(f"{verdict} in {total_s if total_s is not None else report.duration_s:.1f} s")
