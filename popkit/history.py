@@ -11,6 +11,7 @@ runs already in it stay where they are.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -215,7 +216,8 @@ class History:
         """Record a local test or bench run; returns its id."""
         return self._insert({
             "kind": "test" if report.mode == "test" else "bench",
-            "created_at": report.started_at or _now(), "submission": report.submission, "sha256": report.sha256,
+            "created_at": report.started_at or _now(), "submission": stored_path(report.submission),
+            "sha256": report.sha256,
             "content": content, "task": report.task, "leaderboard": report.leaderboard, "mode": report.mode,
             "gpu": None, "device": _device(report), "outcome": report.outcome,
             "score_s": report.score_public_s, "seeds": json.dumps(list(report.secret_seeds)),
@@ -233,7 +235,7 @@ class History:
                 score = next((r.score for r in remote.runs if r.mode == "leaderboard" and not r.secret
                               and r.score is not None), None)
         return self._insert({
-            "kind": "submit", "created_at": _now(), "submission": submission, "sha256": sha256,
+            "kind": "submit", "created_at": _now(), "submission": stored_path(submission), "sha256": sha256,
             "content": content, "task": leaderboard, "leaderboard": leaderboard, "mode": mode,
             "gpu": gpu, "device": None, "outcome": outcome, "score_s": score, "seeds": "[]",
             "remote_id": remote.submission_id if remote is not None else None, "remote_score_s": score,
@@ -243,11 +245,24 @@ class History:
 
     # ----------------------------------------------------------------------------------- reads
 
-    def list_runs(self, task: str | None = None, limit: int = 20) -> list[RunRecord]:
-        """Newest first; `task` matches the task or leaderboard name."""
-        where, args = "", ()
+    def list_runs(self, task: str | None = None, limit: int = 20, path: Path | str | None = None) -> list[RunRecord]:
+        """Newest first; `task` matches the task or leaderboard name; `path` a submission file, or a folder
+        (every submission under it). Runs recorded before popkit stored absolute paths match by the path as
+        typed then."""
+        clauses, args = [], []
         if task:
-            where, args = "WHERE task = ? OR leaderboard = ?", (task, task)
+            clauses.append("(task = ? OR leaderboard = ?)")
+            args += [task, task]
+        if path is not None:
+            target = stored_path(path)
+            if Path(path).is_dir():
+                prefix = target.rstrip("/") + "/"
+                clauses.append("substr(submission, 1, ?) = ?")  # exact: LIKE would ignore case
+                args += [len(prefix), prefix]
+            else:
+                clauses.append("(submission = ? OR submission = ?)")
+                args += [target, str(path)]
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         rows = self._query(f"SELECT {_SUMMARY_COLUMNS} FROM runs {where} ORDER BY id DESC LIMIT ?",
                            (*args, min(int(limit), _MAX_ID)))
         return [_record(r) for r in rows]
@@ -272,6 +287,24 @@ class History:
                            " WHERE sha256 = ? AND kind != 'submit' ORDER BY (score_s IS NULL), id DESC LIMIT 1",
                            (sha256,))
         return _record(rows[0], full=True) if rows else None
+
+
+def stored_path(path: Path | str) -> str:
+    """A submission's path as the ledger keeps it: absolute (not resolved: a symlink stays the name you used), so
+    that `popkit history --file` finds it from any folder."""
+    return os.path.abspath(os.path.expanduser(str(path)))
+
+
+def shown_path(stored: str, cwd: Path | None = None) -> str:
+    """A stored path as a person reads it: relative to the current folder when under it, else under `~`, else
+    as stored."""
+    cwd = cwd or Path.cwd()
+    try:
+        return str(Path(stored).relative_to(cwd))
+    except ValueError:
+        pass
+    home = os.path.expanduser("~")
+    return "~" + stored[len(home):] if home not in ("", "/") and stored.startswith(home + "/") else stored
 
 
 def _now() -> str:
@@ -343,8 +376,8 @@ def latest_local(sha256: str) -> RunRecord | None:
     return History().latest_local(sha256)
 
 
-def list_runs(task: str | None = None, limit: int = 20) -> list[RunRecord]:
-    return History().list_runs(task, limit)
+def list_runs(task: str | None = None, limit: int = 20, path: Path | str | None = None) -> list[RunRecord]:
+    return History().list_runs(task, limit, path)
 
 
 def get_run(run_id: int) -> RunRecord:

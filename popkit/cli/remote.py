@@ -97,16 +97,30 @@ def submit(
 @app.command()
 def history(
     task: Annotated[Optional[str], typer.Option("--task", "-t", help="Only runs of this task or leaderboard.")] = None,
+    file: Annotated[Optional[Path], typer.Option("--file", "-f", help="Only runs of this submission file, or of every file under this folder.")] = None,
     limit: Annotated[int, typer.Option("-n", "--limit", min=1, help="How many runs, newest first.")] = 20,
     json: _json_opt("history") = False,
 ) -> None:
     """List recorded test, bench and submit runs (your per-user ledger, or POPKIT_HOME, or ./.popkit where it exists).
 
-    Example: popkit history --task vectoradd -n 5
+    Paths are shown relative to the current folder (under ~ otherwise); --json has them whole.
+
+    \b
+    Examples:
+      popkit history --task vectoradd -n 5
+      popkit history --file kernels/          (every file under kernels/)
     """
     common.set_json(json)
     db = ledger.History()
-    view.show_history(db.list_runs(task, limit), db.path, json=json, source=popkit_home_source())
+    view.show_history(db.list_runs(task, limit, file), db.path, json=json, source=popkit_home_source(),
+                      filtered=_filter_words(task, file))
+
+
+def _filter_words(task: Optional[str], file: Optional[Path]) -> str:
+    said = [f"task {task}"] if task else []
+    if file is not None:
+        said.append(f"{'files under' if file.is_dir() else 'file'} {file}")
+    return " and ".join(said)
 
 
 @app.command()

@@ -12,7 +12,7 @@ from popkit.diagnostics import submission_frame
 from popkit.ncu import NcuReport
 from popkit.results import CaseResult, ModeRun, RunReport
 from popkit.tasks import Skipped, Task, display_path
-from popkit.views.common import (console, emit_json, err_console, escape, format_interval, format_time,
+from popkit.views.common import (console, emit_json, err_console, escape, fold, format_interval, format_time, keep_whole,
                                   table as common_table)
 
 TAIL_LINES = 25  # lines of a log shown on screen; the JSON keeps the whole log
@@ -291,16 +291,38 @@ def _task_row(task: Task) -> dict:
     }
 
 
+TASK_TABLE_OTHERS = 62  # what a readable task row needs beside its name: gpus, ranking, tests, benchmarks, folder
+
+
+def task_folder(task: Task) -> str:
+    """Where a task lives, short: `bundled`, or its problem set's folder and its own (`pmpp_v2/grayscale_py`);
+    --json has the whole path."""
+    return "bundled" if task.bundled else f"{task.path.parent.name}/{task.path.name}"
+
+
 def show_task_list(tasks: Sequence[Task], skipped: Sequence[Skipped] = (), *, json: bool = False) -> None:
+    """One row per task, named by what `--task` takes (the leaderboard name), never cut: where the longest name
+    leaves no room for a table, each task gets two lines instead."""
     if json:
         emit_json("tasks", {"tasks": [_task_row(t) for t in tasks], "skipped": [s.to_json() for s in skipped]})
         return
     show_skipped(skipped)
-    table = common_table(("task", "leaderboard", "gpus", "ranking", "tests", "benchmarks", "source"), show_edge=False)
-    for t in tasks:
-        table.add_row(escape(t.name), escape(t.leaderboard or "-"), escape(", ".join(t.gpus) or "-"), t.ranking_by,
-                      str(len(t.tests)), str(len(t.benchmarks)), "bundled" if t.bundled else escape(str(t.path)))
-    console().print(table)
+    con = console()
+    names = [t.display_name for t in tasks]
+    if names and max(map(len, names)) + TASK_TABLE_OTHERS > con.width:
+        for t, name in zip(tasks, names):
+            con.print(f"[bold]{escape(name)}[/]", soft_wrap=True)
+            con.print(f"    {escape(', '.join(t.gpus) or '-')} · {t.ranking_by} · {len(t.tests)} tests · "
+                      f"{len(t.benchmarks)} benchmarks · {escape(task_folder(t))}")
+        return
+    table = common_table(("task", "gpus", "ranking", "tests", "benchmarks", "folder"), show_edge=False)
+    keep_whole(table, {"task": names})
+    fold(table, "folder")
+    for t, name in zip(tasks, names):
+        table.add_row(escape(name), escape(", ".join(t.gpus) or "-"), t.ranking_by, str(len(t.tests)),
+                      str(len(t.benchmarks)), escape(task_folder(t)))
+    con.print(table)
+    con.print("[dim]task: the name --task takes (a problem set's leaderboard name); --json has every path[/]")
 
 
 def show_skipped(skipped: Sequence[Skipped]) -> None:
@@ -323,7 +345,7 @@ def show_task(task: Task, *, json: bool = False) -> None:
     con.print(f"[bold]{escape(task.name)}[/]" + (f" · leaderboard {escape(task.leaderboard)}" if task.leaderboard else ""))
     con.print(f"[dim]{escape(str(task.path))}[/]")
     con.print()
-    con.print(escape(task.description))
+    con.print(escape(task.description.rstrip()), soft_wrap=True)  # the author's line breaks, not Rich's re-wrap
     con.print()
     con.print(f"ranking: {task.ranking_by} · GPUs: {escape(', '.join(task.gpus) or '-')} · "
               f"timeouts: test {task.test_timeout:g} s, benchmark {task.benchmark_timeout:g} s, "
