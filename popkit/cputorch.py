@@ -73,12 +73,20 @@ def is_cpu_only(python: str = sys.executable) -> bool:
     return torch_backend(python) == "cpu"
 
 
-def no_gpu_message(submission: Path | str, command: str, cpu_only: bool) -> tuple[str, str]:
-    """(message, hint) for `popkit test|bench` of a CUDA-building file on a machine without a GPU.
+def no_gpu_message(submission: Path | str, command: str, cpu_only: bool, target: str = "cuda") -> tuple[str, str]:
+    """(message, hint) for `popkit test|bench` of a file that builds a kernel, on a machine without a GPU.
 
-    With a CUDA build of torch here, `popkit compile` checks the build on this machine; with a CPU-only torch
-    it cannot, and the hint says what can (the second venv) instead of sending the user to a refusal.
+    `target` is the file's (hipcheck.detect_target: `cuda` or `hip`). A HIP file needs an AMD GPU with a ROCm
+    torch, and says so. For CUDA: with a CUDA build of torch here, `popkit compile` checks the build on this
+    machine; with a CPU-only torch it cannot, and the hint says what can (the second venv) instead of sending the
+    user to a refusal.
     """
+    if target == "hip":
+        return (f"this machine has no AMD GPU: a HIP file's kernels run on an AMD GPU with a ROCm build of torch, "
+                f"and `popkit {command}` needs one",
+                f"`popkit compile {submission}` checks it here (its kernels built for the AMD GPU where clang's AMDGPU "
+                f"backend is installed: popkit doctor checks); `popkit test --hip-on-cuda {submission}` runs their "
+                "logic on an NVIDIA GPU")
     message = f"this machine has no CUDA GPU: `popkit compile` builds it, `popkit {command}` needs a GPU"
     elsewhere = f"run `popkit {command}` on a machine with a GPU (a pure-PyTorch submission runs on the CPU)"
     if cpu_only:

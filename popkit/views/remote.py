@@ -44,7 +44,7 @@ def _check_lines(report: LintReport, guard_absent_note: bool = True) -> list[str
     guard = report.guard
     if guard is None:
         if guard_absent_note:
-            lines.append("[dim]KernelGuard: not installed (`pip install kernelguard` to run the server's"
+            lines.append("[dim]KernelGuard: not installed (`pip install 'popkit\\[guard]'` to run the server's"
                          " screening here too)[/]")
     elif guard.error:
         lines.append(f"[yellow]KernelGuard failed:[/] {escape(guard.error)}")
@@ -328,9 +328,16 @@ def _series_verdict(s: Series, report: ABReport) -> str:
     return text
 
 
+AB_FOOTER = ("A = {a}, B = {b}. A and B columns: per shape, the median over rounds of the statistic the column names "
+             "(each eval's median of its timed calls, or its mean where the eval reports no median); B / A below 1 "
+             "means B takes less time. Intervals: Student t over rounds on log ratios, 95% wherever the A/B stopped "
+             "(docs/design.md)")  # one wording for every A/B: only the column headers name the statistic
+
+
 def _ab_table(report: ABReport) -> Table:
-    table = common_table(("shape", "A", "B", "B / A [95% CI]", "verdict", "rounds"),
-                         right=("A", "B", "B / A [95% CI]", "rounds"), show_edge=False)
+    a_col, b_col = f"A ({report.statistic})", f"B ({report.statistic})"
+    table = common_table(("shape", a_col, b_col, "B / A [95% CI]", "verdict", "rounds"),
+                         right=(a_col, b_col, "B / A [95% CI]", "rounds"), show_edge=False)
     rows = list(report.shapes) + ([report.score] if report.score is not None else [])
     for s in rows:
         name = f"[bold]score ({escape(report.ranking_by)})[/]" if s is report.score else escape(s.spec)
@@ -353,9 +360,7 @@ def show_ab(report: ABReport, *, json: bool = False) -> None:
     con.print(f"[dim]system:[/] {escape(system_line(dict(report.system)))}")
     if any(s.a_ns or s.status != "ok" for s in report.shapes):
         con.print(_ab_table(report))
-        con.print(f"[dim]A = {escape(report.a_path)}, B = {escape(report.b_path)}; A and B: median over rounds of"
-                  f" each eval's {escape(report.statistic)}; B / A below 1 means B takes less time. Intervals:"
-                  " Student t over rounds on log ratios, 95% wherever the A/B stopped (docs/design.md)[/]")
+        con.print(f"[dim]{escape(AB_FOOTER.format(a=report.a_path, b=report.b_path))}[/]")
     if report.failed_side:
         side = report.failed_side
         path = escape(report.path(side))

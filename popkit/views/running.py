@@ -11,6 +11,7 @@ from popkit import stats
 from popkit.diagnostics import submission_frame
 from popkit.ncu import NcuReport
 from popkit.results import CaseResult, ModeRun, RunReport
+from popkit.taskhints import other_task_hint
 from popkit.tasks import Skipped, Task, display_path
 from popkit.views.common import (console, emit_json, err_console, escape, fold, format_interval, format_time, keep_whole,
                                   table as common_table)
@@ -264,6 +265,9 @@ def show_run(report: RunReport, task: Task, *, baseline: RunReport | None = None
             con.print()
             for line in _failure_details(report, run):
                 con.print(line)
+    other_task = other_task_hint(report, task.name, task.bundled)
+    if other_task:
+        con.print(f"[yellow]hint:[/] {escape(other_task)}")
     con.print()
     if report.score_public_s is not None and report.mode in ("benchmark", "leaderboard"):
         label = "score" if report.mode == "leaderboard" else "benchmark score"
@@ -367,14 +371,20 @@ def show_task_check(tasks: Sequence[Task], verdicts: Sequence, system: dict, *, 
         return
     con = console()
     con.print(f"[dim]this machine:[/] {escape(system_line(system))}")
-    table = common_table(("task", "leaderboard", "runnable here", "reason"), show_edge=False)
+    table = common_table(("task", "PyTorch file", "CUDA/HIP build", "why not"), show_edge=False)
+    keep_whole(table, {"task": [t.display_name for t in tasks]})
     for t, v in zip(tasks, verdicts):
-        why = "; ".join(v.reasons) if v.reasons else "; ".join(v.notes)
-        table.add_row(escape(t.name), escape(t.leaderboard or "-"), "[green]yes[/]" if v.runnable else "[red]no[/]",
-                      escape(why))
+        why = list(v.reasons) or list(v.notes)
+        why += [r for r in v.build_reasons if r not in v.reasons]
+        table.add_row(escape(t.display_name), _yes(v.runnable), _yes(v.build_runnable), escape("; ".join(why)))
     con.print(table)
-    runnable = sum(v.runnable for v in verdicts)
-    con.print(f"{runnable} of {len(verdicts)} tasks can run here")
+    plain, built = sum(v.runnable for v in verdicts), sum(v.build_runnable for v in verdicts)
+    con.print(f"{plain} of {len(verdicts)} tasks can run a PyTorch file here, {built} a file that builds a CUDA or "
+              "HIP kernel (load_inline)")
+
+
+def _yes(ok: bool) -> str:
+    return "[green]yes[/]" if ok else "[red]no[/]"
 
 
 def show_taskcheck(result, *, json: bool = False) -> None:
