@@ -46,9 +46,11 @@ def gpu_for(name: str | None) -> Gpu | None:
 
 
 def cc_arch(sm: str) -> str:
-    """`sm_90` (NVML's spelling) -> `9.0` (TORCH_CUDA_ARCH_LIST's)."""
+    """`sm_90` (NVML's spelling) -> `9.0a` (TORCH_CUDA_ARCH_LIST's), the arch-specific variant from 9.0 on as
+    gpus.Gpu.torch_arch builds for a leaderboard GPU, so that wgmma/tcgen05 code builds for the local card too."""
     digits = sm.removeprefix("sm_").rstrip("a")
-    return f"{digits[:-1]}.{digits[-1]}"
+    major, minor = digits[:-1], digits[-1]
+    return f"{major}.{minor}" + ("a" if int(major) >= 9 else "")
 
 
 def supported_archs(nvcc: str | None, timeout_s: float = 20.0) -> set[str] | None:

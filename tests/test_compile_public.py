@@ -85,7 +85,8 @@ def test_arch_order_environment_local_gpu_directive_task_default():
     assert _choose(env_list="8.6", local_archs=["sm_90"]).note == (
         "architecture: TORCH_CUDA_ARCH_LIST=8.6, from TORCH_CUDA_ARCH_LIST in the environment")
     assert _choose(local_archs=["sm_90"], local_gpu=True, directive_gpu="B200").note == (
-        "architecture: TORCH_CUDA_ARCH_LIST=9.0, this machine's GPU (sm_90)")
+        "architecture: TORCH_CUDA_ARCH_LIST=9.0a, this machine's GPU (sm_90)")
+    assert _choose(local_archs=["sm_80", "sm_80"], local_gpu=True).arch_list == "8.0"
     assert _choose(local_gpu=True, directive_gpu="B200").note == (
         "architecture: torch's choice, this machine's GPU (torch reads its architecture)")
     assert _choose(directive_gpu="H100", directive_line=2, task_gpus=["A100"]).note == (
