@@ -11,17 +11,17 @@ runs already in it stay where they are.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Mapping
 
 from popkit import __version__
-from popkit.ab import Comparison, compare_shapes
 from popkit.errors import HistoryError, UsageError
 from popkit.resources import popkit_home
-from popkit.results import CaseResult, RemoteResult, RunReport
+from popkit.results import RemoteResult, RunReport
 
 DB_NAME = "history.sqlite3"
 BUSY_TIMEOUT_S = 5.0  # how long a write waits for another popkit holding the database
@@ -216,7 +216,8 @@ class History:
         """Record a local test or bench run; returns its id."""
         return self._insert({
             "kind": "test" if report.mode == "test" else "bench",
-            "created_at": report.started_at or _now(), "submission": report.submission, "sha256": report.sha256,
+            "created_at": report.started_at or _now(), "submission": stored_path(report.submission),
+            "sha256": report.sha256,
             "content": content, "task": report.task, "leaderboard": report.leaderboard, "mode": report.mode,
             "gpu": None, "device": _device(report), "outcome": report.outcome,
             "score_s": report.score_public_s, "seeds": json.dumps(list(report.secret_seeds)),
@@ -234,7 +235,7 @@ class History:
                 score = next((r.score for r in remote.runs if r.mode == "leaderboard" and not r.secret
                               and r.score is not None), None)
         return self._insert({
-            "kind": "submit", "created_at": _now(), "submission": submission, "sha256": sha256,
+            "kind": "submit", "created_at": _now(), "submission": stored_path(submission), "sha256": sha256,
             "content": content, "task": leaderboard, "leaderboard": leaderboard, "mode": mode,
             "gpu": gpu, "device": None, "outcome": outcome, "score_s": score, "seeds": "[]",
             "remote_id": remote.submission_id if remote is not None else None, "remote_score_s": score,
@@ -244,11 +245,24 @@ class History:
 
     # ----------------------------------------------------------------------------------- reads
 
-    def list_runs(self, task: str | None = None, limit: int = 20) -> list[RunRecord]:
-        """Newest first; `task` matches the task or leaderboard name."""
-        where, args = "", ()
+    def list_runs(self, task: str | None = None, limit: int = 20, path: Path | str | None = None) -> list[RunRecord]:
+        """Newest first; `task` matches the task or leaderboard name; `path` a submission file, or a folder
+        (every submission under it). Runs recorded before popkit stored absolute paths match by the path as
+        typed then."""
+        clauses, args = [], []
         if task:
-            where, args = "WHERE task = ? OR leaderboard = ?", (task, task)
+            clauses.append("(task = ? OR leaderboard = ?)")
+            args += [task, task]
+        if path is not None:
+            target = stored_path(path)
+            if Path(path).is_dir():
+                prefix = target.rstrip("/") + "/"
+                clauses.append("substr(submission, 1, ?) = ?")  # exact: LIKE would ignore case
+                args += [len(prefix), prefix]
+            else:
+                clauses.append("(submission = ? OR submission = ?)")
+                args += [target, str(path)]
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         rows = self._query(f"SELECT {_SUMMARY_COLUMNS} FROM runs {where} ORDER BY id DESC LIMIT ?",
                            (*args, min(int(limit), _MAX_ID)))
         return [_record(r) for r in rows]
@@ -275,6 +289,24 @@ class History:
         return _record(rows[0], full=True) if rows else None
 
 
+def stored_path(path: Path | str) -> str:
+    """A submission's path as the ledger keeps it: absolute (not resolved: a symlink stays the name you used), so
+    that `popkit history --file` finds it from any folder."""
+    return os.path.abspath(os.path.expanduser(str(path)))
+
+
+def shown_path(stored: str, cwd: Path | None = None) -> str:
+    """A stored path as a person reads it: relative to the current folder when under it, else under `~`, else
+    as stored."""
+    cwd = cwd or Path.cwd()
+    try:
+        return str(Path(stored).relative_to(cwd))
+    except ValueError:
+        pass
+    home = os.path.expanduser("~")
+    return "~" + stored[len(home):] if home not in ("", "/") and stored.startswith(home + "/") else stored
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
@@ -298,38 +330,6 @@ def _record(row: sqlite3.Row, full: bool = False) -> RunRecord:
         seeds=tuple(json.loads(row["seeds"] or "[]")), remote_id=row["remote_id"],
         remote_score_s=row["remote_score_s"], error=row["error"] or "", popkit_version=row["popkit_version"],
         report=report, remote=remote)
-
-
-def _timed_cases(record: RunRecord) -> Iterator[CaseResult]:
-    """The public timed run of a record: leaderboard mode if it ran, else benchmark mode."""
-    report = record.report
-    if report is None:
-        return iter(())
-    for mode in ("leaderboard", "benchmark"):
-        for run in report.runs_of(mode, secret=False):
-            if any(c.mean_ns for c in run.benchmarks):
-                return iter(run.benchmarks)
-    return iter(())
-
-
-def compare_runs(a_id: int, b_id: int,
-                 history: History | None = None) -> tuple[RunRecord, RunRecord, Comparison]:
-    """`popkit compare`: per-shape and score ratios (time B / time A) of two recorded runs."""
-    history = history or History()
-    a, b = history.get_run(a_id), history.get_run(b_id)
-    cases = {}
-    for record in (a, b):
-        timed = list(_timed_cases(record))
-        if not timed:
-            what = "a submission" if record.kind == "submit" else f"a {record.mode} run, {record.outcome}"
-            raise UsageError(f"run {record.id} has no local timings ({what})",
-                             "compare two `popkit bench` runs; `popkit history` shows their ids")
-        cases[record.id] = {c.spec: [c] for c in timed}
-    comparison = compare_shapes(cases[a.id], cases[b.id], f"run {a.id}", f"run {b.id}")
-    if not comparison.shapes:
-        raise UsageError(f"runs {a.id} and {b.id} share no benchmark shape",
-                         "compare runs of the same task")
-    return a, b, comparison
 
 
 # Module-level entry points on the default database (popkit_home()). Every run popkit records
@@ -376,8 +376,8 @@ def latest_local(sha256: str) -> RunRecord | None:
     return History().latest_local(sha256)
 
 
-def list_runs(task: str | None = None, limit: int = 20) -> list[RunRecord]:
-    return History().list_runs(task, limit)
+def list_runs(task: str | None = None, limit: int = 20, path: Path | str | None = None) -> list[RunRecord]:
+    return History().list_runs(task, limit, path)
 
 
 def get_run(run_id: int) -> RunRecord:

@@ -31,6 +31,7 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 from popkit.errors import TaskError
+from popkit.refinputs import generated_inputs
 
 TARGETS = ("cuda", "hip")
 GEOMETRIES = ("elementwise_flat", "elementwise_2d", "row_reduction", "full_reduction", "matmul")
@@ -333,33 +334,46 @@ def _geometry(c: _Check, raw: Any, tensors: Mapping[str, Input], output: Output)
 
 
 def infer_skeleton(task_dir: Path) -> KernelSpec:
-    """A spec for a task without kernel.yml: `data` unpacks as task.py's `input_t` says, as far as it says.
+    """A spec for a task without kernel.yml: `data` unpacks as the reference's generate_input returns it
+    (refinputs.py), else as task.py's `input_t` says, as far as either says.
 
-    Tensor dtypes are unknown from an annotation, so they are assumed float32 and the wrapper checks
-    that; the kernel copies the first tensor into a new output. The notes say what to fill in.
+    Tensor dtypes come from generate_input's torch calls; from an annotation they are unknown, so they are
+    assumed float32 and the wrapper checks that; the kernel copies the first tensor into a new output. The
+    notes say what to fill in.
     """
     layout, described = _input_layout(Path(task_dir) / "task.py")
     notes = [f"Skeleton: {Path(task_dir).name} has no {SPEC_FILE}; {described}."]
-    if layout is None or not any(kind == "tensor" for kind in layout):
+    generated = generated_inputs(Path(task_dir) / "reference.py")
+    scalar = {"tensor": "float32", "int": "int", "float": "float"}
+    if generated and any(g.dtype in DTYPES for g in generated):
+        data = "tuple" if len(generated) > 1 else "tensor"
+        inputs = [Input(f"in{n}" if data == "tuple" else "x", g.dtype if g.dtype in DTYPES else "object")
+                  for n, g in enumerate(generated)]
+        shown = ", ".join(f"{g.name} ({g.dtype or 'not a tensor popkit reads'})" for g in generated)
+        notes.append(f"reference.py's generate_input returns {shown}: custom_kernel unpacks that"
+                     + ("" if layout is None or len(layout) == len(generated) else
+                        f" (task.py's input_t names {len(layout)} values; generate_input is what data holds)") + ".")
+    elif layout is None or not any(kind == "tensor" for kind in layout):
         notes.append("data is assumed to be one tensor: change the unpacking in custom_kernel if it is not.")
         data, inputs = "tensor", [Input("x", "float32")]
     else:
         data = "tuple" if len(layout) > 1 or described.startswith("input_t is a tuple") else "tensor"
-        scalar = {"tensor": "float32", "int": "int", "float": "float"}
         inputs = [Input(f"in{n}" if data == "tuple" else "x", scalar.get(kind, "object"))
                   for n, kind in enumerate(layout)]
     first = next(x for x in inputs if x.is_tensor)
+    assumed = "" if generated and any(g.dtype in DTYPES for g in generated) else " (assumed float32; the wrapper checks it)"
     notes += [
-        "Fill in: each tensor's dtype (assumed float32; the wrapper checks it), the output's shape and",
+        f"Fill in: each tensor's dtype{assumed}, the output's shape and",
         f"dtype (now those of {first.name}), the launch geometry, and the kernel body (now a copy of {first.name}).",
         "The task's reference.py shows what custom_kernel must return.",
     ]
     body = f"out[i] = {first.name}[i];  // Fill in: compute out[i] from the inputs."
     return KernelSpec(
         function=re.sub(r"\W", "_", Path(task_dir).name).strip("_").lower() or "kernel",
-        data=data, inputs=tuple(inputs), output=Output("out", "float32", like=first.name),
+        data=data, inputs=tuple(inputs), output=Output("out", first.dtype, like=first.name),
         geometry=Geometry("elementwise_flat", over=first.name), body=tuple((t, body) for t in TARGETS),
-        source="task.py (no kernel.yml)", notes=tuple(notes), skeleton=True,
+        source="reference.py and task.py (no kernel.yml)" if generated else "task.py (no kernel.yml)",
+        notes=tuple(notes), skeleton=True,
     )
 
 

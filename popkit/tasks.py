@@ -16,6 +16,7 @@ import yaml
 
 from popkit.errors import TaskError, UsageError
 from popkit.resources import data_dir
+from popkit.yamlfile import display_path, read_yaml
 
 SUBMISSION_SOURCE = "@SUBMISSION@"
 MODES = ("test", "benchmark", "leaderboard", "profile")
@@ -112,52 +113,6 @@ class ProblemSet:
 # ---------------------------------------------------------------------------------------- loading
 
 
-def display_path(path: Path) -> str:
-    """A path as the user would write it: relative to the current directory when under it."""
-    try:
-        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
-
-
-def _read_yaml(path: Path, what: str) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise TaskError(f"{display_path(path)}: {what} not found", "check the path") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TaskError(f"{display_path(path)}: cannot read {what} ({exc})") from None
-    try:
-        raw = yaml.safe_load(text)
-    except RecursionError:
-        raise TaskError(f"{display_path(path)}: nested too deeply to read", "a task needs a few levels at most") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}: " if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise TaskError(f"{display_path(path)}: {where}invalid YAML ({problem})", "fix the YAML syntax") from None
-    _check_size(raw, path)
-    return raw
-
-
-MAX_YAML_VALUES = 100_000  # a task or problem set holds hundreds; YAML aliases can expand to billions
-MAX_YAML_DEPTH = 20
-
-
-def _check_size(raw: Any, path: Path) -> None:
-    """Refuse a document that expands (through YAML aliases) past MAX_YAML_VALUES or nests past MAX_YAML_DEPTH."""
-    pending, count = [(raw, 1)], 0
-    while pending:
-        value, depth = pending.pop()
-        count += 1
-        if count > MAX_YAML_VALUES or depth > MAX_YAML_DEPTH:
-            what = f"over {MAX_YAML_VALUES:,} values" if count > MAX_YAML_VALUES else f"nested over {MAX_YAML_DEPTH} deep"
-            raise TaskError(f"{display_path(path)}: {what} (YAML aliases counted as expanded)",
-                            "a task or problem set needs far less; remove the aliases or the generated part")
-        children = value.values() if isinstance(value, Mapping) else value if isinstance(value, list) else ()
-        pending.extend((child, depth + 1) for child in children)
-
-
 def _kind(value: Any) -> str:
     if isinstance(value, Mapping):
         return "a mapping"
@@ -221,7 +176,7 @@ def load_task(path: Path | str, *, leaderboard: str | None = None, gpus: Sequenc
     if not directory.is_dir():
         raise TaskError(f"{directory}: not a task directory", "give a directory that holds task.yml")
     yml = directory / "task.yml"
-    raw = _read_yaml(yml, "task.yml")
+    raw = read_yaml(yml, "task.yml")
     check = _Checker(yml)
     if not isinstance(raw, Mapping):
         raise check.fail(f"must be a mapping of keys (got {_kind(raw)})")
@@ -345,7 +300,7 @@ def _task_dir_of(pset: ProblemSet, problem: Problem) -> Path | None:
 def load_problem_set(path: Path | str) -> ProblemSet:
     """Load a problem-set yaml (`name`, `deadline`, `description`, `problems: [...]`)."""
     path = Path(path)
-    raw = _read_yaml(path, "problem set")
+    raw = read_yaml(path, "problem set")
     check = _Checker(path)
     if not isinstance(raw, Mapping) or "problems" not in raw:
         raise check.fail("not a problem set (no `problems` key)")

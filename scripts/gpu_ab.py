@@ -50,6 +50,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from popkit import shapes  # noqa: E402
 from popkit import ab, runner  # noqa: E402
 from popkit.tasks import load_task  # noqa: E402
 
@@ -246,8 +247,8 @@ def summary(results: dict) -> dict:
                "stopped": r["report"].get("stopped"), "evals": len(r["report"].get("eval_s", [])),
                "eval_s": sum(r["report"].get("eval_s", [])) / max(1, len(r["report"].get("eval_s", [])))}
               for r in results["runs"] if r["step"] == "speed"]
-    winners = sum(r["verdict"] in (ab.A_FASTER, ab.B_FASTER) for r in own)
-    named = sum(r["verdict"] == ab.A_FASTER for r in slow)  # A is the original: the slow B takes longer
+    winners = sum(r["verdict"] in (shapes.A_FASTER, shapes.B_FASTER) for r in own)
+    named = sum(r["verdict"] == shapes.A_FASTER for r in slow)  # A is the original: the slow B takes longer
     return {"self_verdicts": len(own), "self_winners": winners,
             "self_ok": len(own) >= 40 and winners <= FALSE_WINNERS_ALLOWED,
             "slow_large_verdicts": len(slow), "slow_large_named": named,

@@ -228,7 +228,7 @@ def probes() -> dict:
 
     out = {}
     for name, call in (("probe", lambda: system.probe()),
-                       ("torch", lambda: system._probe(sys.executable, 120.0, extended=False))):
+                       ("torch", lambda: system.probe_torch(sys.executable, 120.0, extended=False))):
         start = time.monotonic()
         out[name] = call()
         out[name + "_s"] = round(time.monotonic() - start, 3)

@@ -167,6 +167,8 @@ def cuda_tools(**kw) -> compiler.Toolchain:
 def fake_cuda(monkeypatch):
     monkeypatch.setattr(compiler, "toolchain", lambda python=None, timeout_s=30.0: cuda_tools())
     monkeypatch.setattr(compiler, "cuda_home_problem", lambda: None)
+    monkeypatch.setattr(compiler, "local_gpu_archs", lambda: (None, False))  # as on a machine without a GPU
+    monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
 
 
 def test_built_report_with_times_record_and_cache(tmp_path, monkeypatch, fake_cuda):
@@ -180,8 +182,10 @@ def test_built_report_with_times_record_and_cache(tmp_path, monkeypatch, fake_cu
     assert report.arch_list == "9.0a" and calls[0]["env"]["TORCH_CUDA_ARCH_LIST"] == "9.0a"  # from `#!POPCORN gpu H100`
     assert calls[0]["name"] == "submission.py" and "reference.py" in calls[0]["files"]  # the task's files beside it
     assert Path(report.build_dir).parent == tmp_path / "home" / "build"
-    assert report.notes == ("warning: the cold build took 100 s, 83% of the task's test_timeout (120 s): a first run "
-                            "that must build may time out",)
+    assert report.notes == (
+        "architecture: TORCH_CUDA_ARCH_LIST=9.0a, no GPU here: from `#!POPCORN gpu H100` (line 2)",
+        "warning: the cold build took 100 s, 83% of the task's test_timeout (120 s): a first run that must build may "
+        "time out")
     assert compiler.CompileReport.from_json(json.loads(json.dumps(report.to_json()))) == report
 
     fake, calls = fake_import([{"ok": True, "seconds": 1.2, "has_custom_kernel": True}])

@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from popkit import history
+from popkit import history, runcompare
 from popkit.errors import HistoryError, UsageError
 from popkit.history import History, RunRecord
 from popkit.results import RemoteResult, RemoteRun
@@ -217,8 +217,9 @@ def test_newer_schema_is_refused(db):
 
 def test_compare_runs(db):
     a = db.record_run(make_report(means=(1000.0, 4000.0)), b"1")
-    b = db.record_run(make_report(means=(500.0, 4000.0)), b"2")
-    rec_a, rec_b, comparison = history.compare_runs(a, b, db)
+    b = db.record_run(make_report(means=(500.0, 4000.0), sha="c" * 64), b"2")
+    rc = runcompare.compare_runs(a, b, db)
+    rec_a, rec_b, comparison = rc.a, rc.b, rc.comparison
     assert (rec_a.id, rec_b.id) == (a, b)
     assert [s.spec for s in comparison.shapes] == ["size: 1024; seed: 0", "size: 2048; seed: 1"]
     assert comparison.shapes[0].ratio.estimate == pytest.approx(0.5)
@@ -231,7 +232,7 @@ def test_compare_needs_timings(db):
     a = db.record_run(make_report(mode="test"), b"1")
     b = db.record_run(make_report(), b"2")
     with pytest.raises(UsageError, match=f"run {a} has no local timings"):
-        history.compare_runs(a, b, db)
+        runcompare.compare_runs(a, b, db)
 
 
 # ---------------------------------------------------------------------------------- the commands
@@ -273,7 +274,7 @@ def test_history_command_empty_and_task_filter(cli_env):
     assert result.exit_code == 0 and "no runs recorded" in result.output
     _db(cli_env).record_run(make_report(), b"1")
     result = CliRunner().invoke(app, ["history", "--task", "softmax"], env=cli_env)
-    assert "no runs recorded" in result.output
+    assert "no runs of task softmax recorded in" in result.output
 
 
 def test_history_command_corrupt_database(cli_env):
@@ -312,7 +313,7 @@ def test_show_command_submission_and_unknown_run(cli_env):
 def test_compare_command(cli_env):
     db = _db(cli_env)
     a = db.record_run(make_report(means=(1000.0, 4000.0)), b"1")
-    b = db.record_run(make_report(means=(500.0, 4000.0)), b"2")
+    b = db.record_run(make_report(means=(500.0, 4000.0), sha="c" * 64), b"2")
     result = CliRunner().invoke(app, ["compare", str(a), str(b)], env=cli_env)
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
@@ -384,3 +385,27 @@ def test_another_programs_sqlite_file_is_never_modified(cli_env):
     with pytest.raises(HistoryError, match="not a popkit history database"):
         _db(cli_env).record_run(make_report(), b"1")
     assert path.read_bytes() == before
+
+
+def test_history_filters_by_file_or_folder_and_shows_paths_from_the_cwd(cli_env, tmp_path, monkeypatch):
+    work = tmp_path / "work"
+    (work / "kernels").mkdir(parents=True)
+    (work / "kernels" / "v7.py").write_text("x")
+    (work / "kernels_old").mkdir()
+    monkeypatch.chdir(work)
+    db = _db(cli_env)
+    v7 = db.record_run(make_report(submission="kernels/v7.py"), b"1")  # as typed, relative to the cwd
+    old = db.record_run(make_report(submission=str(work / "kernels_old" / "v7.py")), b"2")
+    other = db.record_run(make_report(submission=str(tmp_path / "elsewhere" / "KERNELS" / "v7.py")), b"3")
+    assert db.get_run(v7).submission == str(work / "kernels" / "v7.py")  # stored absolute
+    listed = CliRunner().invoke(app, ["history"], env=cli_env).output
+    assert "kernels/v7.py" in listed and "kernels_old/v7.py" in listed
+    assert "/elsewhere/KERNELS/v7.py" in listed  # outside the cwd: absolute, its end kept
+    by_file = CliRunner().invoke(app, ["history", "--file", "kernels/v7.py", "--json"], env=cli_env)
+    assert [r["id"] for r in json.loads(by_file.stdout)["runs"]] == [v7]
+    by_folder = CliRunner().invoke(app, ["history", "--file", "kernels", "--json"], env=cli_env)
+    assert [r["id"] for r in json.loads(by_folder.stdout)["runs"]] == [v7]  # not kernels_old/, not KERNELS/
+    assert [r.id for r in db.list_runs(path=work)] == [old, v7]
+    assert other not in [r.id for r in db.list_runs(path=work)]
+    none = CliRunner().invoke(app, ["history", "--file", "kernels", "--task", "softmax"], env=cli_env)
+    assert "no runs of task softmax and files under kernels recorded in" in none.output

@@ -8,7 +8,7 @@ from typing import Annotated, List, Optional
 import typer
 
 from popkit import history as ledger
-from popkit import lint, popcorn, submit as workflow
+from popkit import lint, popcorn, runcompare, submit as workflow
 from popkit.source import check_language
 from popkit.cli.app import app
 from popkit.errors import ExitCode, TaskError
@@ -99,16 +99,30 @@ def submit(
 @app.command()
 def history(
     task: Annotated[Optional[str], typer.Option("--task", "-t", help="Only runs of this task or leaderboard.")] = None,
+    file: Annotated[Optional[Path], typer.Option("--file", "-f", help="Only runs of this submission file, or of every file under this folder.")] = None,
     limit: Annotated[int, typer.Option("-n", "--limit", min=1, help="How many runs, newest first.")] = 20,
     json: _json_opt("history") = False,
 ) -> None:
     """List recorded test, bench and submit runs (your per-user ledger, or POPKIT_HOME, or ./.popkit where it exists).
 
-    Example: popkit history --task vectoradd -n 5
+    Paths are shown relative to the current folder (under ~ otherwise); --json has them whole.
+
+    \b
+    Examples:
+      popkit history --task vectoradd -n 5
+      popkit history --file kernels/          (every file under kernels/)
     """
     common.set_json(json)
     db = ledger.History()
-    view.show_history(db.list_runs(task, limit), db.path, json=json, source=popkit_home_source())
+    view.show_history(db.list_runs(task, limit, file), db.path, json=json, source=popkit_home_source(),
+                      filtered=_filter_words(task, file))
+
+
+def _filter_words(task: Optional[str], file: Optional[Path]) -> str:
+    said = [f"task {task}"] if task else []
+    if file is not None:
+        said.append(f"{'files under' if file.is_dir() else 'file'} {file}")
+    return " and ".join(said)
 
 
 @app.command()
@@ -135,10 +149,11 @@ def compare(
 ) -> None:
     """Compare two recorded bench runs shape by shape: B / A time ratio with 95% intervals.
 
+    Both runs are compared in one mode (leaderboard mode when both timed it, else benchmark mode), each
+    shape by its mean, the score as `popkit history` shows it. Two runs of identical bytes get no winner.
     For a fair A/B on one machine in one session, prefer `popkit bench A.py B.py`.
 
     Example: popkit compare 12 15
     """
     common.set_json(json)
-    a, b, comparison = ledger.compare_runs(run_a, run_b)
-    comparison_view.show_compare(a, b, comparison, json=json)
+    comparison_view.show_compare(runcompare.compare_runs(run_a, run_b), json=json)
