@@ -5,7 +5,10 @@
 2. The reference as the submission, through test → benchmark → leaderboard: each mode's time against
    its timeout.
 3. The checker: a submission returning zeros shaped like the reference's output, and one returning
-   the unmodified input, must both fail the tests; a checker that passes either is flagged.
+   the unmodified input, must both fail the tests; a checker that passes either is flagged. A probe
+   counts as rejected only when a case failed, and the probes run only once the reference passes.
+An eval that writes `check: pass` with fewer results than its cases (none at all, or tests where
+benchmarks were asked for) is an error: a pass no case result backs.
 Runs go through runner.run_submission, so a task this machine cannot run stops at its preflight.
 """
 
@@ -18,6 +21,7 @@ from typing import Callable
 from popkit import runner
 from popkit.contract import entry_points
 from popkit.errors import EnvironmentProblem
+from popkit.results import ModeRun, RunReport
 from popkit.tasks import Task, load_task
 
 SLOW_SHARE = 0.5  # a mode that uses more than this share of its timeout is flagged
@@ -120,12 +124,40 @@ def check_task_dir(directory: Path | str, *, root: Path | None = None, python: s
     system = _run_reference(task, options, result, progress)
     if result.skipped:
         return result
+    if result.errors or any(m.outcome != "passed" for m in result.modes):
+        # A probe the eval fails proves nothing about the checker while the reference does not pass either.
+        result.lax = dict.fromkeys(LAX_PROBES, "not run: the reference's own runs have problems (above)")
+        return result
     for label, content in LAX_PROBES.items():
         (progress or (lambda _m: None))(f"checker: {label}")
         report = runner.run_submission(task, Path(f"<{label}>"), "test", options, system=system, content=content)
-        result.lax[label] = "passed" if report.outcome == "passed" else (
-            "rejected" if report.outcome == "failed" else f"did not run ({report.outcome})")
+        result.lax[label] = _probe_verdict(report)
     return result
+
+
+def _probe_verdict(report: RunReport) -> str:
+    """`rejected` only when the checker failed a case; a run that failed for another reason (no case
+    results, a crash, a timeout) did not put the checker to the test."""
+    if report.outcome == "passed":
+        return "passed"
+    if report.outcome == "failed" and any(not c.passed for r in report.runs for c in r.tests + r.benchmarks):
+        return "rejected"
+    summary = next((r.summary for r in report.runs if r.outcome != "passed"), "") or report.outcome
+    return f"did not run ({summary})"
+
+
+def _unreported(task: Task, run: ModeRun) -> str:
+    """A passing mode run whose eval wrote `check: pass` with fewer results of the mode's kind than it was
+    given cases (none, or only tests in benchmark mode): a pass no case result backs."""
+    if run.outcome != "passed":
+        return ""  # the runner's summary says why
+    given = 1 if run.mode == "profile" else len(task.cases_for(run.mode))
+    kind, got = ("test", run.tests) if run.mode == "test" else ("benchmark", run.benchmarks)
+    if len(got) >= given:
+        return ""
+    where = f"{run.mode} (secret seed {run.seed})" if run.secret else run.mode
+    return (f"{where}: the eval wrote `check: pass` with {len(got)} {kind} result(s) for its {given} case(s): "
+            "a pass no case result backs")
 
 
 def _check_templates(task: Task, result: TaskCheck) -> None:
@@ -147,6 +179,9 @@ def _run_reference(task: Task, options: runner.RunOptions, result: TaskCheck, pr
         return {}
     for run in report.runs:
         result.modes.append(ModeTime(run.mode, run.duration_s, run.timeout_s, run.outcome, run.summary))
+        unreported = _unreported(task, run)
+        if unreported:
+            result.errors.append(unreported)
         if run.passed and run.duration_s > SLOW_SHARE * run.timeout_s:
             result.warnings.append(f"{run.mode}: the reference used {run.duration_s:.0f} s of {run.timeout_s:g} s; "
                                    "a submission slower than the reference may time out")
