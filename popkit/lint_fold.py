@@ -44,6 +44,7 @@ _BINOPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mod: la
 _COMPARE = {ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b, ast.Lt: lambda a, b: a < b,
             ast.LtE: lambda a, b: a <= b, ast.Gt: lambda a, b: a > b, ast.GtE: lambda a, b: a >= b,
             ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
+_ITEM = "<map item>"  # the name `map` binds each item to: no Python name can clash with it
 _FAILURES = (ValueError, TypeError, UnicodeError, binascii.Error, LookupError, OverflowError, IndexError,
              RecursionError, ZeroDivisionError, AttributeError, MemoryError)
 
@@ -399,15 +400,15 @@ class _Folder:
         fn, items = node.args[0], self._items(node.args[1])
         out = []
         for item in items:
-            call = ast.Call(fn, [ast.Name("_popkit_item", ast.Load())], [])
+            call = ast.Call(fn, [ast.Name(_ITEM, ast.Load())], [])
             if isinstance(fn, ast.Lambda):
-                env = bind_call(fn, call, {**self.env, "_popkit_item": item})
+                env = bind_call(fn, call, {**self.env, _ITEM: item})
                 if env is None:
                     raise _Unknown
                 out.append(self.within(env, fn.body))
             else:
                 saved = self.env
-                self.env = {**self.env, "_popkit_item": item}
+                self.env = {**self.env, _ITEM: item}
                 try:
                     out.append(self._call(call))
                 finally:

@@ -433,7 +433,10 @@ def _with_room(work: Callable[[], list[Diagnostic]]) -> list[Diagnostic]:
             result["error"] = exc
 
     limit, size = sys.getrecursionlimit(), threading.stack_size()
-    threading.stack_size(DEEP_STACK_BYTES)
+    try:
+        threading.stack_size(DEEP_STACK_BYTES)
+    except (ValueError, RuntimeError):  # a platform that cannot give a thread that stack: the default room
+        return work()
     sys.setrecursionlimit(max(limit, DEEP_RECURSION))
     try:
         thread = threading.Thread(target=target, name="popkit-check")

@@ -291,7 +291,7 @@ def bind_call(function: ast.AST, call: ast.Call, env: dict) -> dict | None:
     for name, default in defaults.items():
         bound[name] = Thunk(default, {})
     for param, arg in zip(positional, call.args):
-        bound[param.arg] = Thunk(arg, env) if not isinstance(arg, ast.Name) or arg.id != "_popkit_item" else env[arg.id]
+        bound[param.arg] = Thunk(arg, env)
     if len(call.args) > len(positional) and args.vararg is None:
         return None
     names = {a.arg for a in positional + args.kwonlyargs}
