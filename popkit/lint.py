@@ -18,15 +18,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from popkit.diagnostics import ERROR, WARNING, Diagnostic, finding
+from popkit.diagnostics import ERROR, WARNING, Diagnostic
 from popkit.directives import cli_directives, server_directives
 from popkit.errors import SubmissionError
 from popkit.lint_hacks import hack_findings
+from popkit.lint_rules import EXTENSIONS, MAX_BYTES, RULES, finding
 from popkit.tasks import MODES, bundled_problem_set, load_task, problem_sets
 
 CHECK_SCHEMA = "popkit/check/1"
-MAX_BYTES = 1_000_000
-EXTENSIONS = (".py", ".cu", ".cuh", ".cpp")
 GUARD_TIMEOUT_S = 60.0
 
 _STREAM = re.compile("stream", re.IGNORECASE)
@@ -367,4 +366,4 @@ def check_file(path: Path | str, *, leaderboard: str | None = None, gpu: str | N
 
 
 __all__ = ["GuardPattern", "GuardVerdict", "LintReport", "check_bytes", "check_file",
-           "offered_gpus_for", "run_kernelguard", "read_bytes", "MAX_BYTES", "EXTENSIONS"]
+           "offered_gpus_for", "run_kernelguard", "read_bytes", "MAX_BYTES", "EXTENSIONS", "RULES"]

@@ -96,6 +96,7 @@ class Problem:
     name: str  # leaderboard name
     deadline: str | None = None
     gpus: tuple[str, ...] = ()
+    index: int = 0  # its place in the set's `problems` list
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,15 @@ class ProblemSet:
     deadline: str | None = None
 
     def task_dir(self, problem: Problem) -> Path:
-        return (self.path.parent / problem.directory).resolve()
+        """The entry's task folder, which must lie inside the set's folder, symlinks resolved (as a task's
+        `files` must): a set cannot point popkit at `/etc`, `../x` or a link out. TaskError (exit 3) otherwise."""
+        root = self.path.parent.resolve()
+        directory = (root / problem.directory).resolve()
+        if not directory.is_relative_to(root):
+            raise TaskError(f"{display_path(self.path)}: problems[{problem.index}] (`{problem.name}`): directory "
+                            f"`{problem.directory}` resolves outside the set's folder ({root})",
+                            "a problem set names task folders inside its own folder; move the task there")
+        return directory
 
 
 # ---------------------------------------------------------------------------------------- loading
@@ -293,7 +302,7 @@ def _set_root(directory: Path) -> Path:
 def _task_dir_of(pset: ProblemSet, problem: Problem) -> Path | None:
     try:
         return pset.task_dir(problem)
-    except (OSError, ValueError):  # a NUL in the directory, a loop of links
+    except (OSError, ValueError, TaskError):  # a NUL in the directory, a loop of links, a folder outside the set
         return None
 
 
@@ -316,7 +325,7 @@ def load_problem_set(path: Path | str) -> ProblemSet:
         check.expect(isinstance(gpus, list), f"problems[{i}].gpus", "a list", gpus)
         deadline = entry.get("deadline")
         problems.append(Problem(entry["directory"], entry["name"], str(deadline) if deadline else None,
-                                tuple(str(g) for g in gpus)))
+                                tuple(str(g) for g in gpus), index=i))
     deadline = raw.get("deadline")
     return ProblemSet(path=path.resolve(), name=str(raw.get("name") or path.stem), problems=tuple(problems),
                       description=str(raw.get("description") or ""), deadline=str(deadline) if deadline else None)
@@ -388,10 +397,8 @@ def problem_sets(roots: Sequence[Path], skipped: list[Skipped] | None = None) ->
 
 
 def _from_problem(pset: ProblemSet, problem: Problem, bundled: bool = False) -> Task:
-    task_dir = pset.task_dir(problem)
-    inside = task_dir.is_relative_to(pset.path.parent)  # else a set naming a task elsewhere: that one's rule
-    return load_task(task_dir, leaderboard=problem.name, gpus=problem.gpus, bundled=bundled,
-                     set_root=pset.path.parent if inside else None)
+    return load_task(pset.task_dir(problem), leaderboard=problem.name, gpus=problem.gpus, bundled=bundled,
+                     set_root=pset.path.parent.resolve())
 
 
 def resolve_task(spec: str, roots: Sequence[Path] = ()) -> Task:
@@ -432,7 +439,8 @@ def shadowed_tasks(spec: str, roots: Sequence[Path] = ()) -> list[Path]:
     """Task directories under `roots` whose leaderboard name `spec` a bundled task of that name hides."""
     if Path(spec).expanduser().is_dir() or not any(p.name == spec for p in bundled_problem_set().problems):
         return []
-    return [ps.task_dir(p) for ps in problem_sets(roots, []) for p in ps.problems if p.name == spec]
+    found = [_task_dir_of(ps, p) for ps in problem_sets(roots, []) for p in ps.problems if p.name == spec]
+    return [d for d in found if d is not None]
 
 
 def list_tasks(roots: Sequence[Path] = (), skipped: list[Skipped] | None = None) -> list[Task]:

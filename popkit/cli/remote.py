@@ -11,7 +11,7 @@ from popkit import history as ledger
 from popkit import lint, popcorn, runcompare, submit as workflow
 from popkit.source import check_language
 from popkit.cli.app import app
-from popkit.errors import ExitCode, TaskError
+from popkit.errors import ExitCode, TaskError, UsageError
 from popkit.resources import popkit_home_source
 from popkit.tasks import MAX_TIMEOUT_S, resolve_task, task_roots
 from popkit.views import common
@@ -31,21 +31,28 @@ def _json_opt(kind: str):
 
 @app.command()
 def check(
-    submission: SubmissionArg,
+    submission: Annotated[Optional[Path], typer.Argument(help="The submission file, exactly as it would be submitted.")] = None,
     leaderboard: LeaderboardOpt = None,
     gpu: GpuOpt = None,
     mode: Annotated[Optional[str], typer.Option("--mode", "-m", help="Mode to check: test, benchmark, leaderboard or profile.")] = None,
     tasks_root: RootsOpt = None,
     guard: GuardOpt = True,
+    rules: Annotated[bool, typer.Option("--rules", "--list-rules", help="Print every rule (id, severity, what it finds, why) instead of checking a file (--json: schema popkit/rules/1).")] = False,
     json: _json_opt("check") = False,
 ) -> None:
     """Check SUBMISSION for everything the leaderboard server refuses, and for reward-hack patterns.
 
     Errors (exit 8) mean the server would refuse or disqualify the file; warnings inform.
+    `--rules` lists the rules instead.
 
     Example: popkit check submissions/vectoradd/cuda.py --gpu H100
     """
     common.set_json(json)
+    if rules:
+        view.show_rules(json=json)
+        raise typer.Exit(int(ExitCode.OK))
+    if submission is None:
+        raise UsageError("missing the submission file to check", "popkit check FILE (or `popkit check --rules`)")
     roots = task_roots(tasks_root or [])
     report = lint.check_file(submission, leaderboard=leaderboard, gpu=gpu, mode=mode, roots=roots, guard=guard)
     _check_language(submission, report.leaderboard, roots)

@@ -8,10 +8,11 @@ from typing import Sequence
 
 from popkit.history import RunRecord, shown_path
 from popkit.lint import LintReport
+from popkit.lint_rules import GUARD_INSTALL, RULES, RULES_SCHEMA
 from popkit.results import RemoteResult
 from popkit.submit import SubmitResult
 from popkit.tasks import Task
-from popkit.views.common import console, emit_json, escape, fold, format_time, table as common_table
+from popkit.views.common import console, emit_json, escape, format_time, table as common_table
 from popkit.views.running import show_run
 
 _MARK = {"error": "[bold red]error[/]", "warning": "[yellow]warning[/]"}
@@ -38,7 +39,7 @@ def _check_lines(report: LintReport, guard_absent_note: bool = True) -> list[str
     guard = report.guard
     if guard is None:
         if guard_absent_note:
-            lines.append("[dim]KernelGuard: not installed (`pip install 'popkit\\[guard]'` to run the server's"
+            lines.append(f"[dim]KernelGuard: not installed (`{escape(GUARD_INSTALL)}` to run the server's"
                          " screening here too)[/]")
     elif guard.error:
         lines.append(f"[yellow]KernelGuard failed:[/] {escape(guard.error)}")
@@ -70,6 +71,19 @@ def show_check(report: LintReport, *, json: bool = False) -> None:
                   " — the server would refuse or disqualify this file")
     else:
         con.print("[bold green]OK[/]: no errors" + (f", {_plural(warnings, 'warning')}" if warnings else ""))
+
+
+def show_rules(*, json: bool = False) -> None:
+    """`popkit check --rules`: the rule table (popkit.lint_rules), each rule with its fixture in --json."""
+    if json:
+        emit_json(RULES_SCHEMA.split("/")[1], {"rules": [rule.to_json() for rule in RULES]})
+        return
+    grid = common_table(["rule", "severity", "finds", "why, what to do"], no_wrap=("rule",))
+    for rule in RULES:
+        grid.add_row(rule.id, rule.severity, escape(rule.summary), escape(rule.doc))
+    con = console()
+    con.print(grid)
+    con.print(f"{len(RULES)} rules; errors block a submission (exit 8), warnings inform.")
 
 
 # ------------------------------------------------------------------------------------ submit

@@ -374,7 +374,7 @@ def show_taskcheck(result, *, json: bool = False) -> None:
                           f"{m.seconds:.1f} s", f"{m.timeout_s:g} s", f"{m.seconds / m.timeout_s:.0%}")
         con.print(table)
     for label, verdict in result.lax.items():
-        mark = "✅" if verdict == "rejected" else "❌"
+        mark = "✅" if verdict == "rejected" else "❌" if verdict == "passed" else "–"
         says = ("the checker rejects it" if verdict == "rejected" else
                 "[red]the checker passes it: too lax[/]" if verdict == "passed" else escape(verdict))
         con.print(f"  {mark} {label}: {says}")
