@@ -88,7 +88,7 @@ def _popkit_shapes(data):
 def custom_kernel(data):
     global {names}
     values = _POPKIT_BY_SHAPE.get(_popkit_shapes(data), _POPKIT_DEFAULT)
-    {names}{"," if len(spec.names) == 1 else ""} = {sets}
+    {names} = {sets}
     return _popkit_tuned_kernel(data)
 '''
     return body.rstrip("\r\n") + "\n" + tail

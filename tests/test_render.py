@@ -157,7 +157,7 @@ def test_render_refuses_bad_options(kwargs, message):
 def test_skeleton_unpacks_what_task_py_says(skeleton_task):
     out = rendered(skeleton_task, "cuda", "inline")
     assert out.skeleton and "in0, in1, in2 = data" in out.text
-    assert "return _module.mystery(in0, in1, in2)" in out.text
+    assert "return _module.mystery(in0, in1, in2, BLOCK, VEC)" in out.text
     assert "int64_t in2" in out.text  # the int in the tuple is passed to the kernel
     assert "# Fill in:" in out.text and "TODO" not in out.text
 
