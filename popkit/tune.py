@@ -43,6 +43,7 @@ from popkit.tuneresult import PER_SHAPE, TuneReport
 ENGINES = ("grid", "optuna")
 OPTUNA_HINT = "pip install 'popkit[tune]'"
 MAX_JOBS = 8  # parallel builds and checks by default (fewer on a machine with fewer CPUs)
+BUILD_TIMEOUT_S = 600.0  # one build of a grid (`popkit compile`'s default)
 Progress = Callable[[str], None]
 
 
@@ -65,17 +66,19 @@ class TuneSettings:
 
 def build_step(task: Task, path: Path, content: bytes, options: runner.RunOptions,
                progress: Progress | None = None) -> tuple[CompileStep | None, str]:
-    """One toolchain run: the runner's compile pre-step of `content`, forced, in options' TORCH_EXTENSIONS_DIR.
+    """One toolchain run: the runner's compile pre-step (`python submission.py`) of `content`, in options'
+    TORCH_EXTENSIONS_DIR, with BUILD_TIMEOUT_S rather than the runner's 120 s: it prepares the evals, it is not
+    one of them (a build past 120 s is noted; on the leaderboard the first eval would finish it).
 
     Returns the step (compiler errors placed at lines of `path`) and the harness-tampering line of a
     pre-step that changed a task file ("" when none did)."""
     with proc.WorkDir("popkit-tune-build-") as workdir:
         runner.prepare_workdir(task, content, workdir, options.harness)
         pristine = {p.name: p.read_bytes() for p in workdir.iterdir() if p.name != task.submission_name}
-        step, _plan, tampered = runner.pre_step(workdir, task.submission_name, content,
-                                                replace(options, precompile=True), progress or (lambda _m: None),
-                                                pristine=pristine)
-    if step is not None and step.build_failed:
+        with runner.timed(progress, "build"):
+            step = runner.precompile(workdir, task.submission_name, options, timeout_s=BUILD_TIMEOUT_S)
+        tampered = runner.restore_task_files(workdir, pristine, "the compile pre-step")
+    if step.build_failed:
         step = replace(step, diagnostics=runner.compile_diagnostics(step, path, content))
     return step, tampered
 
@@ -287,12 +290,19 @@ class Tuner:
             opts = self.options_for(state)
             opts = replace(opts, env={**opts.env, "MAX_JOBS": opts.env.get("MAX_JOBS", str(max_jobs))})
             self.say(f"build {len(done) + 1}/{len(pending)} (as {state.label})")
-            step, tampered = self.backend.build(self.task, state.path, state.content, opts, self.quiet)
+            # Compiler messages point at the user's file: a variant has the same lines, only other numbers in them.
+            step, tampered = self.backend.build(self.task, self.path, state.content, opts, self.quiet)
             why = tampered
-            if step is not None and step.build_failed:
+            if step is not None and step.timed_out:
+                why = f"compile failed: the build ran past {BUILD_TIMEOUT_S:.0f} s"
+            elif step is not None and step.build_failed:
                 first = step.diagnostics[0] if step.diagnostics else None
                 why = (f"compile failed: {first.location}: {first.message}" if first else
                        f"compile failed: {first_line_of(step.stderr + step.stdout)}")
+            elif step is not None and step.duration_s > runner.PRECOMPILE_TIMEOUT_S:
+                self.note(f"the build took {step.duration_s:.0f} s, past the leaderboard's "
+                          f"{runner.PRECOMPILE_TIMEOUT_S:.0f} s compile step: there the first eval would finish it "
+                          "inside its own timeout")
             done[key] = why
 
         self.parallel(one, list(pending.values()))
@@ -322,7 +332,8 @@ class Tuner:
                 state.message = "not checked: the time budget ran out"
                 return
             report = self.run(state, "test", self.options_for(state))
-            state.outcome, state.message, state.check_s = report.outcome, first_line(report), report.duration_s
+            message = first_line(report).replace(str(state.path), str(self.path))  # the user's file, same lines
+            state.outcome, state.message, state.check_s = report.outcome, message, report.duration_s
             done[0] += 1
             verdict = "passed" if report.outcome == "passed" else state.message
             self.say(f"check {done[0]}/{len(todo)} {state.label}: {verdict}")

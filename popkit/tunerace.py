@@ -302,7 +302,8 @@ class Race:
             return Outcome(None, "", False, None, "", write=False)
         composite = self.per_shape(finalists)
         candidates = list(finalists) + ([composite] if composite else [])
-        yardstick = self.confirm(candidates) or any(s.sha256 == t.incumbent.sha256 for s in finalists)
+        ran = self.confirm(candidates)
+        yardstick = ran or any(s.sha256 == t.incumbent.sha256 for s in finalists)
         device = t.sysinfo.get("device") or "this machine"
         faster = [s for s in candidates if s.ab is not None and s.ab.verdict == ab.B_FASTER and not s.ab.failed_side]
         if faster:
@@ -313,8 +314,8 @@ class Race:
             return Outcome(best.index, best.label, True, best, summary)
         if yardstick and t.incumbent.sha256 == t.content_sha256:
             label = tunespec.label(t.spec.default)
-            summary = f"kept {label}: no variant was faster than the input in an A/B on {device}"
-            return Outcome(None, label, True, None, summary)
+            why = "no variant was faster than the input in an A/B" if ran else "the input's own values won the race"
+            return Outcome(None, label, ran, None, f"kept {label}: {why} on {device}")
         best = finalists[0]
         why = "no variant was faster than the --against file" if yardstick else "no A/B could run"
         t.note(f"{best.label} is written unconfirmed: {why}")

@@ -117,7 +117,7 @@ class TuneReport:
     race_rounds: int = 0
     winner: int | None = None  # a variant's index (PER_SHAPE for the per-shape file); None: the incumbent's values
     winner_label: str = ""
-    confirmed: bool = False  # the winner's A/B interval lies below 1 (or: no variant was faster, the input kept)
+    confirmed: bool = False  # decided by A/B: the winner's interval lies below 1, or no variant was faster (input kept)
     per_shape: tuple[ShapeChoice, ...] = ()
     output: str = ""  # the file written ("": none)
     output_sha256: str = ""

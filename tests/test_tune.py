@@ -154,6 +154,26 @@ def test_drops_the_wrong_value_by_name_races_out_the_slow_one_and_writes_the_win
     assert SUBMISSION.read_text().count("\nCHUNK = 256\n") == 1  # the input is untouched
 
 
+def test_the_report_ranks_names_the_dropped_and_says_what_was_written(task, tmp_path, capsys, monkeypatch):
+    from popkit.views import tuning as view
+
+    monkeypatch.setenv("POPKIT_WIDTH", "200")
+    monkeypatch.setenv("NO_COLOR", "1")
+    report = run(task, tmp_path, Fake())
+    view.show_tune(report)
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].startswith(f"popkit tune · task chunksum · {SUBMISSION} · 4 variants (grid of 4) · 0 builds · "
+                               "1 race round(s) · harness task · ")
+    rows = [line.split()[0] for line in lines if line.startswith(" CHUNK=")]
+    assert rows == ["CHUNK=4096", "CHUNK=256", "CHUNK=1"]  # the winner, then by race score
+    assert "winner" in next(line for line in lines if line.startswith(" CHUNK=4096")) and "faster" in out
+    assert "dropped CHUNK=1000: check failed: test, test size: 4096; seed: 1: sum 1.0, expected 2.0" in out
+    assert f"wrote {tmp_path / 'out.py'}: CHUNK=4096: " in out and "the time of chunksum.py, confirmed by an A/B" in out
+    view.show_tune(report, json=True)
+    assert json.loads(capsys.readouterr().out)["schema"] == "popkit/tune/1"
+
+
 def test_no_faster_variant_keeps_the_inputs_values(task, tmp_path):
     fake = Fake({**TIMES, 4096: (20e3, 40e3)})  # as fast as the input's 256, no faster
     report = run(task, tmp_path, fake)

@@ -49,7 +49,9 @@ def tune(
     toolchain the same source share one build), checked on the task's tests (wrong ones dropped),
     raced on the benchmarks (the slower half leaves each round), and the finalists confirmed against
     the incumbent by an A/B. OUTPUT is a plain submission with the winner's values frozen.
-    Exit codes: 0 written, 1 nothing passed, 2 bad usage, 4 no or bad `#!POPKIT tune` lines, 11 environment.
+    Exit codes: 0 written, 1 no variant passed (or the written file failed its tests; when every variant
+    failed the same way, that outcome's code, e.g. 5: none compiled), 2 bad usage, 4 no or bad
+    `#!POPKIT tune` lines, 10 history unreadable (--resume), 11 environment.
 
     \b
     Examples:

@@ -111,8 +111,10 @@ def _verdict_lines(report: TuneReport, con) -> None:
     what = escape(report.winner_label or "the input's values")
     if winner is not None and winner.faster and winner.ratio is not None:
         how = f"{_ratio(winner.ratio)} the time of {escape(_short(report.incumbent))}, confirmed by an A/B"
-    elif report.winner is None:
+    elif report.winner is None and report.confirmed:
         how = f"no variant was faster than {escape(_short(report.incumbent))} in an A/B: its values are kept"
+    elif report.winner is None:
+        how = "the input's own values won the race: they are kept"
     else:
         how = "[yellow]not confirmed by an A/B[/] (see the notes)"
     con.print(f"[bold green]wrote {escape(report.output)}[/]: {what}: {how}")
