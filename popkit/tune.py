@@ -112,6 +112,17 @@ def check_paths(submission: Path, output: Path, against: Path | None, force: boo
         raise UsageError(f"{out} already exists; not overwriting it", "pass --force to replace it, or choose another -o")
 
 
+def check_gpu_sized(task: Task, allow_cpu: bool) -> None:
+    """A GPU task's benchmarks on a machine without a GPU take minutes per eval, and tune runs many: said
+    before anything runs (exit 11), unless `allow_cpu`."""
+    if allow_cpu or not task.gpus or system.has_gpu():
+        return
+    raise EnvironmentProblem(
+        f"this machine has no GPU, and the benchmarks of `{task.name}` are sized for {'/'.join(task.gpus[:2])} GPUs: "
+        "tune times every variant on them, for many minutes on a CPU",
+        "run popkit tune on a machine with a GPU, or pass --allow-cpu to time them here anyway")
+
+
 def _jobs(settings: TuneSettings) -> int:
     return settings.jobs or max(1, min(MAX_JOBS, os.cpu_count() or 1))
 
@@ -417,4 +428,4 @@ def run_tune(task: Task, submission: Path | str, output: Path | str, options: ru
         system=sysinfo, notes=tuple(tuner.notes))
 
 
-__all__ = ["Backend", "ENGINES", "TuneSettings", "Tuner", "build_step", "check_paths", "run_tune"]
+__all__ = ["Backend", "ENGINES", "TuneSettings", "Tuner", "build_step", "check_gpu_sized", "check_paths", "run_tune"]

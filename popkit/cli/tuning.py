@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -9,11 +11,22 @@ import typer
 
 from popkit import runner, spread, tune as tuner
 from popkit.cli.app import app
-from popkit.cli.running import (HarnessOpt, KeepOpt, PythonOpt, RootsOpt, SubmissionArg, TaskOpt, WorldSizeOpt,
-                                _check_gpu_sized, _options, _resolve)
+from popkit.cli.running import HarnessOpt, KeepOpt, PythonOpt, RootsOpt, SubmissionArg, TaskOpt, WorldSizeOpt
 from popkit.errors import UsageError
+from popkit.tasks import resolve_task, task_roots
 from popkit.views import common
 from popkit.views import tuning as view
+
+
+def _run_options(python: Optional[str], harness: str, keep: bool, world_size: Optional[int]) -> runner.RunOptions:
+    if harness not in ("task", "popkit"):
+        raise UsageError(f"unknown harness `{harness}`", "use --harness task or --harness popkit")
+    if python is None:
+        return runner.RunOptions(harness=harness, keep_workdir=keep, world_size=world_size)
+    found = shutil.which(python)
+    if not found:
+        raise UsageError(f"--python {python}: no such interpreter", "give the path of a Python executable")
+    return runner.RunOptions(python=os.path.abspath(found), harness=harness, keep_workdir=keep, world_size=world_size)
 
 
 @app.command()
@@ -61,11 +74,11 @@ def tune(
     common.set_json(json)
     if rounds % 2:
         raise UsageError(f"--rounds {rounds}: the A/B runs rounds in pairs (ABBA)", "give an even number, e.g. --rounds 8")
-    options = _options(python, None, harness, (), keep_workdir, world_size=world_size)
+    options = _run_options(python, harness, keep_workdir, world_size)
     content = runner.read_submission(submission, entry_points=None)
-    found = _resolve(submission, content, task, tasks_root)
+    found = resolve_task(runner.task_spec_for(submission, content, task), task_roots(tasks_root or []))
     runner.check_runnable(found, submission, content, "benchmark")
-    _check_gpu_sized(found, "benchmark", allow_cpu)
+    tuner.check_gpu_sized(found, allow_cpu)
     settings = tuner.TuneSettings(engine=engine, max_variants=max_variants, seed=seed, budget_s=budget,
                                   confirm=confirm, ab_rounds=rounds, ab_budget_s=ab_budget, jobs=jobs,
                                   per_shape=per_shape, resume=resume, record=history)
