@@ -23,6 +23,7 @@ from popkit.errors import EnvironmentProblem, ExitCode, SubmissionError, UsageEr
 from popkit.results import CaseResult, CompileStep, ModeRun, RunReport
 from popkit.tasks import load_task
 from popkit.tuneprobe import Identity
+from popkit.tunerace import SIDE_EXTENSIONS
 from popkit.tuneresult import PER_SHAPE, TuneReport
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,6 +52,7 @@ class Fake:
         self.times, self.calls, self.rng = times, Counter(), random.Random(5)
         self.builds: list[str] = []
         self.options: list[runner.RunOptions] = []
+        self.ab_options: list[runner.RunOptions] = []
         self.backend = tune.Backend(run=self.run, compare=functools.partial(ab.run_ab, run_eval=self.run_eval),
                                     identities=identities or tune.Backend.identities,
                                     build=build or self.build, shapes=lambda task, options, content: (SHAPES, ""))
@@ -96,9 +98,10 @@ class Fake:
                          mode=mode, harness=options.harness, started_at="2026-11-26T12:00:00+00:00", duration_s=0.5,
                          system=dict(system or {}), runs=(run,), label=options.label)
 
-    def run_eval(self, workdir, main, mode, shapes, **_kw) -> ModeRun:
+    def run_eval(self, workdir, main, mode, shapes, **kw) -> ModeRun:
         text = (Path(workdir) / "submission.py").read_text()
         self.calls[("ab", self.label(text))] += 1
+        self.ab_options.append(kw["options"])
         return self.mode_run(text, mode, shapes)
 
     def build(self, task, path, content, options, progress=None):
@@ -215,6 +218,13 @@ def test_variants_with_one_build_key_build_once_and_a_failed_build_drops_its_own
         return CompileStep(exit_code=1, duration_s=1.0, stderr="Error building extension 'ext'", diagnostics=(bad,)), ""
 
     fake = Fake()
+    fake.backend = tune.Backend(**{**fake.backend.__dict__, "identities": per_value})
+    report = run(task, tmp_path / "a", fake)
+    assert report.builds == 4 and report.winner_label == "CHUNK=4096"
+    # The A/B's sides build differently: each builds into its own working folder, never one over the other.
+    assert {(o.env["TORCH_EXTENSIONS_DIR"], o.precompile) for o in fake.ab_options} == {(SIDE_EXTENSIONS, True)}
+
+    fake = Fake()
     fake.backend = tune.Backend(**{**fake.backend.__dict__, "identities": per_value, "build": failing})
     report = run(task, tmp_path / "b", fake)
     v = by_label(report)
@@ -250,6 +260,14 @@ def test_a_value_read_at_import_gets_one_set_for_every_shape(task, tmp_path):
     assert report.winner != PER_SHAPE and not report.per_shape
     line = source.read_text().splitlines().index("STEP = CHUNK") + 1
     assert any(f"CHUNK is read while the file is imported (line {line})" in n for n in report.notes)
+
+
+def test_gpus_spread_checks_and_race_evals_one_per_gpu_and_the_ab_on_the_first(task, tmp_path):
+    fake = Fake()
+    report = run(task, tmp_path, fake, gpus=("0", "3"))
+    assert report.exit_code == ExitCode.OK and report.winner_label == "CHUNK=4096"
+    assert {o.env["CUDA_VISIBLE_DEVICES"] for o in fake.options} == {"0", "3"}
+    assert {o.env["CUDA_VISIBLE_DEVICES"] for o in fake.ab_options} == {"0"}
 
 
 def test_budget_stops_new_work_and_says_so(task, tmp_path):
