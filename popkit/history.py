@@ -344,6 +344,14 @@ class History:
                            (sha256,))
         return _record(rows[0], full=True) if rows else None
 
+    def local_runs(self, sha256: str, task: str, limit: int = 50) -> list[RunRecord]:
+        """The newest local runs (test and bench) of exactly these bytes on `task`, with their reports
+        (`popkit tune --resume` reuses their verdicts and times)."""
+        rows = self._query(f"SELECT {_SUMMARY_COLUMNS}, report_json, NULL AS remote_json FROM runs"
+                           " WHERE sha256 = ? AND task = ? AND kind != 'submit' ORDER BY id DESC LIMIT ?",
+                           (sha256, task, min(int(limit), _MAX_ID)))
+        return [_record(r, full=True) for r in rows]
+
 
 def stored_path(path: Path | str) -> str:
     """A submission's path as the ledger keeps it: absolute (not resolved: a symlink stays the name you used), so
@@ -434,6 +442,10 @@ def latest_local(sha256: str) -> RunRecord | None:
 
 def list_runs(task: str | None = None, limit: int = 20, path: Path | str | None = None) -> list[RunRecord]:
     return History().list_runs(task, limit, path)
+
+
+def local_runs(sha256: str, task: str, limit: int = 50) -> list[RunRecord]:
+    return History().local_runs(sha256, task, limit)
 
 
 def get_run(run_id: int) -> RunRecord:

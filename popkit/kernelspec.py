@@ -13,7 +13,8 @@ A kernel.yml declares what a simple, correct kernel for a task needs; the templa
                shape: [INPUT.DIM, ..] | reuse: INPUT (preallocated in data), init: empty | zeros}
   scalars     [{name, type: int | float, value: C++ expression}] extra kernel arguments
   geometry    {kind: elementwise_flat | elementwise_2d | row_reduction | full_reduction | matmul,
-               over: INPUT, block: threads, rows_of: [..] (row_reduction), a, b, tile (matmul)}
+               over: INPUT, block: threads, rows_of: [..] (row_reduction), a, b, tile (matmul)};
+              `block` and `tile` are the starting values of the tunable BLOCK and TILE (TUNABLE)
   reductions  [{name, op: sum | max | min, init, value}] (row_reduction: several; full_reduction: one)
   body        C++ statements per element (i; row, col, idx; j; row, col, acc), or {cuda: .., hip: ..}
   finish      C++ statements run once per block by thread 0 after the reductions
@@ -58,6 +59,7 @@ RESERVED = frozenset({
     "i", "j", "n", "m", "k", "k0", "kk", "row", "col", "rows", "cols", "idx", "acc", "smem", "stride",
     "block", "grid", "blocks_y", "err", "data", "tile_a", "tile_b", "torch", "at", "std", "half", "float", "double",
     "int", "bool", "auto", "const", "void", "return", "new", "delete", "class", "struct", "this",
+    "v", "w", "ty", "ak", "bk", "bv", "base", "first", "accs", "found", "BLOCK", "VEC", "ROWS", "TILE", "WPT",
 })
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -108,6 +110,39 @@ class Geometry:
     a: str = ""  # matmul operands
     b: str = ""
     tile: int = 16
+
+
+@dataclass(frozen=True)
+class Tunable:
+    """A launch parameter `popkit new` declares tunable (`#!POPKIT tune`); a template parameter of the kernel."""
+
+    name: str
+    values: tuple[int, ...]
+    doc: str  # what it sets, for the comment beside the Python assignment
+
+
+_BLOCKS = (64, 128, 256, 512, 1024)  # powers of two: block_reduce halves the block
+_STEP = Tunable("VEC", (1, 2, 4, 8), "elements per thread per step, BLOCK apart (loads stay coalesced)")
+# Every point of a geometry's grid is compiled into the extension (the launcher dispatches on the values the
+# Python file passes at each call), so all variants of a rendered file share one build.
+TUNABLE: dict[str, tuple[Tunable, ...]] = {
+    "elementwise_flat": (Tunable("BLOCK", _BLOCKS, "threads per block"), _STEP),
+    "full_reduction": (Tunable("BLOCK", _BLOCKS, "threads per block"), _STEP),
+    "elementwise_2d": (Tunable("BLOCK", _BLOCKS, "threads per block: 32 columns by BLOCK/32 rows"),
+                       Tunable("ROWS", (1, 2, 4), "rows per thread per step, BLOCK/32 apart")),
+    "row_reduction": (Tunable("BLOCK", _BLOCKS, "threads per block, all on one row at a time"),
+                      Tunable("ROWS", (1, 2, 4, 8), "rows per block, one after another")),
+    "matmul": (Tunable("TILE", (8, 16, 32), "output tile per block: TILE x TILE, k in steps of TILE"),
+               Tunable("WPT", (1, 2, 4, 8), "outputs per thread, TILE/WPT rows apart (TILE x TILE/WPT threads)")),
+}
+# At least one warp of threads per block: a smaller matmul block leaves most of each warp idle.
+TUNE_IF: dict[str, str] = {"matmul": "TILE * TILE // WPT >= 32"}
+
+
+def tunable_defaults(geometry: "Geometry") -> dict[str, int]:
+    """The value each tunable parameter of `geometry` starts at in a rendered file."""
+    start = {"BLOCK": geometry.block, "TILE": geometry.tile}
+    return {t.name: start.get(t.name, 1) for t in TUNABLE[geometry.kind]}
 
 
 @dataclass(frozen=True)
@@ -432,5 +467,6 @@ def spec_for_task(task_dir: Path) -> KernelSpec:
 
 __all__: Sequence[str] = (
     "DTYPES", "GEOMETRIES", "Geometry", "Input", "KernelSpec", "Output", "Reduction", "Scalar", "TARGETS",
+    "TUNABLE", "TUNE_IF", "Tunable", "tunable_defaults",
     "find_spec", "infer_skeleton", "load_spec", "spec_for_task", "spec_from_mapping",
 )

@@ -96,6 +96,10 @@ RULES: tuple[Rule, ...] = (
     Rule("directive-outside-block", W, "a directive below the leading comment block",
          "popcorn-cli uses it, the server ignores it: move it to the top lines",
          Fixture(_OK + "#!POPCORN gpu H100\n")),
+    Rule("popkit-tune", W, "a `#!POPKIT tune` or `tune-if` line that `popkit tune` refuses",
+         "the server ignores `#!POPKIT` lines; `popkit tune` needs `#!POPKIT tune NAME=v1,v2` (number literals) and a "
+         "module-level `NAME = v`",
+         Fixture("#!POPKIT tune VEC=two\nVEC = 2\n" + _OK)),
     Rule("directive-conflict", E, "a directive that popcorn-cli and the server read differently",
          "popcorn-cli sends the last one, the server reads the first: keep one of each kind",
          Fixture("#!POPCORN gpu H100\n" + _OK + "#!POPCORN gpu A100\n")),
