@@ -12,18 +12,19 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from popkit import ab, hiponcuda, history, ncu, runnable, runner, spread, system, taskcheck
+from popkit import ab, cluster as clusters, hiponcuda, history, ncu, runnable, runner, spread, system, taskcheck
 from popkit.cli.app import app
 from popkit.contract import entry_points
 from popkit.errors import EnvironmentProblem, ExitCode, UsageError
 from popkit.results import RunReport
 from popkit.tasks import list_tasks, resolve_task, shadowed_tasks, task_roots
+from popkit.views import cluster as cluster_view
 from popkit.views import common
 from popkit.views import remote as remote_view
 from popkit.views.common import escape
 from popkit.views import running as view
 
-SubmissionArg = Annotated[Path, typer.Argument(help="Your submission file (any name; it runs as the task's submission.py).")]
+SubmissionArg = Annotated[List[Path], typer.Argument(help="Your submission file (any name; it runs as the task's submission.py); several with --cluster.")]
 TaskOpt = Annotated[Optional[str], typer.Option("--task", "-t", help="Bundled task name, task directory, or leaderboard name. Default: the file's `#!POPCORN leaderboard` directive.")]
 RootsOpt = Annotated[Optional[List[Path]], typer.Option("--tasks-root", help="Folder or problem-set yaml to look up leaderboard names in (repeatable; also POPKIT_TASKS_PATH).")]
 PythonOpt = Annotated[Optional[str], typer.Option("--python", help="Interpreter for the eval (default: the one running popkit).")]
@@ -34,6 +35,9 @@ KeepOpt = Annotated[bool, typer.Option("--keep-workdir", help="Keep the working 
 HistoryOpt = Annotated[bool, typer.Option("--history/--no-history", help="Record the run in the history database.")]
 WorldSizeOpt = Annotated[Optional[int], typer.Option("--world-size", min=1, help="Multi-GPU tasks: run every case at this world_size, for a machine with fewer GPUs than the task asks for (scaled down: marked not leaderboard-faithful).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document (schema popkit/run/1) instead of the report.")]
+ClusterOpt = Annotated[Optional[str], typer.Option("--cluster", help="Run every file on Ray: `ray` starts a local Ray instance over this machine's GPUs (or CPUs) and stops it after; `ray:HOST:PORT` (or RAY_ADDRESS) joins a running cluster. One GPU per run; results stream in. Needs pip install 'popkit[ray]'.")]
+RequireGpuOpt = Annotated[Optional[str], typer.Option("--require-gpu", help="With --cluster: only workers with this GPU kind (e.g. H100) may run; a run on another kind fails as `parity mismatch`.")]
+JsonLinesOpt = Annotated[bool, typer.Option("--json-lines", help="With --cluster: print one JSON line (schema popkit/cluster-result/1) per result as it arrives.")]
 
 
 def _options(python: Optional[str], precompile: Optional[bool], harness: str, seeds: tuple[int, ...], keep: bool,
@@ -128,6 +132,9 @@ def test(
     world_size: WorldSizeOpt = None,
     hip_on_cuda: Annotated[bool, typer.Option("--hip-on-cuda", help="A HIP file on an NVIDIA GPU: build its kernels with nvcc through popkit's HIP-to-CUDA mapping and run the tests. A logic check, not AMD timing; code that depends on 64-lane wavefronts is flagged.")] = False,
     history: HistoryOpt = True,
+    cluster: ClusterOpt = None,
+    require_gpu: RequireGpuOpt = None,
+    json_lines: JsonLinesOpt = False,
     json: JsonOpt = False,
 ) -> None:
     """Run the task's tests on SUBMISSION, the way the leaderboard's `test` mode does.
@@ -136,10 +143,12 @@ def test(
     Examples:
       popkit test submissions/vectoradd/pytorch.py --secret-runs 1
       popkit test submissions/softmax/hip.py --hip-on-cuda
+      popkit test v1.py v2.py v3.py --cluster ray     (every file on a local Ray instance)
     """
     common.set_json(json)
     seeds = tuple(secret_seed or ()) + runner.random_secret_seeds(secret_runs)
     options = _options(python, precompile, harness, seeds, keep_workdir, world_size=world_size)
+    submission = _on_cluster("test", submission, cluster, require_gpu, json_lines, task, tasks_root, "test", options, json, history, local_only=((hip_on_cuda, "--hip-on-cuda"),))[0]
     notes: tuple[str, ...] = ()
     if hip_on_cuda:
         text = runner.read_submission(submission, entry_points=None).decode("utf-8")
@@ -170,6 +179,10 @@ def bench(
     profiler: Annotated[str, typer.Option("--profiler", help="With --profile: `torch` (the eval's profile mode) or `ncu` (Nsight Compute on the last benchmark case: per kernel time, DRAM and SM % of peak, registers, occupancy). `--profile ncu` works too.")] = "torch",
     gpus: Annotated[Optional[str], typer.Option("--gpus", help="Independent runs of every file spread over these local GPUs (e.g. 0,1), one process per GPU; two files are then two runs, not an A/B.")] = None,
     history: HistoryOpt = True,
+    cluster: ClusterOpt = None,
+    require_gpu: RequireGpuOpt = None,
+    json_lines: JsonLinesOpt = False,
+    pairs: Annotated[bool, typer.Option("--pairs", help="With --cluster: take the files two by two (A B A B ...), each pair an A/B on one GPU of one worker; without it every file is an independent run.")] = False,
     json: JsonOpt = False,
 ) -> None:
     """Time SUBMISSION on the task's benchmarks, the way the leaderboard's `benchmark` mode does.
@@ -179,6 +192,7 @@ def bench(
       popkit bench submissions/vectoradd/pytorch.py --leaderboard --baseline reference
       popkit bench v6.py v7.py     (A/B: counterbalanced rounds, ratios with 95% intervals over rounds)
       popkit bench v1.py v2.py v3.py --gpus 0,1     (independent runs, one process per GPU)
+      popkit bench v*.py --cluster ray:10.0.0.5:6379     (independent runs on a Ray cluster, one GPU each)
     """
     common.set_json(json)
     if profile and len(submissions) > 1 and submissions[-1] == Path("ncu") and not submissions[-1].exists():
@@ -186,11 +200,11 @@ def bench(
     if profiler not in ("torch", "ncu"):
         raise UsageError(f"unknown profiler `{profiler}`", "use --profiler torch or --profiler ncu")
     if profile and profiler == "ncu":
-        if len(submissions) != 1 or gpus or leaderboard or baseline:
+        if len(submissions) != 1 or gpus or leaderboard or baseline or cluster:
             raise UsageError("--profiler ncu profiles one submission", "popkit bench FILE --profile ncu")
         _ncu(submissions[0], task, tasks_root, python, json)
         return
-    if len(submissions) > 2 and gpus is None:
+    if len(submissions) > 2 and gpus is None and cluster is None:
         raise UsageError("bench takes one submission, or two for an A/B comparison",
                          "popkit bench A.py B.py; several independent runs: popkit bench a.py b.py c.py --gpus 0,1")
     if leaderboard and profile:
@@ -202,6 +216,7 @@ def bench(
         seeds = runner.random_secret_seeds(secret_runs)
     options = _options(python, precompile, harness, seeds, keep_workdir, world_size=world_size)
     mode = "leaderboard" if leaderboard else "profile" if profile else "benchmark"
+    submissions = _on_cluster("bench", submissions, cluster, require_gpu, json_lines, task, tasks_root, mode, options, json, history, allow_cpu=allow_cpu, pairs=pairs, rounds=rounds, budget=budget, local_only=((gpus is not None, "--gpus"), (bool(baseline), "--baseline")))
     if gpus is not None:
         if baseline:
             raise UsageError("--baseline reference runs with one submission", "drop --baseline with --gpus")
@@ -217,6 +232,55 @@ def bench(
         _ab(submissions[0], submissions[1], task, tasks_root, options, rounds, budget, json, history, allow_cpu)
         return
     _run(submissions[0], task, tasks_root, mode, options, json, history, baseline, allow_cpu)
+
+
+def _on_cluster(command: str, files: List[Path], spec: Optional[str], require_gpu: Optional[str], json_lines: bool,
+                task_spec: Optional[str], roots: Optional[List[Path]], mode: str, options: runner.RunOptions,
+                json: bool, history: bool, *, allow_cpu: bool = False, pairs: bool = False, rounds: int = 8,
+                budget: float = 60.0, local_only: tuple = ()) -> List[Path]:
+    """--cluster: every file runs on Ray (popkit.cluster), each result recorded as it arrives, then exit.
+    Without it: the files to run here (`test` takes one)."""
+    if spec is None:
+        for flag, given in (("--require-gpu", require_gpu), ("--json-lines", json_lines), ("--pairs", pairs)):
+            if given:
+                raise UsageError(f"{flag} goes with --cluster", "add --cluster ray (a local Ray instance over this "
+                                 "machine's GPUs) or --cluster ray:HOST:PORT")
+        if command == "test" and len(files) > 1:
+            raise UsageError(f"test takes one submission ({len(files)} given); several run with --cluster",
+                             "popkit test a.py b.py --cluster ray")
+        return files
+    for given, flag in local_only:
+        if given:
+            raise UsageError(f"{flag} does not run on a cluster", f"drop {flag} with --cluster")
+    if json and json_lines:
+        raise UsageError("--json and --json-lines are two output formats", "pick one")
+    if require_gpu is not None and not require_gpu.strip():
+        raise UsageError("--require-gpu needs a GPU kind", "e.g. --require-gpu H100")
+    if options.keep_workdir:
+        raise UsageError("--keep-workdir would keep the folder on the worker", "drop --keep-workdir with --cluster")
+    if pairs and (len(files) % 2 or mode != "benchmark" or options.world_size or rounds % 2):
+        raise UsageError(f"--pairs runs A/Bs in benchmark mode on files taken two by two ({len(files)} given), in "
+                         "an even number of --rounds", "popkit bench a1.py b1.py a2.py b2.py --pairs --cluster ray")
+    address = clusters.address_of(spec)
+    jobs = []
+    for group in ([files[i:i + 2] for i in range(0, len(files), 2)] if pairs else [[f] for f in files]):
+        contents = tuple(runner.read_submission(path, entry_points=None) for path in group)
+        jobs.append(clusters.Job(tuple(group), contents, _resolve(group[0], contents[0], task_spec, roots)))
+    warnings: list[str] = []
+
+    def arrived(result: clusters.Result) -> None:  # this process is the only history writer
+        warnings.extend(_record(report, content, history) for report, content in result.history_reports())
+        if json_lines:
+            cluster_view.result_line(result)
+
+    with common.progress_printer(json) as progress:
+        run = clusters.run_jobs(jobs, mode, options, address, require_gpu=require_gpu, allow_cpu=allow_cpu,
+                                max_rounds=rounds, budget_s=budget, progress=progress, on_result=arrived)
+    if json_lines:
+        cluster_view.show_warnings(warnings)
+    else:
+        cluster_view.show_cluster(run, warnings, json=json)
+    raise typer.Exit(run.exit_code)
 
 
 def _ncu(submission: Path, task_spec: Optional[str], roots: Optional[List[Path]], python: Optional[str],
