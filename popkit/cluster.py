@@ -445,14 +445,19 @@ def from_worker(index: int, job: Job, out: Mapping[str, Any]) -> Result:
     return Result(index, job, worker, report=_labelled(RunReport.from_json(out["report"]), worker))
 
 
-def _collect(ray: Any, ref: Any, index: int, job: Job) -> Result:
+def collect(ray: Any, ref: Any, index: int, job: Job) -> Result:
+    """The Result of a finished Ray task: what run_bundle returned, or why there is nothing."""
     try:
         out = ray.get(ref)
-    except ray.exceptions.RayTaskError as exc:  # run_bundle itself raised: a popkit bug, or no popkit there
+    except ray.exceptions.RayTaskError as exc:  # run_bundle raised, or the worker could not load it
         cause = getattr(exc, "cause", None) or exc
         text = (str(cause).strip().splitlines() or [""])[-1]
+        if isinstance(cause, ImportError):  # no popkit there, or one without this module
+            return Result(index, job, failed=PARITY_MISMATCH, code=_FAILURE_EXIT[PARITY_MISMATCH],
+                          failure=f"parity mismatch: the worker cannot load popkit's worker function "
+                                  f"({type(cause).__name__}: {text}); install the same popkit on every node")
         return Result(index, job, failed=ERROR, code=_FAILURE_EXIT[ERROR],
-                      failure=f"worker error: {type(cause).__name__}: {text}")
+                      failure=f"worker error: {type(cause).__name__}: {text} (a popkit bug: please report it)")
     except ray.exceptions.RayError as exc:  # the worker process or its node died: the run has no result
         text = (str(exc).strip().splitlines() or [""])[0]
         return Result(index, job, failed=WORKER_LOST, code=_FAILURE_EXIT[WORKER_LOST],
@@ -552,7 +557,7 @@ def run_jobs(jobs: Sequence[Job], mode: str, options: runner.RunOptions, address
                 ready, _ = ray.wait(list(inflight), num_returns=1, timeout=wait_s)
                 for ref in ready:
                     index = inflight[ref][0]
-                    finish(ref, _collect(ray, ref, index, jobs[index]))
+                    finish(ref, collect(ray, ref, index, jobs[index]))
                 now = time.monotonic()
                 for ref, (index, deadline, _) in list(inflight.items()):
                     if now >= deadline:

@@ -336,3 +336,38 @@ def test_ctrl_c_cancels_every_run_and_leaves_no_ray_or_popkit_process(tmp_path):
     assert "Traceback" not in err
     assert wait_until(lambda: not _marked(mark), 20), _marked(mark)
     assert_nothing_left(log)
+
+
+def test_a_lost_worker_a_worker_without_popkit_and_a_bug_on_the_worker_each_have_their_name():
+    class RayError(Exception):
+        pass
+
+    class RayTaskError(RayError):
+        def __init__(self, cause):
+            super().__init__(str(cause))
+            self.cause = cause
+
+    class WorkerCrashedError(RayError):
+        pass
+
+    class FakeRay:
+        exceptions = type("exceptions", (), {"RayError": RayError, "RayTaskError": RayTaskError})
+
+        def __init__(self, raised):
+            self.raised = raised
+
+        def get(self, _ref):
+            raise self.raised
+
+    job = cluster.Job((Path("a.py"),), (b"x",), load_task(DOUBLE))
+    lost = cluster.collect(FakeRay(WorkerCrashedError("The worker died unexpectedly\nmore")), None, 0, job)
+    assert (lost.outcome, lost.exit_code, lost.failure) == (
+        "worker_lost", 6, "worker lost: WorkerCrashedError: The worker died unexpectedly")
+    absent = cluster.collect(FakeRay(RayTaskError(ModuleNotFoundError("No module named 'popkit.cluster'"))), None, 0,
+                             job)
+    assert (absent.outcome, absent.exit_code) == ("parity_mismatch", 11)
+    assert absent.failure.startswith("parity mismatch: the worker cannot load popkit's worker function "
+                                     "(ModuleNotFoundError: No module named 'popkit.cluster')")
+    bug = cluster.collect(FakeRay(RayTaskError(KeyError("x"))), None, 0, job)
+    assert (bug.outcome, bug.exit_code, bug.failure) == ("error", 70, "worker error: KeyError: 'x' (a popkit bug: "
+                                                                      "please report it)")
