@@ -270,11 +270,15 @@ def connect(address: str | None, progress: Progress) -> Iterator[Session]:
         ray.init(address=address or "local", **options)
     except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError...: each is "cannot"
         _shutdown(ray)
-        what = "start a local Ray instance" if address is None else f"join the Ray cluster at {address}"
         detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise EnvironmentProblem(f"cannot {what}: {detail}",
-                                 "`ray status` on the head says whether it runs; see README, Running on a cluster"
-                                 ) from None
+        if address is None:
+            raise EnvironmentProblem(f"cannot start a local Ray instance: {detail}",
+                                     "`ray start --head` shows Ray's own error; /tmp/ray/session_latest/logs has "
+                                     "its logs") from None
+        raise EnvironmentProblem(f"cannot join the Ray cluster at {address}: {detail}",
+                                 "`ray status` on the head says whether it runs; a cluster with token authentication "
+                                 "(Ray's default) needs RAY_AUTH_MODE=token and its token here (the head's "
+                                 "~/.ray/auth_token, or RAY_AUTH_TOKEN)") from None
     except BaseException:  # Ctrl-C while Ray starts: what started goes again
         _shutdown(ray)
         raise
