@@ -384,12 +384,31 @@ def run_bundle(bundle: bundles.Bundle, files: bundles.TaskFiles) -> dict[str, An
     "report", "ab", "refused" (parity mismatch) or "error" (a PopkitError the run raised)}."""
     import ray
 
+    context = ray.get_runtime_context()
+    where = dict(host=socket.gethostname(), node_ip=ray.util.get_node_ip_address(), node_id=context.get_node_id(),
+                 pid=os.getpid(), gpus=tuple(str(g) for g in ray.get_gpu_ids()))
+    with _as_a_local_run():
+        return _run_here(bundle, files, where)
+
+
+@contextlib.contextmanager
+def _as_a_local_run() -> Iterator[None]:
+    """The worker's environment, less what Ray adds for a task, while the run runs: its own variables (RAY_*,
+    a token among them) and OMP_NUM_THREADS=1, which would slow every CPU-side torch op of the run. Ray's
+    CUDA_VISIBLE_DEVICES stays: it is the GPU the run was given."""
+    added = {k: v for k, v in os.environ.items() if k.startswith("RAY_") or (k, v) == ("OMP_NUM_THREADS", "1")}
+    for key in added:
+        del os.environ[key]
+    try:
+        yield
+    finally:
+        os.environ.update(added)
+
+
+def _run_here(bundle: bundles.Bundle, files: bundles.TaskFiles, where: Mapping[str, Any]) -> dict[str, Any]:
     options = replace(bundle.options, python=bundle.options.python or sys.executable)
     found = parity.facts(options.python, runner.child_env(options))
-    context = ray.get_runtime_context()
-    worker = Worker(host=socket.gethostname(), node_ip=ray.util.get_node_ip_address(),
-                    node_id=context.get_node_id(), pid=os.getpid(),
-                    gpus=tuple(str(g) for g in ray.get_gpu_ids()), facts=found)
+    worker = Worker(**where, facts=found)
     out: dict[str, Any] = {"worker": worker.to_json()}
     refused = parity.refusal(found, bundle.popkit, bundle.require_gpu)
     if refused:

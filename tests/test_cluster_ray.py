@@ -144,3 +144,14 @@ def test_pairs_make_each_two_files_one_ab(ray_session, cli, tmp_path):
     (only,) = json.loads(result.stdout)["results"]
     assert only["kind"] == "ab" and only["ab"]["rounds"] == 4 and only["report"] is None
     assert len(json.loads(cli("history", "--json").stdout)["runs"]) == 2  # each side, as a local A/B records them
+
+
+def test_a_run_on_a_worker_sees_the_environment_of_a_local_run(ray_session, tmp_path):
+    probe = tmp_path / "env_probe.py"
+    probe.write_text("import os\n"
+                     "RAY = sorted(k for k in os.environ if k.startswith('RAY_'))\n"
+                     "OMP = os.environ.get('OMP_NUM_THREADS')\n\n\n"
+                     "def custom_kernel(data):\n"
+                     "    return 2 * data if not RAY and OMP is None else (RAY, OMP)\n")
+    run = cluster.run_jobs([job(probe)], "test", runner.RunOptions(precompile=False))
+    assert run.results[0].outcome == "passed", run.results[0].report.failure.summary
