@@ -1,16 +1,13 @@
 """Many runs on a Ray cluster: `popkit bench FILES... --cluster ray[:ADDRESS]` and `popkit test FILES... --cluster ...`.
 
-One code path for one machine and for a cluster: `--cluster ray` starts a local Ray instance over this
-machine's CPUs and GPUs (Ray's own head, with the API of a cluster) and shuts it down at the end;
-`ray:ADDRESS` (or RAY_ADDRESS) joins a running cluster and leaves it running. Ray is optional: it is
-imported inside functions only, and its absence is exit 11 with the line that installs it.
+One code path for one machine and for a cluster (popkit/ray_session.py): `--cluster ray` starts a local Ray
+instance over this machine's CPUs and GPUs and shuts it down at the end; `ray:ADDRESS` (or RAY_ADDRESS) joins
+a running cluster and leaves it running.
 
-The unit of work is a content-addressed bundle (popkit/bundle.py). On a worker, `run_bundle` checks parity
-first (popkit/parity.py), unpacks the task files into its cache, and runs what a local run runs
-(runner.run_submission; an A/B runs ab.run_ab, both sides of every round on that worker's one GPU); it
-returns the report as JSON with the worker's identity and parity facts. A run takes one GPU (`num_gpus=1`:
-Ray sets CUDA_VISIBLE_DEVICES for it; a multi-GPU task takes its world size) or, for a task that runs on
-the CPU, one CPU slot.
+The unit of work is a content-addressed bundle (popkit/bundle.py); a worker runs it as a local run runs
+(popkit/cluster_worker.py) and returns the report with the worker's identity and parity facts. A run takes one
+GPU (`num_gpus=1`: Ray sets CUDA_VISIBLE_DEVICES for it; a multi-GPU task takes its world size) or, for a task
+that runs on the CPU, one CPU slot.
 
 The scheduler keeps at most as many runs in flight as the cluster has slots for them, so a run in flight is
 a run that is running and its deadline counts from its start. Results come back through `ray.wait` as they
@@ -24,37 +21,24 @@ run's processes (their watchdog's lifeline closes), and an instance started here
 from __future__ import annotations
 
 import contextlib
-import logging
-import os
-import signal
-import socket
 import sys
 import time
 from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
-from popkit import ab, bundle as bundles, parity, prestep, proc, runner
+from popkit import ab, bundle as bundles, parity, runner
+from popkit.cluster_worker import Worker, run_bundle
 from popkit.contract import entry_points
-from popkit.errors import EnvironmentProblem, ExitCode, PopkitError, UsageError
+from popkit.errors import EnvironmentProblem, ExitCode
+from popkit.ray_session import connect
 from popkit.results import RunReport
 from popkit.tasks import Task, scale_world_size
 
 SCHEMA = "cluster"  # popkit/cluster/1: the --json document; popkit/cluster-result/1: one --json-lines line
-INSTALL = "pip install 'popkit[ray]'"
-CONNECT_TIMEOUT_S = 5.0  # a TCP connect to a cluster's address; Ray itself would retry for minutes
 GRACE_S = 180.0  # on top of a run's timeouts: the worker's probe, unpacking, killing children (deadline_for)
-OBJECT_STORE_BYTES = 256 * 2**20  # a local instance moves bundles and reports (KiB to MiB), never tensors
 TICK_S = 1.0  # how often the progress line is refreshed while runs are in flight
-# A Ray worker that exits (a cancelled run's, with force) SIGKILLs its child processes by default, and the
-# raylet kills the process group of a worker that died: popkit's watchdogs among them, before they could kill
-# what the run left (a detached grandchild) and remove its working directory. With both off, a watchdog does what
-# it does when popkit dies: it sees its lifeline close and takes the run's whole process tree with it. The first
-# is the worker's own setting (this job's environment, on any cluster); the second is the raylet's, set here for
-# a local instance and by `RAY_process_group_cleanup_enabled=0 ray start ...` on a cluster (README).
-WORKER_ENV = {"RAY_kill_child_processes_on_worker_exit": "0"}
-LOCAL_CONFIG = {"kill_child_processes_on_worker_exit": False, "process_group_cleanup_enabled": False}
 Progress = Callable[[str], None]
 
 
@@ -73,34 +57,6 @@ class Job:
     @property
     def name(self) -> str:
         return " vs ".join(str(f) for f in self.files)
-
-
-@dataclass(frozen=True)
-class Worker:
-    """Where a run ran: the node, the worker process, the GPUs Ray gave it, and its parity facts."""
-
-    host: str
-    node_ip: str
-    node_id: str
-    pid: int
-    gpus: tuple[str, ...]  # Ray's GPU ids (CUDA_VISIBLE_DEVICES of the run); empty on a CPU slot
-    facts: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def where(self) -> str:
-        return f"{self.host} GPU {','.join(self.gpus)}" if self.gpus else f"{self.host} CPU"
-
-    def identity(self) -> dict[str, Any]:
-        return {"host": self.host, "node_ip": self.node_ip, "node_id": self.node_id, "pid": self.pid,
-                "gpus": list(self.gpus)}
-
-    def to_json(self) -> dict[str, Any]:
-        return {**self.identity(), "facts": dict(self.facts)}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Worker":
-        return cls(host=data["host"], node_ip=data["node_ip"], node_id=data["node_id"], pid=data["pid"],
-                   gpus=tuple(data.get("gpus", ())), facts=dict(data.get("facts") or {}))
 
 
 # Why a run has no report, each with its exit code.
@@ -181,132 +137,6 @@ class ClusterRun:
                 "exit_code": self.exit_code}
 
 
-# ------------------------------------------------------------------------------------ connecting
-
-
-def address_of(spec: str, env: Mapping[str, str] | None = None) -> str | None:
-    """`--cluster SPEC` -> the address to join, or None for a local instance started here.
-
-    `ray`: RAY_ADDRESS when set (Ray's own variable), else a local instance; `ray:ADDRESS`: that address
-    (`HOST:PORT`, `ray://HOST:PORT` for Ray Client, `auto` for the cluster `ray start` began on this machine).
-    """
-    kind, sep, address = spec.partition(":")
-    if kind != "ray":
-        raise UsageError(f"--cluster {spec}: unknown cluster `{kind}`",
-                         "use --cluster ray (a local Ray instance) or --cluster ray:HOST:PORT (a running cluster)")
-    address = address.strip() if sep else (os.environ if env is None else env).get("RAY_ADDRESS", "").strip()
-    if sep and not address:
-        raise UsageError(f"--cluster {spec}: no address after `ray:`", "e.g. --cluster ray:10.0.0.5:6379")
-    return None if address in ("", "local") else address
-
-
-def _host_port(address: str) -> tuple[str, int] | None:
-    bare = address.removeprefix("ray://")
-    if bare == "auto":
-        return None
-    host, sep, port = bare.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise UsageError(f"--cluster ray:{address}: not HOST:PORT",
-                         "give the address `ray start --head` printed, e.g. --cluster ray:10.0.0.5:6379")
-    return host.strip("[]"), int(port)
-
-
-def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
-    """Fail at once (exit 11, naming the address) where nothing answers; Ray would retry for minutes."""
-    target = _host_port(address)
-    if target is None:
-        return
-    try:
-        socket.create_connection(target, timeout=timeout_s).close()
-    except OSError as exc:
-        reason = exc.strerror or str(exc) or type(exc).__name__
-        raise EnvironmentProblem(f"cannot reach the Ray cluster at {address}: {reason}",
-                                 "start its head there with `ray start --head` (it prints the address to join), "
-                                 "or check the address, the port and the firewall") from None
-
-
-def import_ray() -> Any:
-    try:
-        import ray
-    except ImportError:
-        raise EnvironmentProblem("--cluster ray needs Ray, which is not installed here",
-                                 f"install it with: {INSTALL}") from None
-    return ray
-
-
-@dataclass(frozen=True)
-class Session:
-    ray: Any
-    address: str
-    embedded: bool
-
-
-def _shutdown(ray: Any) -> None:
-    try:
-        ray.shutdown(wait_for_processes=True)  # Ray 2.5x: return once raylet and GCS are gone
-    except TypeError:
-        ray.shutdown()
-
-
-@contextlib.contextmanager
-def connect(address: str | None, progress: Progress) -> Iterator[Session]:
-    """Ray for the block: a local instance (address None) or the cluster at `address`; disconnected after.
-
-    A process already connected (a library caller ran ray.init) keeps its connection, before and after.
-    """
-    ray = import_ray()
-    if ray.is_initialized():
-        yield Session(ray, "this process's Ray connection", embedded=False)
-        return
-    if address is not None:
-        check_reachable(address)
-    progress("starting a local Ray instance" if address is None else f"joining the Ray cluster at {address}")
-    options: dict[str, Any] = dict(include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False,
-                                   runtime_env={"env_vars": WORKER_ENV})
-    if address is None:
-        options.update(object_store_memory=OBJECT_STORE_BYTES, _system_config=LOCAL_CONFIG)
-    saved = _stop_handlers()
-    try:
-        ray.init(address=address or "local", **options)
-    except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError...: each is "cannot"
-        _shutdown(ray)
-        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        if address is None:
-            raise EnvironmentProblem(f"cannot start a local Ray instance: {detail}",
-                                     "`ray start --head` shows Ray's own error; /tmp/ray/session_latest/logs has "
-                                     "its logs") from None
-        raise EnvironmentProblem(f"cannot join the Ray cluster at {address}: {detail}",
-                                 "`ray status` on the head says whether it runs; a cluster with token authentication "
-                                 "(Ray's default) needs RAY_AUTH_MODE=token and its token here (the head's "
-                                 "~/.ray/auth_token, or RAY_AUTH_TOKEN)") from None
-    except BaseException:  # Ctrl-C while Ray starts: what started goes again
-        _shutdown(ray)
-        raise
-    finally:
-        _restore(saved)
-    try:
-        yield Session(ray, address or "local", embedded=address is None)
-    finally:
-        _shutdown(ray)
-
-
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-def _stop_handlers() -> dict:
-    return {sig: signal.getsignal(sig) for sig in _STOP_SIGNALS}
-
-
-def _restore(saved: dict) -> None:
-    """Ray's init installs its own SIGTERM handler in the driver; popkit's (cli.main) must stay."""
-    for sig, handler in saved.items():
-        try:
-            if handler is not None:
-                signal.signal(sig, handler)
-        except ValueError:  # not the main thread: nothing was replaced there either
-            pass
-
-
 # ----------------------------------------------------------------------------------- planning
 
 
@@ -374,68 +204,6 @@ def bundle_for(job: Job, mode: str, options: runner.RunOptions, files: bundles.T
                           mode="benchmark" if job.kind == "ab" else mode, options=replace(options, python=python),
                           popkit=parity.popkit_identity(), require_gpu=require_gpu, max_rounds=max_rounds,
                           budget_s=budget_s)
-
-
-# ------------------------------------------------------------------------------------ the worker
-
-
-def run_bundle(bundle: bundles.Bundle, files: bundles.TaskFiles) -> dict[str, Any]:
-    """On a Ray worker: parity, then the run, as a local run would do it. Returns {"worker": ..., and one of
-    "report", "ab", "refused" (parity mismatch) or "error" (a PopkitError the run raised)}."""
-    import ray
-
-    context = ray.get_runtime_context()
-    where = dict(host=socket.gethostname(), node_ip=ray.util.get_node_ip_address(), node_id=context.get_node_id(),
-                 pid=os.getpid(), gpus=tuple(str(g) for g in ray.get_gpu_ids()))
-    with _as_a_local_run():
-        return _run_here(bundle, files, where)
-
-
-@contextlib.contextmanager
-def _as_a_local_run() -> Iterator[None]:
-    """The worker's environment, less what Ray adds for a task, while the run runs: its own variables (RAY_*,
-    a token among them) and OMP_NUM_THREADS=1, which would slow every CPU-side torch op of the run. Ray's
-    CUDA_VISIBLE_DEVICES stays: it is the GPU the run was given."""
-    added = {k: v for k, v in os.environ.items() if k.startswith("RAY_") or (k, v) == ("OMP_NUM_THREADS", "1")}
-    for key in added:
-        del os.environ[key]
-    try:
-        yield
-    finally:
-        os.environ.update(added)
-
-
-def _run_here(bundle: bundles.Bundle, files: bundles.TaskFiles, where: Mapping[str, Any]) -> dict[str, Any]:
-    options = replace(bundle.options, python=bundle.options.python or sys.executable)
-    found = parity.facts(options.python, runner.child_env(options))
-    worker = Worker(**where, facts=found)
-    out: dict[str, Any] = {"worker": worker.to_json()}
-    refused = parity.refusal(found, bundle.popkit, bundle.require_gpu)
-    if refused:
-        return {**out, "refused": refused}
-    try:
-        task = bundles.task_in(bundle, files, bundles.unpack(files, prestep.cache_dir()))
-        if bundle.kind == "ab":
-            return {**out, "ab": _run_ab(bundle, task, options, found).to_json()}
-        (path, content), = bundle.submissions
-        report = runner.run_submission(task, Path(path), bundle.mode, options, system=found, content=content)
-        return {**out, "report": report.to_json()}
-    except PopkitError as exc:
-        return {**out, "error": exc.to_json()}
-
-
-def _run_ab(bundle: bundles.Bundle, task: Task, options: runner.RunOptions, found: Mapping[str, Any]) -> ab.ABReport:
-    """ab.run_ab on this worker: it reads both sides from files, so they are written under their own names."""
-    with proc.WorkDir("popkit-ab-files-") as folder:
-        paths = []
-        for side, (given, content) in zip(ab.SIDES, bundle.submissions):
-            path = folder / side / (Path(given).name or "submission.py")
-            path.parent.mkdir()
-            path.write_bytes(content)
-            paths.append(path)
-        report = ab.run_ab(task, paths[0], paths[1], options, max_rounds=bundle.max_rounds,
-                           budget_s=bundle.budget_s, system=found)
-    return replace(report, a_path=bundle.submissions[0][0], b_path=bundle.submissions[1][0])
 
 
 # ---------------------------------------------------------------------------------- the results

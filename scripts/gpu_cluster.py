@@ -5,7 +5,7 @@ and the wall time against the same runs one after another on one GPU (goal: at m
 The GPU machine has no package index: build a Ray for its Python once, on the CPU machine, into the
 repository's git-ignored `.ray/` folder, and carry that folder to the GPU machine:
 
-    bash /work/shared/tools/ray-for-device.sh .ray/ray.tar.xz
+    mkdir -p .ray && bash /work/shared/tools/ray-for-device.sh .ray/ray.tar.xz
     python3 scripts/gpu_cluster.py --ray-tar .ray/ray.tar.xz --out OUTDIR      # kind nvidia-h100-x2, ~5 min
 
 `--ray-tar` takes the archive (extracted here into a temporary folder) or a folder it was extracted into.
@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no such submission: {', '.join(missing)}", file=sys.stderr)
         return 2
     if args.ray_tar is not None and not args.ray_tar.exists():
-        print(f"--ray-tar {args.ray_tar}: not found (build it: bash /work/shared/tools/ray-for-device.sh "
+        print(f"--ray-tar {args.ray_tar}: not found (build it: mkdir -p .ray && bash /work/shared/tools/ray-for-device.sh "
               ".ray/ray.tar.xz)", file=sys.stderr)
         return 2
     work = Path(tempfile.mkdtemp(prefix="popkit-gpu-cluster-"))

@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from dataclasses import replace
 from pathlib import Path
@@ -17,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import popkit
-from popkit import bundle, cluster, nvml, parity, runner
+from popkit import bundle, cluster, nvml, parity, ray_session, runner
 from popkit.errors import EnvironmentProblem, ExitCode, UsageError
 from popkit.results import ModeRun, RunReport
 from popkit.tasks import load_task, resolve_task
@@ -117,16 +116,16 @@ def test_the_popkit_identity_is_the_version_and_a_digest_of_the_code():
 
 
 def test_cluster_addresses():
-    assert cluster.address_of("ray", env={}) is None
-    assert cluster.address_of("ray", env={"RAY_ADDRESS": "10.0.0.5:6379"}) == "10.0.0.5:6379"
-    assert cluster.address_of("ray:10.0.0.5:6379", env={"RAY_ADDRESS": "x:1"}) == "10.0.0.5:6379"
-    assert cluster.address_of("ray:local", env={}) is None
+    assert ray_session.address_of("ray", env={}) is None
+    assert ray_session.address_of("ray", env={"RAY_ADDRESS": "10.0.0.5:6379"}) == "10.0.0.5:6379"
+    assert ray_session.address_of("ray:10.0.0.5:6379", env={"RAY_ADDRESS": "x:1"}) == "10.0.0.5:6379"
+    assert ray_session.address_of("ray:local", env={}) is None
     with pytest.raises(UsageError, match="unknown cluster `slurm`"):
-        cluster.address_of("slurm:x")
+        ray_session.address_of("slurm:x")
     with pytest.raises(UsageError, match="no address after `ray:`"):
-        cluster.address_of("ray:")
+        ray_session.address_of("ray:")
     with pytest.raises(UsageError, match="not HOST:PORT"):
-        cluster.check_reachable("gpubox")
+        ray_session.check_reachable("gpubox")
 
 
 def _closed_port() -> int:
@@ -138,7 +137,7 @@ def _closed_port() -> int:
 def test_an_unreachable_cluster_is_exit_11_naming_the_address():
     port = _closed_port()
     with pytest.raises(EnvironmentProblem) as caught:
-        cluster.check_reachable(f"127.0.0.1:{port}")
+        ray_session.check_reachable(f"127.0.0.1:{port}")
     assert caught.value.message.startswith(f"cannot reach the Ray cluster at 127.0.0.1:{port}: ")
     assert caught.value.exit_code == ExitCode.ENVIRONMENT
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from popkit import cluster, runner
+from popkit import cluster, ray_session, runner
 from popkit.tasks import load_task
 from test_adversarial import ATTACKS, NO_PROBE, assert_nothing_left, attack_env, recorded, tamper_task, wait_until
 from test_cli_running import cli  # noqa: F401  (the fixture: fixture tasks, no probe, a fresh history)
@@ -30,7 +30,7 @@ def ray_session(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         # The workers keep the environment they start with: their cache (bundles, build index) is a test folder.
         patch.setenv("POPKIT_CACHE_DIR", str(tmp_path_factory.mktemp("worker-cache")))
-        with cluster.connect(None, lambda _msg: None) as session:
+        with ray_session.connect(None, lambda _msg: None) as session:
             yield session
 
 

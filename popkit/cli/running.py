@@ -12,7 +12,8 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from popkit import ab, cluster as clusters, hiponcuda, history, ncu, runnable, runner, spread, system, taskcheck
+from popkit import (ab, cluster as clusters, hiponcuda, history, ncu, ray_session, runnable, runner, spread, system,
+                    taskcheck)
 from popkit.cli.app import app
 from popkit.contract import entry_points
 from popkit.errors import EnvironmentProblem, ExitCode, UsageError
@@ -261,7 +262,7 @@ def _on_cluster(command: str, files: List[Path], spec: Optional[str], require_gp
     if pairs and (len(files) % 2 or mode != "benchmark" or options.world_size or rounds % 2):
         raise UsageError(f"--pairs runs A/Bs in benchmark mode on files taken two by two ({len(files)} given), in "
                          "an even number of --rounds", "popkit bench a1.py b1.py a2.py b2.py --pairs --cluster ray")
-    address = clusters.address_of(spec)
+    address = ray_session.address_of(spec)
     jobs = []
     for group in ([files[i:i + 2] for i in range(0, len(files), 2)] if pairs else [[f] for f in files]):
         contents = tuple(runner.read_submission(path, entry_points=None) for path in group)
