@@ -25,7 +25,7 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def ray_session(tmp_path_factory):
+def local_ray(tmp_path_factory):
     pytest.importorskip("ray")
     with pytest.MonkeyPatch.context() as patch:
         # The workers keep the environment they start with: their cache (bundles, build index) is a test folder.
@@ -50,7 +50,7 @@ def _ray_worker_of(pid: int) -> int:
     raise AssertionError("no Ray worker above the eval")
 
 
-def test_a_worker_killed_mid_run_fails_that_run_only_by_name(ray_session, tmp_path):
+def test_a_worker_killed_mid_run_fails_that_run_only_by_name(local_ray, tmp_path):
     log = tmp_path / "attack.log"
     killed = {}
 
@@ -72,7 +72,7 @@ def test_a_worker_killed_mid_run_fails_that_run_only_by_name(ray_session, tmp_pa
     assert_nothing_left(log, within_s=10)  # the run's watchdog took its eval, grandchild and workdir along
 
 
-def test_a_run_past_its_deadline_is_cancelled_as_timed_out(ray_session, tmp_path):
+def test_a_run_past_its_deadline_is_cancelled_as_timed_out(local_ray, tmp_path):
     log = tmp_path / "attack.log"
     never = replace(load_task(DOUBLE), test_timeout=600.0)  # the runner's own timeout would come first
     jobs = [job(ATTACKS / "escape.py", never), job(SUBS / "good.py")]
@@ -87,7 +87,7 @@ def test_a_run_past_its_deadline_is_cancelled_as_timed_out(ray_session, tmp_path
 
 
 @pytest.mark.parametrize("attack, mode", [("late_pipe.py", "test"), ("tamper_import.py", "leaderboard")])
-def test_a_forging_attack_fails_through_a_worker_as_it_does_here(ray_session, tmp_path, attack, mode):
+def test_a_forging_attack_fails_through_a_worker_as_it_does_here(local_ray, tmp_path, attack, mode):
     task = tamper_task(tmp_path / "task") if attack.startswith("tamper") else load_task(DOUBLE)
     options = runner.RunOptions(precompile=False, env=attack_env(tmp_path / "here.log"), secret_seeds=(5,))
     here = runner.run_submission(task, ATTACKS / attack, mode, options, system=NO_PROBE)
@@ -104,7 +104,7 @@ def test_a_forging_attack_fails_through_a_worker_as_it_does_here(ray_session, tm
         assert_nothing_left(log, within_s=10)
 
 
-def test_an_ab_pair_runs_on_one_worker_and_both_sides_go_to_the_history(ray_session, tmp_path):
+def test_an_ab_pair_runs_on_one_worker_and_both_sides_go_to_the_history(local_ray, tmp_path):
     a, b = SUBS / "good.py", tmp_path / "good_v2.py"
     b.write_bytes(a.read_bytes() + b"# v2\n")
     pair = cluster.Job((a, b), (a.read_bytes(), b.read_bytes()), load_task(DOUBLE))
@@ -118,7 +118,7 @@ def test_an_ab_pair_runs_on_one_worker_and_both_sides_go_to_the_history(ray_sess
                       f"A/B side B, against {a}; ray {result.worker.where}"]
 
 
-def test_the_cli_prints_one_json_document_and_records_every_run(ray_session, cli):
+def test_the_cli_prints_one_json_document_and_records_every_run(local_ray, cli):
     result = cli("bench", str(SUBS / "good.py"), str(SUBS / "wrong.py"), "--task", str(DOUBLE), "--no-precompile",
                  "--cluster", "ray", "--json")
     assert result.exit_code == 1, result.output
@@ -129,13 +129,13 @@ def test_the_cli_prints_one_json_document_and_records_every_run(ray_session, cli
     assert len(json.loads(cli("history", "--json").stdout)["runs"]) == 2
 
 
-def test_require_gpu_refuses_workers_of_another_kind(ray_session, cli):
+def test_require_gpu_refuses_workers_of_another_kind(local_ray, cli):
     result = cli("test", str(SUBS / "good.py"), "--task", str(DOUBLE), "--cluster", "ray", "--require-gpu", "H100")
     assert result.exit_code == 11, result.output
     assert "parity mismatch: the worker's device is cpu, --require-gpu asked for H100" in result.output
 
 
-def test_pairs_make_each_two_files_one_ab(ray_session, cli, tmp_path):
+def test_pairs_make_each_two_files_one_ab(local_ray, cli, tmp_path):
     b = tmp_path / "good_v2.py"
     b.write_bytes((SUBS / "good.py").read_bytes() + b"# v2\n")
     result = cli("bench", str(SUBS / "good.py"), str(b), "--task", str(DOUBLE), "--no-precompile", "--cluster", "ray",
@@ -146,7 +146,7 @@ def test_pairs_make_each_two_files_one_ab(ray_session, cli, tmp_path):
     assert len(json.loads(cli("history", "--json").stdout)["runs"]) == 2  # each side, as a local A/B records them
 
 
-def test_a_run_on_a_worker_sees_the_environment_of_a_local_run(ray_session, tmp_path):
+def test_a_run_on_a_worker_sees_the_environment_of_a_local_run(local_ray, tmp_path):
     probe = tmp_path / "env_probe.py"
     probe.write_text("import os\n"
                      "RAY = sorted(k for k in os.environ if k.startswith('RAY_'))\n"
