@@ -16,7 +16,7 @@ import socket
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
 
-from popkit.errors import EnvironmentProblem, UsageError
+from popkit.errors import EnvironmentProblem, Interrupted, UsageError
 
 INSTALL = "pip install 'popkit[ray]'"
 CONNECT_TIMEOUT_S = 5.0  # a TCP connect to a cluster's address; Ray itself would retry for minutes
@@ -104,7 +104,8 @@ def connect(address: str | None, progress: Progress) -> Iterator[Session]:
     """
     ray = import_ray()
     if ray.is_initialized():
-        yield Session(ray, "this process's Ray connection", embedded=False)
+        with _signals_named():
+            yield Session(ray, "this process's Ray connection", embedded=False)
         return
     if address is not None:
         check_reachable(address)
@@ -133,7 +134,8 @@ def connect(address: str | None, progress: Progress) -> Iterator[Session]:
     finally:
         _restore(saved)
     try:
-        yield Session(ray, address or "local", embedded=address is None)
+        with _signals_named():
+            yield Session(ray, address or "local", embedded=address is None)
     finally:
         _shutdown(ray)
 
@@ -143,6 +145,36 @@ _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 def _stop_handlers() -> dict:
     return {sig: signal.getsignal(sig) for sig in _STOP_SIGNALS}
+
+
+@contextlib.contextmanager
+def _signals_named() -> Iterator[None]:
+    """A stop signal that arrives while Ray waits (ray.wait, ray.get) ends the block as Interrupted(that
+    signal), as anywhere else in popkit. Ray turns whatever a signal handler raises inside its waits into a
+    bare KeyboardInterrupt, which would read as SIGINT (exit 130) for a SIGTERM; so each handler popkit has
+    installed is wrapped, for the block, in one that notes the signal first."""
+    seen: list[int] = []
+    wrapped = {}
+    for sig, handler in _stop_handlers().items():
+        if callable(handler):
+            def noting(signum, frame, handler=handler):
+                seen.append(signum)
+                return handler(signum, frame)
+            try:
+                signal.signal(sig, noting)
+                wrapped[sig] = (noting, handler)
+            except ValueError:  # not the main thread: no handler runs here
+                break
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        if seen and not isinstance(exc, Interrupted):
+            raise Interrupted(seen[0]) from None
+        raise
+    finally:
+        for sig, (noting, handler) in wrapped.items():
+            if signal.getsignal(sig) is noting:  # popkit's own handler may have set SIG_IGN since: it stays
+                signal.signal(sig, handler)
 
 
 def _restore(saved: dict) -> None:

@@ -311,8 +311,30 @@ def _marked(mark: str) -> list[str]:
     return found
 
 
+def test_a_signal_that_ray_turned_into_a_bare_keyboard_interrupt_keeps_its_name():
+    def popkit_handler(signum, _frame):  # what cli.main installs
+        raise popkit.errors.Interrupted(signum)
+
+    before = signal.signal(signal.SIGTERM, popkit_handler)
+    raised: BaseException | None = None
+    try:
+        with ray_session._signals_named():
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                signal.sigtimedwait([], 0.1)  # the handler runs here
+            except popkit.errors.Interrupted:
+                raise KeyboardInterrupt from None  # what ray.wait makes of it
+    except KeyboardInterrupt as exc:  # caught here so that a failure does not stop pytest itself
+        raised = exc
+    finally:
+        after = signal.signal(signal.SIGTERM, before)
+    assert isinstance(raised, popkit.errors.Interrupted) and raised.signum == signal.SIGTERM, repr(raised)
+    assert after is popkit_handler
+
+
 @pytest.mark.slow
-def test_ctrl_c_cancels_every_run_and_leaves_no_ray_or_popkit_process(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_cancels_every_run_and_leaves_no_ray_or_popkit_process(tmp_path, sig):
     pytest.importorskip("ray")
     mark = f"popkit-test-{uuid.uuid4().hex}"
     log = tmp_path / "attack.log"
@@ -328,10 +350,10 @@ def test_ctrl_c_cancels_every_run_and_leaves_no_ray_or_popkit_process(tmp_path):
                                 "--no-precompile", "--no-history", "--cluster", "ray"], env=env, cwd=tmp_path,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=defaults)
     assert wait_until(lambda: len(recorded(log)) >= 4, 60), "two runs did not start"
-    popkit_.send_signal(signal.SIGINT)
+    popkit_.send_signal(sig)
     _out, err = popkit_.communicate(timeout=60)
-    assert popkit_.returncode == 130, err
-    assert err.strip().splitlines()[-1].startswith("popkit: stopped by SIGINT;"), err
+    assert popkit_.returncode == 128 + sig, err
+    assert err.strip().splitlines()[-1].startswith(f"popkit: stopped by {sig.name};"), err
     assert "Traceback" not in err
     assert wait_until(lambda: not _marked(mark), 20), _marked(mark)
     assert_nothing_left(log)
