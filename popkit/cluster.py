@@ -313,7 +313,7 @@ def run_jobs(jobs: Sequence[Job], mode: str, options: runner.RunOptions, address
         counts, t0 = _Counts(len(jobs)), time.monotonic()
 
         def finish(ref: Any, result: Result) -> None:
-            index, _, gpus = inflight.pop(ref)
+            index, _, _, gpus = inflight.pop(ref)
             used["CPU"] -= 1
             used["GPU"] -= gpus
             results[index] = result
@@ -329,7 +329,9 @@ def run_jobs(jobs: Sequence[Job], mode: str, options: runner.RunOptions, address
 
         try:
             while pending or inflight:
-                while pending and used["CPU"] + 1 <= capacity["CPU"] and used["GPU"] + need[pending[0]] <= capacity["GPU"]:
+                # In the order given, while the cluster has room: every run in flight is a running run.
+                while (pending and used["CPU"] + 1 <= capacity["CPU"]
+                       and used["GPU"] + need[pending[0]] <= capacity["GPU"]):
                     index = pending.popleft()
                     job = jobs[index]
                     task_files = files[id(job.task)]
@@ -339,22 +341,20 @@ def run_jobs(jobs: Sequence[Job], mode: str, options: runner.RunOptions, address
                     ref = remote.options(num_cpus=1, num_gpus=need[index], max_retries=0).remote(
                         bundle, stored[task_files.digest])
                     limit = deadline_s if deadline_s is not None else deadline_for(job, mode, options, max_rounds)
-                    inflight[ref] = (index, time.monotonic() + limit, need[index])
+                    inflight[ref] = (index, time.monotonic() + limit, limit, need[index])
                     used["CPU"] += 1
                     used["GPU"] += need[index]
                     counts.running += 1
-                next_deadline = min(deadline for _, deadline, _ in inflight.values())
+                next_deadline = min(deadline for _, deadline, _, _ in inflight.values())
                 wait_s = max(0.0, min(TICK_S, next_deadline - time.monotonic()))
                 ready, _ = ray.wait(list(inflight), num_returns=1, timeout=wait_s)
                 for ref in ready:
                     index = inflight[ref][0]
                     finish(ref, collect(ray, ref, index, jobs[index]))
                 now = time.monotonic()
-                for ref, (index, deadline, _) in list(inflight.items()):
+                for ref, (index, deadline, limit, _) in list(inflight.items()):
                     if now >= deadline:
                         ray.cancel(ref, force=True)
-                        limit = deadline_s if deadline_s is not None else deadline_for(jobs[index], mode, options,
-                                                                                       max_rounds)
                         finish(ref, Result(index, jobs[index], failed=TIMED_OUT, code=_FAILURE_EXIT[TIMED_OUT],
                                            failure=f"timed out: no result from its worker within {limit:.0f} s "
                                                    "(cancelled; the worker process was killed)"))

@@ -71,7 +71,8 @@ def refusal(found: Mapping[str, Any], popkit: str, require_gpu: str | None) -> s
         return (f"parity mismatch: the worker runs popkit {found.get('popkit')}, the run was sent by popkit "
                 f"{popkit} (install the same popkit on every node)")
     if require_gpu and not matches(found.get("device"), require_gpu):
-        return f"parity mismatch: the worker's device is {found.get('device') or 'unknown'}, --require-gpu asked for {require_gpu}"
+        return (f"parity mismatch: the worker's device is {found.get('device') or 'unknown'}, --require-gpu asked "
+                f"for {require_gpu}")
     return ""
 
 

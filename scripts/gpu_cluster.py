@@ -215,7 +215,8 @@ def markdown(result: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--ray-tar", type=Path, help="Ray built by ray-for-device.sh (.tar.xz, or its extracted folder)")
+    parser.add_argument("--ray-tar", type=Path,
+                        help="Ray built by ray-for-device.sh (.tar.xz, or its extracted folder)")
     parser.add_argument("--files", nargs="+", default=list(FILES), help="submissions, relative to the repository")
     parser.add_argument("--task", help="--task for every file (default: each file's directive)")
     parser.add_argument("--cpu", action="store_true", help="run on CPU slots (tests this script without a GPU)")
@@ -227,8 +228,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no such submission: {', '.join(missing)}", file=sys.stderr)
         return 2
     if args.ray_tar is not None and not args.ray_tar.exists():
-        print(f"--ray-tar {args.ray_tar}: not found (build it: mkdir -p .ray && bash /work/shared/tools/ray-for-device.sh "
-              ".ray/ray.tar.xz)", file=sys.stderr)
+        print(f"--ray-tar {args.ray_tar}: not found (build it: mkdir -p .ray && bash "
+              "/work/shared/tools/ray-for-device.sh .ray/ray.tar.xz)", file=sys.stderr)
         return 2
     work = Path(tempfile.mkdtemp(prefix="popkit-gpu-cluster-"))
     head = None

@@ -39,7 +39,8 @@ def test_the_table_gives_each_phase_its_ratio_to_one_after_another():
     checks = gpu_cluster.check(rows, ["passed"], ["a.py"], 1)
     result = {"files": ["a.py"], "gpus": 2, "card": "NVIDIA H100 80GB HBM3", "ray": "2.60.0",
               "warm": {"seconds": 61.0}, "local": ["passed"],
-              "phases": {"sequential": {"seconds": 100.0}, "embedded": {"seconds": 55.0, "rows": rows, "checks": checks},
+              "phases": {"sequential": {"seconds": 100.0},
+                         "embedded": {"seconds": 55.0, "rows": rows, "checks": checks},
                          "joined": {"seconds": 48.0, "rows": rows, "checks": checks}}}
     text = gpu_cluster.markdown(result)
     assert "| `--cluster ray` (local instance, start-up included) | 55.0 | 0.55 | 1 | yes | yes |" in text

@@ -149,7 +149,8 @@ def test(
     common.set_json(json)
     seeds = tuple(secret_seed or ()) + runner.random_secret_seeds(secret_runs)
     options = _options(python, precompile, harness, seeds, keep_workdir, world_size=world_size)
-    submission = _on_cluster("test", submission, cluster, require_gpu, json_lines, task, tasks_root, "test", options, json, history, local_only=((hip_on_cuda, "--hip-on-cuda"),))[0]
+    submission = _on_cluster("test", submission, cluster, require_gpu, json_lines, task, tasks_root, "test", options,
+                             json, history, local_only=((hip_on_cuda, "--hip-on-cuda"),))[0]
     notes: tuple[str, ...] = ()
     if hip_on_cuda:
         text = runner.read_submission(submission, entry_points=None).decode("utf-8")
@@ -217,7 +218,9 @@ def bench(
         seeds = runner.random_secret_seeds(secret_runs)
     options = _options(python, precompile, harness, seeds, keep_workdir, world_size=world_size)
     mode = "leaderboard" if leaderboard else "profile" if profile else "benchmark"
-    submissions = _on_cluster("bench", submissions, cluster, require_gpu, json_lines, task, tasks_root, mode, options, json, history, allow_cpu=allow_cpu, pairs=pairs, rounds=rounds, budget=budget, local_only=((gpus is not None, "--gpus"), (bool(baseline), "--baseline")))
+    submissions = _on_cluster("bench", submissions, cluster, require_gpu, json_lines, task, tasks_root, mode, options,
+                              json, history, allow_cpu=allow_cpu, pairs=pairs, rounds=rounds, budget=budget,
+                              local_only=((gpus is not None, "--gpus"), (bool(baseline), "--baseline")))
     if gpus is not None:
         if baseline:
             raise UsageError("--baseline reference runs with one submission", "drop --baseline with --gpus")
