@@ -20,6 +20,7 @@ Every phase runs the same benchmark-mode runs with `--precompile`, so no phase s
 earlier phase recorded it. Checks: each cluster report names its worker and GPU, both GPUs ran runs, every
 verdict equals the local one. Writes OUTDIR/cluster.json (after each phase) and OUTDIR/cluster.md, and prints
 the markdown table last. Exit 0 when the checks pass (the time ratio is reported, not enforced).
+Every phase gets what is left of 470 s (a phase past it is stopped with SIGINT, which stops its Ray too).
 `--dry-run` writes the plan and checks the files and the Ray archive, without a GPU. `--cpu --task DIR
 --files ...` runs the whole flow on CPU slots (how this script is tested without a GPU).
 """
@@ -42,9 +43,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 TASKS = ("vectoradd", "softmax", "grayscale", "vectorsum")
 FILES = tuple(f"submissions/{task}/{kind}.py" for task in TASKS for kind in ("cuda", "pytorch"))
-WARM_TIMEOUT_S = 420
-PHASE_TIMEOUT_S = 420
+TOTAL_S = 470.0  # every phase's timeout is what is left of this (under 8 minutes, whatever hangs)
 HEAD_READY_S = 90
+_END = [time.monotonic() + TOTAL_S]
+
+
+def left_s(floor: float = 30.0) -> float:
+    """Seconds left of TOTAL_S (at least `floor`, so a late phase still gets a chance to say why)."""
+    return max(floor, _END[0] - time.monotonic())
 
 
 def ray_path(archive: Path, work: Path) -> Path:
@@ -80,7 +86,7 @@ def warm_builds(files: list[str], env: dict[str, str], work: Path) -> dict:
     built = {}
     for rel, proc in procs.items():
         try:
-            out, _ = proc.communicate(timeout=max(1.0, WARM_TIMEOUT_S - (time.monotonic() - started)))
+            out, _ = proc.communicate(timeout=left_s())
             built[rel] = {"exit": proc.returncode, "tail": out[-400:]}
         except subprocess.TimeoutExpired:
             proc.kill()
@@ -94,13 +100,19 @@ def popkit_bench(files: list[str], extra: list[str], env: dict[str, str], task: 
     argv = [sys.executable, "-m", "popkit", "bench", *files, "--precompile", "--no-history", "--json", *extra]
     if task:
         argv += ["--task", task]
-    started = time.monotonic()
+    started, limit = time.monotonic(), left_s()
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=PHASE_TIMEOUT_S)
-        code, out, err = done.returncode, done.stdout, done.stderr
-    except subprocess.TimeoutExpired as exc:
-        code, out, err = None, exc.stdout or "", f"timed out after {PHASE_TIMEOUT_S} s"
-        out = out.decode() if isinstance(out, bytes) else out
+        out, err = proc.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)  # popkit cancels its runs and stops the Ray instance it started
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        err = f"timed out after {limit:.0f} s (stopped with SIGINT)\n{err}"
+    code = proc.returncode
     seconds = time.monotonic() - started
     try:
         doc = json.loads(out)
@@ -168,7 +180,8 @@ def wait_ready(address: str, env: dict[str, str], gpus: int) -> None:
             f"end = time.time() + {HEAD_READY_S}\n"
             f"while ray.cluster_resources().get('GPU', 0) < {gpus} and time.time() < end: time.sleep(0.5)\n"
             "print(ray.cluster_resources())\n")
-    subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=HEAD_READY_S + 60)
+    subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                   timeout=min(HEAD_READY_S + 60, left_s()))
 
 
 def stop_head(head: subprocess.Popen) -> None:
@@ -231,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"--ray-tar {args.ray_tar}: not found (build it: mkdir -p .ray && bash "
               "/work/shared/tools/ray-for-device.sh .ray/ray.tar.xz)", file=sys.stderr)
         return 2
+    _END[0] = time.monotonic() + TOTAL_S
     work = Path(tempfile.mkdtemp(prefix="popkit-gpu-cluster-"))
     head = None
     try:
