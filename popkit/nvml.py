@@ -128,3 +128,22 @@ def visible_gpus(env: Mapping[str, str], library: str = LIBRARY) -> Driver | Non
         return query(ctypes.CDLL(library), env)
     except (OSError, AttributeError):
         return None
+
+
+def driver_version(lib: Any) -> str:
+    """The driver's version (`580.65.06`) from a loaded NVML."""
+    _call(lib, "nvmlInit_v2")
+    try:
+        text = ctypes.create_string_buffer(96)
+        _call(lib, "nvmlSystemGetDriverVersion", text, ctypes.c_uint(len(text)))
+        return text.value.decode("ascii", "replace")
+    finally:
+        lib.nvmlShutdown()
+
+
+def system_driver_version(library: str = LIBRARY) -> str | None:
+    """driver_version() through the system's NVML; None where there is none (no NVIDIA driver) or it fails."""
+    try:
+        return driver_version(ctypes.CDLL(library))
+    except (OSError, AttributeError):
+        return None

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from popkit import ab, history, runner, sandbox, sizing, stats, system
+from popkit import ab, cluster, history, runner, sandbox, sizing, stats, system
 from popkit.contract import entry_points
 from popkit.errors import EnvironmentProblem, PopkitError, UsageError
 from popkit.executor import Executor
@@ -280,6 +280,33 @@ def spread(request: Request, progress: Progress | None = None, executor: Executo
     return [outcome for _, outcome in sorted(finished, key=lambda item: item[0])]
 
 
+def on_cluster(request: Request, address: str | None, *, require_gpu: str | None = None, pairs: bool = False,
+               progress: Progress | None = None, on_result: Callable[[Any], None] | None = None
+               ) -> tuple[cluster.ClusterRun, list[str]]:
+    """Every file (or, with `pairs`, every two files as one A/B) on Ray at `address` (None: a local instance);
+    results are recorded here, the only history writer, as they arrive. Returns the run and the history's
+    warnings."""
+    groups = ([request.sources[i:i + 2] for i in range(0, len(request.sources), 2)] if pairs
+              else [(s,) for s in request.sources])
+    jobs = []
+    for group in groups:  # every file and its task is checked before anything runs
+        task = resolve(group[0], request.task, request.roots).task
+        for source in group:
+            preflight(task, source, request)
+        jobs.append(cluster.Job(tuple(s.path for s in group), tuple(s.content for s in group), task))
+    warnings: list[str] = []
+
+    def arrived(result: cluster.Result) -> None:
+        warnings.extend(keep(report, content, request.record) for report, content in result.history_reports())
+        if on_result is not None:
+            on_result(result)
+
+    run = cluster.run_jobs(jobs, request.mode, request.options, address, require_gpu=require_gpu,
+                           allow_cpu=request.allow_cpu, max_rounds=request.rounds, budget_s=request.budget_s,
+                           progress=progress, on_result=arrived)
+    return run, [w for w in warnings if w]
+
+
 def parse_gpus(spec: str) -> tuple[str, ...]:
     """`0,1,3` -> ("0", "1", "3"): distinct device indices as CUDA_VISIBLE_DEVICES takes them."""
     gpus = tuple(part.strip() for part in spec.split(","))
@@ -306,4 +333,4 @@ def first_failure(codes: Sequence[int]) -> int:
 
 
 __all__ = ["Request", "RunOutcome", "ABOutcome", "SpreadRun", "run", "compare", "spread", "keep", "resolve",
-           "preflight", "parse_gpus", "Mapping"]
+           "preflight", "parse_gpus", "on_cluster"]

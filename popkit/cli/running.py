@@ -12,7 +12,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from popkit import hiponcuda, ncu, runnable, system, taskcheck, workflows
+from popkit import hiponcuda, ncu, ray_session, runnable, system, taskcheck, workflows
 from popkit.cli.app import app
 from popkit.contract import entry_points
 from popkit.errors import ExitCode, UsageError
@@ -20,12 +20,12 @@ from popkit.protocol import MAX_SECRET_RUNS, MAX_SECRET_SEED, random_secret_seed
 from popkit.runner import RunOptions
 from popkit.source import Source, validate_submission
 from popkit.tasks import list_tasks, resolve_task, task_roots
+from popkit.views import cluster as cluster_view
 from popkit.views import common
 from popkit.views import comparison as comparison_view
 from popkit.views.common import escape
 from popkit.views import running as view
 
-SubmissionArg = Annotated[Path, typer.Argument(help="Your submission file (any name; it runs as the task's submission.py).")]
 TaskOpt = Annotated[Optional[str], typer.Option("--task", "-t", help="Bundled task name, task directory, or leaderboard name. Default: the file's `#!POPCORN leaderboard` directive.")]
 RootsOpt = Annotated[Optional[List[Path]], typer.Option("--tasks-root", help="Folder or problem-set yaml to look up leaderboard names in (repeatable; also POPKIT_TASKS_PATH).")]
 PythonOpt = Annotated[Optional[str], typer.Option("--python", help="Interpreter for the eval (default: the one running popkit).")]
@@ -40,6 +40,10 @@ GpusOpt = Annotated[Optional[str], typer.Option("--gpus", help="Independent runs
 
 
 IsolationOpt = Annotated[bool, typer.Option("--require-isolation", help="Stop (exit 11) unless every process of the run can be sandboxed (Linux namespaces); without it a run where they are unavailable goes on, and its report says `isolation: none (reason)`.")]
+ClusterOpt = Annotated[Optional[str], typer.Option("--cluster", help="Run every file on Ray: `ray` starts a local Ray instance over this machine's GPUs (or CPUs) and stops it after; `ray:HOST:PORT` (or RAY_ADDRESS) joins a running cluster. One GPU per run; results stream in. Needs pip install 'popkit[ray]'.")]
+RequireGpuOpt = Annotated[Optional[str], typer.Option("--require-gpu", help="With --cluster: only workers with this GPU kind (e.g. H100) may run; a run on another kind fails as `parity mismatch`.")]
+JsonLinesOpt = Annotated[bool, typer.Option("--json-lines", help="With --cluster: print one JSON line (schema popkit/cluster-result/1) per result as it arrives.")]
+
 
 
 def _options(python: Optional[str], precompile: Optional[bool], harness: str, seeds: tuple[int, ...], keep: bool,
@@ -91,6 +95,9 @@ def test(
     gpus: GpusOpt = None,
     require_isolation: IsolationOpt = False,
     history: HistoryOpt = True,
+    cluster: ClusterOpt = None,
+    require_gpu: RequireGpuOpt = None,
+    json_lines: JsonLinesOpt = False,
     json: JsonOpt = False,
 ) -> None:
     """Run the task's tests on SUBMISSION, the way the leaderboard's `test` mode does.
@@ -99,21 +106,26 @@ def test(
     Examples:
       popkit test submissions/vectoradd/pytorch.py --secret-runs 1
       popkit test submissions/softmax/hip.py --hip-on-cuda
+      popkit test v1.py v2.py v3.py --cluster ray     (every file on a local Ray instance)
     """
     common.set_json(json)
     seeds = tuple(secret_seed or ()) + random_secret_seeds(secret_runs)
     options = _options(python, precompile, harness, seeds, keep_workdir, world_size=world_size,
                        require_isolation=require_isolation)
     sources = tuple(Source.read(path) for path in submissions)
+    request = workflows.Request(sources, "test", task, tuple(tasks_root or ()), options, record=history)
+    _on_cluster(request, cluster, require_gpu, json_lines, json, local_only=((hip_on_cuda, "--hip-on-cuda"),
+                                                                            (gpus is not None, "--gpus")))
     if len(sources) > 1 and gpus is None:
-        raise UsageError("test takes one submission", "several independent runs: popkit test a.py b.py --gpus 0,1")
+        raise UsageError(f"test takes one submission ({len(sources)} given); several run with --gpus or --cluster",
+                         "popkit test a.py b.py --gpus 0,1, or --cluster ray")
     notes: tuple[str, ...] = ()
     if hip_on_cuda:
         text = sources[0].text
         hiponcuda.require_hip(text, str(sources[0].path))
         options = replace(options, env={**options.env, **hiponcuda.child_env()}, label=hiponcuda.LABEL)
         notes = hiponcuda.notes_for(text, str(sources[0].path))
-    request = workflows.Request(sources, "test", task, tuple(tasks_root or ()), options, record=history, notes=notes)
+    request = replace(request, options=options, notes=notes)
     if gpus is not None:
         _spread(replace(request, gpus=workflows.parse_gpus(gpus)), json)
     _single(request, json)
@@ -141,6 +153,10 @@ def bench(
     gpus: GpusOpt = None,
     require_isolation: IsolationOpt = False,
     history: HistoryOpt = True,
+    cluster: ClusterOpt = None,
+    require_gpu: RequireGpuOpt = None,
+    json_lines: JsonLinesOpt = False,
+    pairs: Annotated[bool, typer.Option("--pairs", help="With --cluster: take the files two by two (A B A B ...), each pair an A/B on one GPU of one worker; without it every file is an independent run.")] = False,
     json: JsonOpt = False,
 ) -> None:
     """Time SUBMISSION on the task's benchmarks, the way the leaderboard's `benchmark` mode does.
@@ -150,6 +166,7 @@ def bench(
       popkit bench submissions/vectoradd/pytorch.py --leaderboard --baseline reference
       popkit bench v6.py v7.py     (A/B: counterbalanced rounds, ratios with 95% intervals over rounds)
       popkit bench v1.py v2.py v3.py --gpus 0,1     (independent runs, one process per GPU)
+      popkit bench v*.py --cluster ray:10.0.0.5:6379     (independent runs on a Ray cluster, one GPU each)
     """
     common.set_json(json)
     if profile and len(submissions) > 1 and submissions[-1] == Path("ncu") and not submissions[-1].exists():
@@ -157,11 +174,11 @@ def bench(
     if profiler not in ("torch", "ncu"):
         raise UsageError(f"unknown profiler `{profiler}`", "use --profiler torch or --profiler ncu")
     if profile and profiler == "ncu":
-        if len(submissions) != 1 or gpus or leaderboard or baseline:
+        if len(submissions) != 1 or gpus or leaderboard or baseline or cluster:
             raise UsageError("--profiler ncu profiles one submission", "popkit bench FILE --profile ncu")
         _ncu(submissions[0], task, tasks_root, python, json)
         return
-    if len(submissions) > 2 and gpus is None:
+    if len(submissions) > 2 and gpus is None and cluster is None:
         raise UsageError("bench takes one submission, or two for an A/B comparison",
                          "popkit bench A.py B.py; several independent runs: popkit bench a.py b.py c.py --gpus 0,1")
     if leaderboard and profile:
@@ -174,7 +191,7 @@ def bench(
     options = _options(python, precompile, harness, seeds, keep_workdir, world_size=world_size,
                        require_isolation=require_isolation)
     mode = "leaderboard" if leaderboard else "profile" if profile else "benchmark"
-    if gpus is None and len(submissions) == 2:
+    if gpus is None and cluster is None and len(submissions) == 2:
         if leaderboard or profile or baseline or world_size:
             raise UsageError("an A/B comparison runs the task's own benchmarks in benchmark mode only",
                              "drop --leaderboard/--profile/--baseline/--world-size for A/B")
@@ -186,11 +203,47 @@ def bench(
     sources = tuple(Source.read(path) for path in submissions)
     request = workflows.Request(sources, mode, task, tuple(tasks_root or ()), options, baseline=baseline is not None,
                                 allow_cpu=allow_cpu, record=history, rounds=rounds, budget_s=budget)
+    _on_cluster(request, cluster, require_gpu, json_lines, json, pairs=pairs,
+                local_only=((gpus is not None, "--gpus"), (bool(baseline), "--baseline")))
     if gpus is not None:
         _spread(replace(request, gpus=workflows.parse_gpus(gpus)), json)
     if len(sources) == 2:
         _ab(request, json)
     _single(request, json)
+
+
+def _on_cluster(request: workflows.Request, spec: Optional[str], require_gpu: Optional[str], json_lines: bool,
+                json: bool, *, pairs: bool = False, local_only: tuple = ()) -> None:
+    """--cluster: every file runs on Ray (workflows.on_cluster), each result recorded as it arrives, then exit.
+    Without it, nothing happens here (and the cluster's own flags are refused)."""
+    if spec is None:
+        for flag, given in (("--require-gpu", require_gpu), ("--json-lines", json_lines), ("--pairs", pairs)):
+            if given:
+                raise UsageError(f"{flag} goes with --cluster", "add --cluster ray (a local Ray instance over this "
+                                 "machine's GPUs) or --cluster ray:HOST:PORT")
+        return
+    for given, flag in local_only:
+        if given:
+            raise UsageError(f"{flag} does not run on a cluster", f"drop {flag} with --cluster")
+    if json and json_lines:
+        raise UsageError("--json and --json-lines are two output formats", "pick one")
+    if require_gpu is not None and not require_gpu.strip():
+        raise UsageError("--require-gpu needs a GPU kind", "e.g. --require-gpu H100")
+    if request.options.keep_workdir:
+        raise UsageError("--keep-workdir would keep the folder on the worker", "drop --keep-workdir with --cluster")
+    files = len(request.sources)
+    if pairs and (files % 2 or request.mode != "benchmark" or request.options.world_size or request.rounds % 2):
+        raise UsageError(f"--pairs runs A/Bs in benchmark mode on files taken two by two ({files} given), in "
+                         "an even number of --rounds", "popkit bench a1.py b1.py a2.py b2.py --pairs --cluster ray")
+    address = ray_session.address_of(spec)
+    with common.progress_printer(json) as progress:
+        run, warnings = workflows.on_cluster(request, address, require_gpu=require_gpu, pairs=pairs, progress=progress,
+                                             on_result=cluster_view.result_line if json_lines else None)
+    if json_lines:
+        cluster_view.show_warnings(warnings)
+    else:
+        cluster_view.show_cluster(run, warnings, json=json)
+    raise typer.Exit(run.exit_code)
 
 
 def _ncu(submission: Path, task_spec: Optional[str], roots: Optional[List[Path]], python: Optional[str],

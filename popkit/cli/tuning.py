@@ -11,11 +11,14 @@ import typer
 
 from popkit import runner, tune as tuner, workflows
 from popkit.cli.app import app
-from popkit.cli.running import HarnessOpt, KeepOpt, PythonOpt, RootsOpt, SubmissionArg, TaskOpt, WorldSizeOpt
+from popkit.cli.running import HarnessOpt, KeepOpt, PythonOpt, RootsOpt, TaskOpt, WorldSizeOpt
 from popkit.errors import UsageError
 from popkit.source import Source, check_runnable
 from popkit.views import common
 from popkit.views import tuning as view
+
+
+SubmissionArg = Annotated[Path, typer.Argument(help="The submission to tune (any name; it is only read).")]
 
 
 def _run_options(python: Optional[str], harness: str, keep: bool, world_size: Optional[int]) -> runner.RunOptions:

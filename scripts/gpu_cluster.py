@@ -1,0 +1,312 @@
+#!/usr/bin/env python3
+"""Many submissions on Ray (`--cluster`) on a 2-GPU NVIDIA machine: both GPUs used, the verdicts of local runs,
+and the wall time against the same runs one after another on one GPU (goal: at most 0.6x).
+
+The GPU machine has no package index: build a Ray for its Python once, on the CPU machine, into the
+repository's git-ignored `.ray/` folder, and carry that folder to the GPU machine:
+
+    mkdir -p .ray && bash /work/shared/tools/ray-for-device.sh .ray/ray.tar.xz
+    python3 scripts/gpu_cluster.py --ray-tar .ray/ray.tar.xz --out OUTDIR      # kind nvidia-h100-x2, ~5 min
+
+`--ray-tar` takes the archive (extracted here into a temporary folder) or a folder it was extracted into.
+
+1. The CUDA extensions of the 8 bundled submissions (4 tasks x cuda.py, pytorch.py) are built once, in
+   parallel, so that no timed phase pays a cold build.
+2. `popkit bench FILES --gpus 0`: every run one after another on GPU 0: the local verdicts, the baseline time.
+3. `popkit bench FILES --cluster ray`: a local Ray instance over both GPUs (its start-up is in the time).
+4. `ray start --head --block` started here (stopped at the end, also on failure), then
+   `popkit bench FILES --cluster ray:ADDRESS` joins it.
+Every phase runs the same benchmark-mode runs with `--precompile`, so no phase skips a pre-step because an
+earlier phase recorded it. Checks: each cluster report names its worker and GPU, both GPUs ran runs, every
+verdict equals the local one. Writes OUTDIR/cluster.json (after each phase) and OUTDIR/cluster.md, and prints
+the markdown table last. Exit 0 when the checks pass (the time ratio is reported, not enforced).
+Every phase gets what is left of 470 s (a phase past it is stopped with SIGINT, which stops its Ray too).
+`--dry-run` writes the plan and checks the files and the Ray archive, without a GPU. `--cpu --task DIR
+--files ...` runs the whole flow on CPU slots (how this script is tested without a GPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TASKS = ("vectoradd", "softmax", "grayscale", "vectorsum")
+FILES = tuple(f"submissions/{task}/{kind}.py" for task in TASKS for kind in ("cuda", "pytorch"))
+TOTAL_S = 470.0  # every phase's timeout is what is left of this (under 8 minutes, whatever hangs)
+HEAD_READY_S = 90
+_END = [time.monotonic() + TOTAL_S]
+
+
+def left_s(floor: float = 30.0) -> float:
+    """Seconds left of TOTAL_S (at least `floor`, so a late phase still gets a chance to say why)."""
+    return max(floor, _END[0] - time.monotonic())
+
+
+def ray_path(archive: Path, work: Path) -> Path:
+    """The folder holding the `ray` package: `archive` itself, or where the .tar.xz is extracted."""
+    if archive.is_dir():
+        return archive
+    dest = work / "ray"
+    dest.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["tar", "-C", str(dest), "-xJf", str(archive)], check=True, timeout=300)
+    return dest
+
+
+def child_env(ray_dir: Path | None, **extra: str) -> dict[str, str]:
+    paths = [str(ROOT)] + ([str(ray_dir)] if ray_dir else []) + [p for p in [os.environ.get("PYTHONPATH")] if p]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths), **extra}
+
+
+def ray_version(env: dict[str, str]) -> str:
+    done = subprocess.run([sys.executable, "-c", "import ray; print(ray.__version__)"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    return done.stdout.strip() if done.returncode == 0 else f"not importable: {done.stderr.strip()[-200:]}"
+
+
+def warm_builds(files: list[str], env: dict[str, str], work: Path) -> dict:
+    """Import every file that builds a CUDA extension once, all at once (load_inline fills torch's build cache)."""
+    started, procs = time.monotonic(), {}
+    for rel in files:
+        if b"load_inline" in (ROOT / rel).read_bytes() and "cuda" in rel:
+            folder = work / "warm" / rel.replace("/", "_")
+            folder.mkdir(parents=True)
+            procs[rel] = subprocess.Popen([sys.executable, str(ROOT / rel)], cwd=folder, env=env,
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    built = {}
+    for rel, proc in procs.items():
+        try:
+            out, _ = proc.communicate(timeout=left_s())
+            built[rel] = {"exit": proc.returncode, "tail": out[-400:]}
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            built[rel] = {"exit": None, "tail": "timed out"}
+    return {"seconds": time.monotonic() - started, "builds": built}
+
+
+def popkit_bench(files: list[str], extra: list[str], env: dict[str, str], task: str | None) -> dict:
+    """One `popkit bench FILES ... --json` and its wall time (seconds)."""
+    argv = [sys.executable, "-m", "popkit", "bench", *files, "--precompile", "--no-history", "--json", *extra]
+    if task:
+        argv += ["--task", task]
+    started, limit = time.monotonic(), left_s()
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)  # popkit cancels its runs and stops the Ray instance it started
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        err = f"timed out after {limit:.0f} s (stopped with SIGINT)\n{err}"
+    code = proc.returncode
+    seconds = time.monotonic() - started
+    try:
+        doc = json.loads(out)
+    except ValueError:
+        doc = None
+    return {"argv": argv[2:], "exit": code, "seconds": seconds, "doc": doc, "stderr_tail": str(err)[-1500:]}
+
+
+def local_verdicts(phase: dict) -> list[str]:
+    """Each file's outcome in the order given (`--gpus` keeps it)."""
+    runs = (phase["doc"] or {}).get("runs", [])
+    return [r["report"]["outcome"] if r.get("report") else f"error {r['error']['exit_code']}" for r in runs]
+
+
+def cluster_rows(phase: dict) -> list[dict]:
+    """Per file in the order given: outcome, the worker's GPUs and device, as the cluster's JSON reports them."""
+    rows = []
+    for r in sorted((phase["doc"] or {}).get("results", []), key=lambda r: r["index"]):
+        worker = r.get("worker") or {}
+        report = r.get("report") or {}
+        system = report.get("system") or {}
+        rows.append({"file": r["files"][0], "outcome": r["outcome"], "gpus": worker.get("gpus", []),
+                     "device": system.get("device"), "failure": r.get("failure", ""),
+                     "named": report.get("label", "").startswith("ray ") and bool(system.get("worker"))})
+    return rows
+
+
+def check(rows: list[dict], local: list[str], files: list[str], gpus: int) -> dict:
+    used = sorted({g for row in rows for g in row["gpus"]})
+    return {"all_results": [row["file"] for row in rows] == files and len(local) == len(files),
+            "verdicts_equal": [row["outcome"] for row in rows] == local,
+            "gpus_used": used, "every_gpu_used": len(used) >= gpus,
+            "reports_name_worker": all(row["named"] for row in rows)}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_head(env: dict[str, str], gpus: int, cpus: int | None, log: Path) -> tuple[subprocess.Popen, str]:
+    """`ray start --head --block` as a child of this script; returns it and the address it prints."""
+    port = free_port()
+    argv = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--port", str(port), "--block",
+            "--include-dashboard=false", "--disable-usage-stats", "--num-gpus", str(gpus)]
+    if cpus is not None:
+        argv += ["--num-cpus", str(cpus)]
+    head = subprocess.Popen(argv, env={**env, "RAY_process_group_cleanup_enabled": "0"}, cwd=ROOT,
+                            stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + HEAD_READY_S
+    while time.monotonic() < deadline and head.poll() is None:
+        found = re.search(r"--address='([^']+)'", log.read_text(errors="replace"))
+        if found:
+            return head, found.group(1)
+        time.sleep(0.5)
+    stop_head(head)
+    raise RuntimeError(f"the Ray head did not start: {log.read_text(errors='replace')[-800:]}")
+
+
+def wait_ready(address: str, env: dict[str, str], gpus: int) -> None:
+    """Until the head's raylet offers its GPUs (the address is printed before)."""
+    code = ("import logging, ray, time\n"
+            f"ray.init(address={address!r}, logging_level=logging.ERROR, log_to_driver=False)\n"
+            f"end = time.time() + {HEAD_READY_S}\n"
+            f"while ray.cluster_resources().get('GPU', 0) < {gpus} and time.time() < end: time.sleep(0.5)\n"
+            "print(ray.cluster_resources())\n")
+    subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                   timeout=min(HEAD_READY_S + 60, left_s()))
+
+
+def stop_head(head: subprocess.Popen) -> None:
+    """SIGTERM to the blocking `ray start`: it drains and stops every process it started."""
+    if head.poll() is None:
+        head.send_signal(signal.SIGTERM)
+        try:
+            head.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait(10)
+
+
+def markdown(result: dict) -> str:
+    seq = result["phases"].get("sequential", {}).get("seconds")
+    lines = [f"`--cluster` on {result['gpus']}x {result['card']} (Ray {result['ray']}): {len(result['files'])} "
+             f"benchmark-mode runs, `--precompile`; the CUDA builds were warm ({result['warm']['seconds']:.0f} s "
+             "to build them first).", "",
+             "| phase | wall s | x one-after-another | GPUs used | verdicts = local | reports name worker+GPU |",
+             "|---|---|---|---|---|---|"]
+    for name, label in (("sequential", "`--gpus 0` (one GPU, one after another)"),
+                        ("embedded", "`--cluster ray` (local instance, start-up included)"),
+                        ("joined", "`--cluster ray:ADDRESS` (head started before)")):
+        phase = result["phases"].get(name)
+        if not phase:
+            continue
+        checks = phase.get("checks", {})
+        ratio = f"{phase['seconds'] / seq:.2f}" if seq else "-"
+        lines.append(f"| {label} | {phase['seconds']:.1f} | {ratio} | {','.join(checks.get('gpus_used', ['0']))} | "
+                     f"{'yes' if checks.get('verdicts_equal', True) else '**no**'} | "
+                     f"{'yes' if checks.get('reports_name_worker', name == 'sequential') else '**no**'} |")
+    lines += ["", "| submission | local | embedded (GPU) | joined (GPU) |", "|---|---|---|---|"]
+    local = result.get("local", [])
+    for i, f in enumerate(result["files"]):
+        cells = []
+        for name in ("embedded", "joined"):
+            rows = result["phases"].get(name, {}).get("rows", [])
+            row = rows[i] if i < len(rows) else None
+            cells.append(f"{row['outcome']} ({','.join(row['gpus']) or 'CPU'})" if row else "-")
+        lines.append(f"| {f} | {local[i] if i < len(local) else '-'} | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--ray-tar", type=Path,
+                        help="Ray built by ray-for-device.sh (.tar.xz, or its extracted folder)")
+    parser.add_argument("--files", nargs="+", default=list(FILES), help="submissions, relative to the repository")
+    parser.add_argument("--task", help="--task for every file (default: each file's directive)")
+    parser.add_argument("--cpu", action="store_true", help="run on CPU slots (tests this script without a GPU)")
+    parser.add_argument("--dry-run", action="store_true")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    missing = [f for f in args.files if not (ROOT / f).is_file()]
+    if missing:
+        print(f"no such submission: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    if args.ray_tar is not None and not args.ray_tar.exists():
+        print(f"--ray-tar {args.ray_tar}: not found (build it: mkdir -p .ray && bash "
+              "/work/shared/tools/ray-for-device.sh .ray/ray.tar.xz)", file=sys.stderr)
+        return 2
+    _END[0] = time.monotonic() + TOTAL_S
+    work = Path(tempfile.mkdtemp(prefix="popkit-gpu-cluster-"))
+    head = None
+    try:
+        ray_dir = ray_path(args.ray_tar.resolve(), work) if args.ray_tar else None
+        env = child_env(ray_dir)
+        result: dict = {"files": args.files, "ray": ray_version(env), "phases": {}}
+        save = lambda: (args.out / "cluster.json").write_text(json.dumps(result, indent=1, default=str))  # noqa: E731
+        if args.dry_run:
+            result["plan"] = ["warm CUDA builds", "popkit bench FILES --gpus 0 --precompile",
+                              "popkit bench FILES --cluster ray --precompile", "ray start --head --block",
+                              "popkit bench FILES --cluster ray:ADDRESS --precompile", "stop the head"]
+            save()
+            print(f"Ray: {result['ray']}\nfiles: {' '.join(args.files)}\nwrote {args.out / 'cluster.json'}")
+            return 0
+        if args.cpu:
+            gpus, card = 0, "CPU"
+        else:
+            import torch
+
+            gpus = torch.cuda.device_count()
+            card = torch.cuda.get_device_name() if gpus else "no GPU"
+            if gpus < 2:
+                print(f"needs a machine with 2 GPUs (this one has {gpus})", file=sys.stderr)
+                return 11
+        result.update(gpus=gpus, card=card)
+        result["warm"] = warm_builds(args.files, env, work) if not args.cpu else {"seconds": 0.0, "builds": {}}
+        save()
+        sequential = popkit_bench(args.files, ["--gpus", "0"], env, args.task)
+        result["local"] = local_verdicts(sequential)
+        result["phases"]["sequential"] = sequential
+        save()
+        embedded = popkit_bench(args.files, ["--cluster", "ray"], env, args.task)
+        embedded["rows"] = cluster_rows(embedded)
+        embedded["checks"] = check(embedded["rows"], result["local"], args.files, gpus)
+        result["phases"]["embedded"] = embedded
+        save()
+        try:
+            head, address = start_head(env, gpus, 2 if args.cpu else None, args.out / "ray-head.log")
+        except RuntimeError as exc:
+            result["head_error"] = str(exc)
+            print(exc, file=sys.stderr)
+        else:
+            result["address"] = address
+            joined_env = {**env, "RAY_AUTH_MODE": "token"}  # an explicit address gets Ray's token only when told
+            wait_ready(address, joined_env, gpus)
+            joined = popkit_bench(args.files, ["--cluster", f"ray:{address}"], joined_env, args.task)
+            joined["rows"] = cluster_rows(joined)
+            joined["checks"] = check(joined["rows"], result["local"], args.files, gpus)
+            result["phases"]["joined"] = joined
+        save()
+    finally:
+        if head is not None:
+            stop_head(head)
+        shutil.rmtree(work, ignore_errors=True)
+    text = markdown(result)
+    (args.out / "cluster.md").write_text(text)
+    print(text)
+    checks = [result["phases"].get(name, {}).get("checks", {}) for name in ("embedded", "joined")]
+    ok = all(c.get("all_results") and c.get("verdicts_equal") and c.get("reports_name_worker")
+             and c.get("every_gpu_used") for c in checks)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

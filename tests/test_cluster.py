@@ -1,0 +1,394 @@
+"""`--cluster`: the bundle, parity, addresses and the CLI's refusals (no Ray started), then the whole CLI on a
+local Ray instance (12 runs against the same runs made one by one; Ctrl-C leaves nothing behind)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+import popkit
+from popkit import bundle, cluster, nvml, parity, ray_session, runner
+from popkit.errors import EnvironmentProblem, ExitCode, UsageError
+from popkit.results import ModeRun, RunReport
+from popkit.tasks import load_task, resolve_task
+from popkit.views import cluster as view
+from test_adversarial import ATTACKS, assert_nothing_left, attack_env, recorded, wait_until
+from test_cli_running import cli  # noqa: F401  (the fixture: fixture tasks, no probe, a fresh history)
+from test_nvml import H100, FakeNvml
+
+ROOT = Path(popkit.__file__).resolve().parent.parent
+FIX = Path(__file__).parent / "fixtures"
+DOUBLE = FIX / "tasks" / "double"
+SUBS = FIX / "submissions"
+
+
+# ------------------------------------------------------------------------------------- the bundle
+
+
+def test_a_bundle_keeps_the_task_files_paths_relative_to_its_root_and_runs_the_same(tmp_path):
+    task = load_task(DOUBLE)
+    files = bundle.task_files(task)
+    assert files.task_dir == "double"
+    assert [rel for rel, _ in files.files] == ["common/tiny_eval.py"]  # `../common/tiny_eval.py` kept
+    assert files.names == (("eval.py", "common/tiny_eval.py"),)
+    folder = bundle.unpack(files, tmp_path / "cache")
+    assert folder == tmp_path / "cache" / "bundles" / files.digest
+    made = bundle.Bundle(task, files.digest, ((str(SUBS / "good.py"), (SUBS / "good.py").read_bytes()),),
+                         "benchmark", runner.RunOptions(precompile=False), popkit="x")
+    moved = bundle.task_in(made, files, folder)
+    assert moved.path == (folder / "double").resolve() and moved.files[1].source == "../common/tiny_eval.py"
+    there = runner.run_submission(moved, SUBS / "good.py", "benchmark", runner.RunOptions(precompile=False),
+                                  system={"device": "cpu"})
+    here = runner.run_submission(task, SUBS / "good.py", "benchmark", runner.RunOptions(precompile=False),
+                                 system={"device": "cpu"})
+    assert there.outcome == here.outcome == "passed" and there.score_public_s == here.score_public_s
+
+
+def test_a_cached_bundle_that_a_run_changed_is_unpacked_again(tmp_path):
+    files = bundle.task_files(load_task(DOUBLE))
+    folder = bundle.unpack(files, tmp_path)
+    (folder / "common" / "tiny_eval.py").write_text("print('forged')\n")
+    assert bundle.unpack(files, tmp_path) == folder
+    assert (folder / "common" / "tiny_eval.py").read_bytes() == files.files[0][1]
+
+
+def test_a_bundle_path_that_leaves_it_is_refused(tmp_path):
+    files = bundle.TaskFiles("t", (("../outside.py", b"x"),), (("eval.py", "../outside.py"),))
+    with pytest.raises(popkit.errors.TaskError, match="file path `../outside.py` leaves the bundle"):
+        bundle.unpack(files, tmp_path)
+    assert not (tmp_path / "outside.py").exists()
+
+
+def test_the_bundle_digest_names_every_input():
+    task = load_task(DOUBLE)
+    files = bundle.task_files(task)
+    base = bundle.Bundle(task, files.digest, (("a.py", b"x"),), "test", runner.RunOptions(), popkit="1")
+    assert base.digest == replace(base).digest
+    for changed in (replace(base, submissions=(("a.py", b"y"),)), replace(base, mode="benchmark"),
+                    replace(base, options=runner.RunOptions(secret_seeds=(5,))), replace(base, popkit="2"),
+                    replace(base, require_gpu="H100"), replace(base, task=replace(task, test_timeout=3.0))):
+        assert changed.digest != base.digest
+
+
+# ------------------------------------------------------------------------------------------ parity
+
+
+def test_parity_refuses_another_popkit_or_gpu_kind():
+    found = {"device": "NVIDIA H100 80GB HBM3", "popkit": "0.1.0+abc"}
+    assert parity.refusal(found, "0.1.0+abc", "H100") == ""
+    assert parity.refusal(found, "0.1.0+abc", "h100") == ""
+    assert parity.refusal(found, "0.1.0+def", None) == (
+        "parity mismatch: the worker runs popkit 0.1.0+abc, the run was sent by popkit 0.1.0+def "
+        "(install the same popkit on every node)")
+    assert parity.refusal(found, "0.1.0+abc", "A100") == (
+        "parity mismatch: the worker's device is NVIDIA H100 80GB HBM3, --require-gpu asked for A100")
+    assert not parity.matches("NVIDIA GH200 480GB", "H100")  # the table's order: GH200 is not an H100
+    assert parity.matches("NVIDIA GeForce RTX 4090", "4090")  # a card the table does not know: by its name
+    assert parity.differences([{"device": "A", "torch": "2"}, {"device": "B", "torch": "2"}]) == ["device: A, B"]
+
+
+def test_the_driver_version_comes_from_nvml():
+    class Driver(FakeNvml):
+        def _nvmlSystemGetDriverVersion(self, buf, length):
+            buf.value = b"580.65.06"
+            return 0
+
+    lib = Driver([H100])
+    assert nvml.driver_version(lib) == "580.65.06" and lib.shut
+    assert nvml.system_driver_version("libno-such-nvml.so") is None
+
+
+def test_the_popkit_identity_is_the_version_and_a_digest_of_the_code():
+    identity = parity.popkit_identity()
+    assert identity.startswith(popkit.__version__ + "+") and len(identity.split("+")[1]) == 12
+
+
+# ------------------------------------------------------------------------------- addresses, errors
+
+
+def test_cluster_addresses():
+    assert ray_session.address_of("ray", env={}) is None
+    assert ray_session.address_of("ray", env={"RAY_ADDRESS": "10.0.0.5:6379"}) == "10.0.0.5:6379"
+    assert ray_session.address_of("ray:10.0.0.5:6379", env={"RAY_ADDRESS": "x:1"}) == "10.0.0.5:6379"
+    assert ray_session.address_of("ray:local", env={}) is None
+    with pytest.raises(UsageError, match="unknown cluster `slurm`"):
+        ray_session.address_of("slurm:x")
+    with pytest.raises(UsageError, match="no address after `ray:`"):
+        ray_session.address_of("ray:")
+    with pytest.raises(UsageError, match="not HOST:PORT"):
+        ray_session.check_reachable("gpubox")
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_unreachable_cluster_is_exit_11_naming_the_address():
+    port = _closed_port()
+    with pytest.raises(EnvironmentProblem) as caught:
+        ray_session.check_reachable(f"127.0.0.1:{port}")
+    assert caught.value.message.startswith(f"cannot reach the Ray cluster at 127.0.0.1:{port}: ")
+    assert caught.value.exit_code == ExitCode.ENVIRONMENT
+
+
+def test_the_cli_says_an_unreachable_address_and_nothing_runs(cli):
+    port = _closed_port()
+    result = cli("bench", str(SUBS / "good.py"), "--task", str(DOUBLE), "--cluster", f"ray:127.0.0.1:{port}",
+                 "--json")
+    assert result.exit_code == 11, result.output
+    doc = json.loads(result.stdout)
+    assert doc["message"].startswith(f"cannot reach the Ray cluster at 127.0.0.1:{port}")
+    assert "ray start --head" in doc["hint"]
+
+
+def test_without_ray_the_cluster_is_exit_11_with_the_install_line(tmp_path):
+    code = ("import sys; sys.modules['ray'] = None\n"
+            "from popkit.cli import main\n"
+            f"sys.argv = ['popkit', 'test', {str(SUBS / 'good.py')!r}, '--task', {str(DOUBLE)!r}, '--cluster', 'ray']\n"
+            "main()\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "POPKIT_HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 11, done.stderr
+    assert "error: --cluster ray needs Ray, which is not installed here" in done.stderr
+    assert "install it with: pip install 'popkit[ray]'" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("args,message", [
+    (["test", "good.py", "wrong.py"], "test takes one submission (2 given); several run with --gpus or --cluster"),
+    (["bench", "good.py", "--json-lines"], "--json-lines goes with --cluster"),
+    (["bench", "good.py", "--require-gpu", "H100"], "--require-gpu goes with --cluster"),
+    (["bench", "good.py", "wrong.py", "--pairs"], "--pairs goes with --cluster"),
+    (["bench", "good.py", "--cluster", "ray", "--gpus", "0,1"], "--gpus does not run on a cluster"),
+    (["bench", "good.py", "--cluster", "ray", "--baseline", "reference"], "--baseline does not run on a cluster"),
+    (["test", "good.py", "--cluster", "ray", "--hip-on-cuda"], "--hip-on-cuda does not run on a cluster"),
+    (["bench", "good.py", "--cluster", "ray", "--json", "--json-lines"], "--json and --json-lines are two"),
+    (["bench", "good.py", "--cluster", "ray", "--keep-workdir"], "--keep-workdir would keep the folder on the"),
+    (["bench", "good.py", "wrong.py", "good.py", "--cluster", "ray", "--pairs"], "--pairs runs A/Bs in benchmark"),
+    (["bench", "good.py", "--cluster", "slurm"], "--cluster slurm: unknown cluster `slurm`"),
+])
+def test_cluster_options_that_do_not_fit_are_usage_errors(cli, args, message):
+    args = [str(SUBS / a) if a.endswith(".py") else a for a in args]
+    result = cli(*args, "--task", str(DOUBLE))
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "hint" in result.output  # --json: the error as a JSON document
+
+
+def test_a_cuda_build_on_a_cluster_without_gpus_is_refused_before_anything_runs():
+    job = cluster.Job((Path("k.py"),), (b"load_inline(cuda_sources=src)\ndef custom_kernel(d): pass\n",),
+                      load_task(DOUBLE))
+    with pytest.raises(EnvironmentProblem, match="k.py: builds a CUDA extension, and the Ray cluster has no GPU"):
+        cluster.gpus_for(job, "test", runner.RunOptions(), 0, 0, allow_cpu=False)
+    vectoradd = resolve_task("vectoradd")
+    pytorch = cluster.Job((Path("p.py"),), (b"def custom_kernel(d): return d\n",), vectoradd)
+    with pytest.raises(EnvironmentProblem, match="the Ray cluster has no GPU, and the benchmarks of `vectoradd`"):
+        cluster.gpus_for(pytorch, "benchmark", runner.RunOptions(), 0, 0, allow_cpu=False)
+    assert cluster.gpus_for(pytorch, "test", runner.RunOptions(), 0, 0, allow_cpu=False) == 0
+    assert cluster.gpus_for(pytorch, "benchmark", runner.RunOptions(), 2, 2, allow_cpu=False) == 1
+    assert cluster.gpus_for(cluster.Job((Path("g.py"),), (b"",), load_task(DOUBLE)), "test", runner.RunOptions(),
+                            2, 2, allow_cpu=False) == 0  # a task made for the CPU takes a CPU slot
+
+
+def test_a_deadline_adds_up_every_timeout_of_the_run():
+    job = cluster.Job((Path("g.py"),), (b"",), load_task(DOUBLE))  # 20 s per mode
+    assert cluster.deadline_for(job, "leaderboard", runner.RunOptions(secret_seeds=(1,)), 8) == \
+        runner.PRECOMPILE_TIMEOUT_S + 2 * 60 + cluster.GRACE_S
+    assert cluster.deadline_for(job, "test", runner.RunOptions(precompile=False), 8) == 20 + cluster.GRACE_S
+
+
+# ------------------------------------------------------------------------------ results and views
+
+
+WORKER = {"host": "gpubox", "node_ip": "10.0.0.5", "node_id": "ab" * 28, "pid": 4242, "gpus": ["1"],
+          "facts": {"device": "NVIDIA H100 80GB HBM3", "driver": "580.65.06", "torch": "2.8.0", "cuda": "12.8",
+                    "popkit": "0.1.0+x"}}
+
+
+def _report(outcome: str = "passed") -> RunReport:
+    run = ModeRun(mode="test", secret=False, seed=None, exit_code=0 if outcome == "passed" else 112,
+                  duration_s=1.0, timeout_s=20, check="pass" if outcome == "passed" else "fail", outcome=outcome,
+                  summary="" if outcome == "passed" else "check failed: test, test 0: expected 2, got 3")
+    return RunReport(task="double", task_path="/t", leaderboard=None, ranking_by="geom", submission="a.py",
+                     sha256="0", mode="test", harness="task", started_at="2026-01-01T00:00:00+00:00", duration_s=1.5,
+                     system={"device": "NVIDIA H100 80GB HBM3"}, runs=(run,))
+
+
+def test_a_worker_answer_becomes_a_result_that_names_its_worker():
+    job = cluster.Job((Path("a.py"),), (b"x",), load_task(DOUBLE))
+    result = cluster.from_worker(0, job, {"worker": WORKER, "report": _report().to_json()})
+    assert result.outcome == "passed" and result.exit_code == 0
+    assert result.report.label == "ray gpubox GPU 1"
+    assert result.report.system["worker"]["pid"] == 4242
+    assert result.report.notes[-1].startswith("ran on Ray worker gpubox GPU 1 (pid 4242, node abababababab): "
+                                              "NVIDIA H100 80GB HBM3, driver 580.65.06, torch 2.8.0, CUDA 12.8")
+    refused = cluster.from_worker(1, job, {"worker": WORKER, "refused": "parity mismatch: x"})
+    assert (refused.outcome, refused.exit_code, refused.failure) == ("parity_mismatch", 11, "parity mismatch: x")
+    assert refused.history_reports() == []
+    error = cluster.from_worker(2, job, {"worker": WORKER, "error": EnvironmentProblem("no GPU", "use one").to_json()})
+    assert (error.outcome, error.exit_code, error.failure) == ("error", 11, "no GPU (use one)")
+
+
+def test_the_table_names_each_result_its_worker_and_why_it_failed(capsys, monkeypatch):
+    monkeypatch.setenv("POPKIT_WIDTH", "160")
+    job = cluster.Job((Path("a.py"),), (b"x",), load_task(DOUBLE))
+    other = {**WORKER, "facts": {**WORKER["facts"], "device": "NVIDIA A100-SXM4-80GB"}}
+    results = (cluster.from_worker(0, job, {"worker": WORKER, "report": _report().to_json()}),
+               cluster.from_worker(1, job, {"worker": other, "report": _report("failed").to_json()}),
+               cluster.Result(2, job, failed="worker_lost", failure="worker lost: WorkerCrashedError: died", code=6))
+    run = cluster.ClusterRun("10.0.0.5:6379", False, {"CPU": 32, "GPU": 2}, results)
+    assert run.exit_code == 1
+    view.show_cluster(run)
+    out = capsys.readouterr().out
+    assert "2. a.py: check failed: test, test 0: expected 2, got 3" in out
+    assert "3. a.py: worker lost: WorkerCrashedError: died" in out
+    assert "1 of 3 passed · on the Ray cluster at 10.0.0.5:6379 (32 CPU, 2 GPU)" in out
+    assert "workers differ (device: NVIDIA A100-SXM4-80GB, NVIDIA H100 80GB HBM3)" in out
+    view.result_line(results[2])
+    line = json.loads(capsys.readouterr().out)
+    assert line["schema"] == "popkit/cluster-result/1" and line["outcome"] == "worker_lost" and line["exit_code"] == 6
+
+
+# ------------------------------------------------------------------------- a local Ray instance
+
+
+def _twelve(tmp_path: Path) -> list[Path]:
+    """Twelve CPU submissions of the `double` fixture task: passing, wrong, crashing, not building."""
+    names = ["good.py", "wrong.py", "crash.py", "badtest.py", "buildfail.py", "good.py"] * 2
+    files = []
+    for i, name in enumerate(names):
+        path = tmp_path / f"s{i:02d}_{name}"
+        path.write_bytes((SUBS / name).read_bytes() + f"\n# variant {i}\n".encode())
+        files.append(path)
+    return files
+
+
+@pytest.mark.slow
+def test_twelve_runs_on_a_local_instance_give_the_verdicts_of_one_by_one_and_are_all_recorded(cli, tmp_path):
+    pytest.importorskip("ray")
+    files = _twelve(tmp_path)
+    alone = [runner.run_submission(load_task(DOUBLE), f, "benchmark", runner.RunOptions(), system={"device": "cpu"})
+             for f in files]
+    result = cli("bench", *map(str, files), "--task", str(DOUBLE), "--cluster", "ray", "--json-lines")
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    first_failure = next(int(r.exit_code) for r in alone if int(r.exit_code))
+    assert result.exit_code == first_failure == 1, result.output
+    assert len(lines) == 12 and {line["schema"] for line in lines} == {"popkit/cluster-result/1"}
+    by_file = {line["files"][0]: line for line in lines}
+    for path, local in zip(files, alone):
+        remote = by_file[str(path)]
+        assert (remote["outcome"], remote["exit_code"]) == (local.outcome, int(local.exit_code)), path
+        assert remote["report"]["score_public_s"] == local.score_public_s
+        assert remote["worker"]["gpus"] == [] and remote["report"]["label"].startswith("ray ")
+    assert {local.outcome for local in alone} == {"passed", "failed", "crashed", "compile_failed"}
+    listed = json.loads(cli("history", "-n", "50", "--json").stdout)["runs"]
+    assert sorted(r["submission"] for r in listed) == sorted(map(str, files))
+    assert all(r["device"].endswith("CPU]") and "[ray " in r["device"] for r in listed)
+
+
+def _marked(mark: str) -> list[str]:
+    """Processes whose environment holds `mark`: everything the popkit under test started, Ray's included."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if mark.encode() in f.read():
+                    with open(f"/proc/{pid}/cmdline", "rb") as c:
+                        command = c.read().replace(b"\0", b" ")[:80].decode(errors="replace")
+                    found.append(f"{pid} {command}")
+        except OSError:
+            pass
+    return found
+
+
+def test_a_signal_that_ray_turned_into_a_bare_keyboard_interrupt_keeps_its_name():
+    def popkit_handler(signum, _frame):  # what cli.main installs
+        raise popkit.errors.Interrupted(signum)
+
+    before = signal.signal(signal.SIGTERM, popkit_handler)
+    raised: BaseException | None = None
+    try:
+        with ray_session._signals_named():
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                signal.sigtimedwait([], 0.1)  # the handler runs here
+            except popkit.errors.Interrupted:
+                raise KeyboardInterrupt from None  # what ray.wait makes of it
+    except KeyboardInterrupt as exc:  # caught here so that a failure does not stop pytest itself
+        raised = exc
+    finally:
+        after = signal.signal(signal.SIGTERM, before)
+    assert isinstance(raised, popkit.errors.Interrupted) and raised.signum == signal.SIGTERM, repr(raised)
+    assert after is popkit_handler
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_cancels_every_run_and_leaves_no_ray_or_popkit_process(tmp_path, sig):
+    pytest.importorskip("ray")
+    mark = f"popkit-test-{uuid.uuid4().hex}"
+    log = tmp_path / "attack.log"
+    env = {**os.environ, **attack_env(log), "POPKIT_HOME": str(tmp_path / "home"), "POPKIT_TEST_MARK": mark}
+    env["PYTHONPATH"] = os.pathsep.join((str(ROOT), env["PYTHONPATH"]))
+    escape = str(ATTACKS / "escape.py")  # a detached grandchild, and a kernel that never returns
+
+    def defaults() -> None:
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(sig, signal.SIG_DFL)
+
+    popkit_ = subprocess.Popen([sys.executable, "-m", "popkit", "test", escape, escape, escape, "--task", str(DOUBLE),
+                                "--no-precompile", "--no-history", "--cluster", "ray"], env=env, cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=defaults)
+    assert wait_until(lambda: len(recorded(log)) >= 4, 60), "two runs did not start"
+    popkit_.send_signal(sig)
+    _out, err = popkit_.communicate(timeout=60)
+    assert popkit_.returncode == 128 + sig, err
+    assert err.strip().splitlines()[-1].startswith(f"popkit: stopped by {sig.name};"), err
+    assert "Traceback" not in err
+    assert wait_until(lambda: not _marked(mark), 20), _marked(mark)
+    assert_nothing_left(log)
+
+
+def test_a_lost_worker_a_worker_without_popkit_and_a_bug_on_the_worker_each_have_their_name():
+    class RayError(Exception):
+        pass
+
+    class RayTaskError(RayError):
+        def __init__(self, cause):
+            super().__init__(str(cause))
+            self.cause = cause
+
+    class WorkerCrashedError(RayError):
+        pass
+
+    class FakeRay:
+        exceptions = type("exceptions", (), {"RayError": RayError, "RayTaskError": RayTaskError})
+
+        def __init__(self, raised):
+            self.raised = raised
+
+        def get(self, _ref):
+            raise self.raised
+
+    job = cluster.Job((Path("a.py"),), (b"x",), load_task(DOUBLE))
+    lost = cluster.collect(FakeRay(WorkerCrashedError("The worker died unexpectedly\nmore")), None, 0, job)
+    assert (lost.outcome, lost.exit_code, lost.failure) == (
+        "worker_lost", 6, "worker lost: WorkerCrashedError: The worker died unexpectedly")
+    absent = cluster.collect(FakeRay(RayTaskError(ModuleNotFoundError("No module named 'popkit.cluster'"))), None, 0,
+                             job)
+    assert (absent.outcome, absent.exit_code) == ("parity_mismatch", 11)
+    assert absent.failure.startswith("parity mismatch: the worker cannot load popkit's worker function "
+                                     "(ModuleNotFoundError: No module named 'popkit.cluster')")
+    bug = cluster.collect(FakeRay(RayTaskError(KeyError("x"))), None, 0, job)
+    assert (bug.outcome, bug.exit_code, bug.failure) == ("error", 70, "worker error: KeyError: 'x' (a popkit bug: "
+                                                                      "please report it)")

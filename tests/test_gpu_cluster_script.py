@@ -1,0 +1,73 @@
+"""scripts/gpu_cluster.py on the CPU: its plan, its checks and its table; the whole flow on CPU slots (slow)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("gpu_cluster", ROOT / "scripts" / "gpu_cluster.py")
+gpu_cluster = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(gpu_cluster)
+
+
+def test_eight_bundled_submissions_each_naming_its_task():
+    assert len(gpu_cluster.FILES) == 8
+    for rel in gpu_cluster.FILES:
+        task = rel.split("/")[1]
+        assert f"#!POPCORN leaderboard {task}" in (ROOT / rel).read_text()
+
+
+def test_the_checks_want_every_gpu_every_verdict_and_a_named_worker():
+    files = ["a.py", "b.py"]
+    rows = [{"file": "a.py", "outcome": "passed", "gpus": ["0"], "named": True},
+            {"file": "b.py", "outcome": "failed", "gpus": ["1"], "named": True}]
+    good = gpu_cluster.check(rows, ["passed", "failed"], files, 2)
+    assert good == {"all_results": True, "verdicts_equal": True, "gpus_used": ["0", "1"], "every_gpu_used": True,
+                    "reports_name_worker": True}
+    one_gpu = [dict(row, gpus=["0"]) for row in rows]
+    assert not gpu_cluster.check(one_gpu, ["passed", "failed"], files, 2)["every_gpu_used"]
+    assert not gpu_cluster.check(rows, ["passed", "passed"], files, 2)["verdicts_equal"]
+    assert not gpu_cluster.check(rows[:1], ["passed", "failed"], files, 2)["all_results"]
+
+
+def test_the_table_gives_each_phase_its_ratio_to_one_after_another():
+    rows = [{"file": "a.py", "outcome": "passed", "gpus": ["1"], "named": True}]
+    checks = gpu_cluster.check(rows, ["passed"], ["a.py"], 1)
+    result = {"files": ["a.py"], "gpus": 2, "card": "NVIDIA H100 80GB HBM3", "ray": "2.60.0",
+              "warm": {"seconds": 61.0}, "local": ["passed"],
+              "phases": {"sequential": {"seconds": 100.0},
+                         "embedded": {"seconds": 55.0, "rows": rows, "checks": checks},
+                         "joined": {"seconds": 48.0, "rows": rows, "checks": checks}}}
+    text = gpu_cluster.markdown(result)
+    assert "| `--cluster ray` (local instance, start-up included) | 55.0 | 0.55 | 1 | yes | yes |" in text
+    assert "| `--cluster ray:ADDRESS` (head started before) | 48.0 | 0.48 | 1 | yes | yes |" in text
+    assert "| a.py | passed | passed (1) | passed (1) |" in text
+
+
+def test_a_dry_run_writes_the_plan(tmp_path):
+    assert gpu_cluster.main(["--out", str(tmp_path), "--dry-run"]) == 0
+    doc = json.loads((tmp_path / "cluster.json").read_text())
+    assert doc["files"] == list(gpu_cluster.FILES) and doc["plan"][-1] == "stop the head"
+
+
+def test_a_missing_ray_archive_is_said(tmp_path, capsys):
+    assert gpu_cluster.main(["--out", str(tmp_path), "--ray-tar", str(tmp_path / "no.tar.xz")]) == 2
+    assert "ray-for-device.sh" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_whole_flow_on_cpu_slots(tmp_path):
+    pytest.importorskip("ray")
+    subs = "tests/fixtures/submissions/"
+    code = gpu_cluster.main(["--out", str(tmp_path), "--cpu", "--task", "tests/fixtures/tasks/double",
+                             "--files", subs + "good.py", subs + "wrong.py", subs + "crash.py"])
+    doc = json.loads((tmp_path / "cluster.json").read_text())
+    assert code == 0, {k: v.get("stderr_tail") for k, v in doc["phases"].items()}
+    assert doc["local"] == ["passed", "failed", "crashed"]
+    for phase in ("embedded", "joined"):
+        assert [row["outcome"] for row in doc["phases"][phase]["rows"]] == ["passed", "failed", "crashed"]
+    assert (tmp_path / "cluster.md").read_text().startswith("`--cluster` on 0x CPU")
