@@ -13,11 +13,14 @@ chain=False: one eval process each, the ranked mode's 100 fresh inputs per shape
   honest   submissions/<task>/cuda.py, --pairs pairs of runs alternating the trace audit and the drain rule
            (trace first in even pairs, drain first in odd ones): the A/B of the trace audit's overhead on
            honest event times (the drain rule's synchronize comes after the end event, so drain runs time
-           exactly as the leaderboard does) and the honest runs that every rule must pass.
+           exactly as the leaderboard does) and the honest runs that every rule must pass;
+  drain    the cheat at share 0 and at each --drain-shares under the drain rule alone (no profiler in the
+           process, whose tracer slows the cheat's own wait and launch on its second queue): the drain
+           rule's hole as it is, and the cheat's fake speed-up there.
 The CUDA examples are built first, in parallel (`python -m popkit compile FILE`), so no timed run waits on a
-compiler. With the defaults: 6 tasks x (5 cheat + 4 honest) = 54 evals, about 5 minutes on an H100 after
-about 1.5 minutes of builds; --minutes (default 8) starts no eval that would end past it (the rest is listed
-as skipped).
+compiler. With the defaults: 6 tasks x (5 trace cheat + 4 honest + 2 drain cheat) = 66 evals, about 6
+minutes on an H100 after about 1.5 minutes of builds; --minutes (default 8) starts no eval that would end
+past it (the rest is listed as skipped, the drain cheats first).
 
 Per case it keeps the event times, every timed call's drain (host clock: ns a device-wide synchronize took
 after the end event) and, from the GPU trace, how long each call's work ran past its end event (overrun:
@@ -27,8 +30,8 @@ marker; marker overrun: against the end marker alone). From those it computes wh
   trace     any call whose work ended more than eval.TRACE_MARGIN_NS after its end event (eval.unsynchronized_trace);
   charge    no verdict: every call charged its overrun (event time + max(0, overrun), GPU clock), and, for
             comparison, the host-clock version "time to device idle" (event time + drain).
-Cheat drains are measured with the profiler on (its synchronize costs a few µs more), so the drain rule's
-verdicts on cheats lean, if anything, towards catching them.
+The drain rule's verdicts on the trace runs' drains are for comparison on the same calls; its verdicts as it
+stands are the drain runs'.
 
 Writes OUT/timing_study.json after every eval (a cut-off run keeps what it got) and OUT/timing_study.md,
 and prints the markdown last. Exit 0 when the trace audit failed every cheating run by name and passed
@@ -102,14 +105,17 @@ class Job:
         return f"{self.task} {what} audit={self.audit}"
 
 
-def plan(tasks: list[str], shares: list[float], pairs: int) -> list[Job]:
+def plan(tasks: list[str], shares: list[float], pairs: int, drain_shares: list[float] = ()) -> list[Job]:
     """The cheat at share 0 and at each share (trace audit) on every task first, then the honest A/B pairs, one
-    pair of every task at a time (trace first in even pairs, drain first in odd ones): a run cut short by
-    --minutes loses its last honest pairs, never a task."""
+    pair of every task at a time (trace first in even pairs, drain first in odd ones), then the cheat at share
+    0 and at each drain share under the drain rule: a run cut short by --minutes loses the drain cheats first,
+    then its last honest pairs, never a task's trace runs."""
     jobs = [Job("cheat", task, "trace", share) for task in tasks for share in (0.0, *shares)]
     for pair in range(pairs):
         order = ("trace", "drain") if pair % 2 == 0 else ("drain", "trace")
         jobs += [Job("honest", task, audit, pair=pair) for task in tasks for audit in order]
+    if drain_shares:
+        jobs += [Job("cheat", task, "drain", share) for task in tasks for share in (0.0, *drain_shares)]
     return jobs
 
 
@@ -201,13 +207,14 @@ def summarize(rows: list[dict]) -> dict:
     """Per task: the cheat rows against the share-0 baseline, and the honest A/B (trace / drain score ratio)."""
     out: dict = {"cheats": [], "honest": [], "rules": {}}
     for task in dict.fromkeys(r["task"] for r in rows):
-        base = next((r for r in rows if r["task"] == task and r["kind"] == "cheat" and r["share"] == 0.0), None)
-        base_score = base["event_score_s"] if base else None
         for r in rows:
             if r["task"] != task or r["kind"] != "cheat":
                 continue
+            base = next((b for b in rows if b["task"] == task and b["kind"] == "cheat" and b["share"] == 0.0
+                         and b["audit"] == r["audit"]), None)
+            base_score = base["event_score_s"] if base else None
             speedup = base_score / r["event_score_s"] if base_score and r["event_score_s"] else None
-            out["cheats"].append({"task": task, "share": r["share"], "outcome": r["outcome"],
+            out["cheats"].append({"task": task, "share": r["share"], "audit": r["audit"], "outcome": r["outcome"],
                                   "classes": r["classes"], "event_score_s": r["event_score_s"],
                                   "baseline_score_s": base_score, "fake_speedup": speedup,
                                   "charged_score_s": r["charged_score_s"], "idle_score_s": r["idle_score_s"],
@@ -239,20 +246,25 @@ def summarize(rows: list[dict]) -> dict:
             "calls": sum(c["calls"] for r in side["trace"] for c in r["cases"]),
             "drain_rule_fails": sum(r["drain_rule_fails"] for r in honest),
             "trace_rule_fails": sum(r["trace_rule_fails"] for r in honest)})
-    cheats = [c for c in out["cheats"] if c["share"] > 0]
+    cheats = [c for c in out["cheats"] if c["share"] > 0 and c["audit"] == "trace"]
     honest_runs = sum(sum(h["runs"].values()) for h in out["honest"])
     for rule in ("drain", "trace"):
         out["rules"][rule] = {"cheats_caught": sum(c[f"{rule}_rule_fails"] for c in cheats), "cheats": len(cheats),
                               "honest_failed": sum(h[f"{rule}_rule_fails"] for h in out["honest"]),
                               "honest_runs": honest_runs}
+    alone = [c for c in out["cheats"] if c["share"] > 0 and c["audit"] == "drain"]
+    if alone:  # the drain rule as it stands: its own runs, no profiler in the process
+        out["rules"]["drain alone"] = {"cheats_caught": sum(c["outcome"] == "failed" for c in alone),
+                                       "cheats": len(alone), "honest_failed": None, "honest_runs": None}
     return out
 
 
 def expected(summary: dict) -> bool:
     """The trace audit failed every cheating run by name and passed every honest run (and the baseline)."""
+    traced = [c for c in summary["cheats"] if c["audit"] == "trace"]
     cheats_ok = all(c["outcome"] == "failed" and "unsynchronized work" in c["classes"]
-                    for c in summary["cheats"] if c["share"] > 0)
-    baseline_ok = all(c["outcome"] == "passed" for c in summary["cheats"] if c["share"] == 0)
+                    for c in traced if c["share"] > 0)
+    baseline_ok = all(c["outcome"] == "passed" for c in traced if c["share"] == 0)
     honest_ok = all(h["passed"]["trace"] == h["runs"]["trace"] for h in summary["honest"])
     return cheats_ok and baseline_ok and honest_ok
 
@@ -261,23 +273,24 @@ def markdown(summary: dict, device: str) -> str:
     lines = [f"Timing audit study on an {device} (`python3 scripts/gpu_timing_study.py`): leaderboard mode, "
              "popkit's harness.", "",
              "Side-queue cheat (submissions/cheats/side_stream_share.py; share 0 = the reference on every call), "
-             "run under the trace audit; the drain rule judged from the same calls' drains:", "",
-             "| task | share | harness (trace audit) | event score µs | × faster than share 0 | drain rule | "
-             "trace rule | charged score µs | time-to-idle score µs | max overrun µs |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "run under the trace audit (each rule also judged from the same calls) or under the drain rule alone:",
+             "", "| task | share | run under | harness verdict | event score µs | × faster than share 0 | "
+             "drain rule | trace rule | charged score µs | time-to-idle score µs | max overrun µs |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in summary["cheats"]:
         verdict = c["outcome"] + (f" ({', '.join(c['classes'])})" if c["classes"] else "")
-        if c["audit_applied"] and c["audit_applied"] != "trace":
+        if c["audit_applied"] and c["audit_applied"] != c["audit"]:
             verdict += f" [audit: {c['audit_applied']}]"
         speed = "–" if c["fake_speedup"] is None else f"{c['fake_speedup']:.2f}"
         top = "–" if c["max_overrun_ns"] is None else f"{c['max_overrun_ns'] / 1e3:.1f}"
-        lines.append(f"| {c['task']} | {c['share']:g} | {verdict} | {_us(c['event_score_s'])} | {speed} | "
-                     f"{_verdict(c['drain_rule_fails'])} | {_verdict(c['trace_rule_fails'])} | "
+        trace = _verdict(c["trace_rule_fails"]) if c["audit"] == "trace" else "–"
+        lines.append(f"| {c['task']} | {c['share']:g} | {c['audit']} | {verdict} | {_us(c['event_score_s'])} | "
+                     f"{speed} | {_verdict(c['drain_rule_fails'])} | {trace} | "
                      f"{_us(c['charged_score_s'])} | {_us(c['idle_score_s'])} | {top} |")
     lines += ["", "Honest CUDA examples: A/B of the trace audit against the drain rule (same file, alternating "
               "processes); ratio = trace score / drain score, 95% interval over pairs:", "",
-              "| task | passed trace / drain | trace scores µs | drain scores µs | ratio [95%] | spread trace / drain | "
-              "max overrun µs | late starts / calls | drain rule fails | trace rule fails |",
+              "| task | passed trace / drain | trace scores µs | drain scores µs | ratio [95%] | "
+              "spread trace / drain | max overrun µs | late starts / calls | drain rule fails | trace rule fails |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     for h in summary["honest"]:
         ratio = "–" if h["ratio"] is None else (
@@ -290,8 +303,8 @@ def markdown(summary: dict, device: str) -> str:
                      f"{h['late_starts']}/{h['calls']} | {h['drain_rule_fails']} | {h['trace_rule_fails']} |")
     lines.append("")
     for rule, r in summary["rules"].items():
-        lines.append(f"- {rule} rule: caught {r['cheats_caught']} of {r['cheats']} cheating runs; failed "
-                     f"{r['honest_failed']} of {r['honest_runs']} honest runs.")
+        honest = "" if r["honest_runs"] is None else f"; failed {r['honest_failed']} of {r['honest_runs']} honest runs"
+        lines.append(f"- {rule} rule: caught {r['cheats_caught']} of {r['cheats']} cheating runs{honest}.")
     lines.append(f"- trace audit as expected (every cheat failed by name, every honest run passed): "
                  f"{'yes' if expected(summary) else '**no**'}.")
     return "\n".join(lines) + "\n"
@@ -310,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", default=",".join(TASKS), help="comma-separated bundled tasks (default: all 6)")
     parser.add_argument("--shares", type=_shares, default=list(SHARES), help="cheat shares (default 0.1,0.2,0.4,0.49)")
     parser.add_argument("--pairs", type=int, default=2, help="honest A/B pairs per task (default 2: 2 runs per rule)")
+    parser.add_argument("--drain-shares", type=_shares, default=[0.4],
+                        help="cheat shares also run under the drain rule alone (default 0.4)")
     parser.add_argument("--minutes", type=float, default=8.0,
                         help="start no eval expected to end after this many minutes from the start (0: no limit)")
     parser.add_argument("--dry-run", action="store_true", help="print the builds and evals, run nothing")
@@ -320,14 +335,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown task(s) {', '.join(unknown)}; bundled: {', '.join(TASKS)}")
     if args.pairs < 1:
         parser.error("--pairs must be at least 1")
-    jobs = plan(tasks, args.shares, args.pairs)
+    jobs = plan(tasks, args.shares, args.pairs, args.drain_shares)
     builds = [ROOT / "submissions" / t / "cuda.py" for t in tasks]
     if args.dry_run:
         for path in builds:
             print(" ".join(compile_argv(path)))
         for job in jobs:
             env = " ".join(f"{k}={v}" for k, v in job.env.items())
-            print(f"{env} leaderboard eval (popkit harness, mode alone): {job.path.relative_to(ROOT)} --task {job.task}")
+            print(f"{env} leaderboard eval (popkit harness, mode alone): {job.path.relative_to(ROOT)} "
+                  f"--task {job.task}")
         print(f"{len(jobs)} evals, about {len(jobs) * SECONDS_PER_EVAL / 60:.0f} minutes after the builds")
         return 0
     import torch
@@ -342,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     results: dict = {"device": device, "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                      "config": {"tasks": tasks, "shares": args.shares, "pairs": args.pairs,
+                                "drain_shares": args.drain_shares,
                                 "trace_margin_ns": ev.TRACE_MARGIN_NS, "drain_margin_ns": ev.DRAIN_MARGIN_NS},
                      "builds": [], "rows": []}
 

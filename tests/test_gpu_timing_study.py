@@ -15,26 +15,31 @@ sys.modules[spec.name] = study  # dataclasses look their module up while the cla
 spec.loader.exec_module(study)
 
 
-def test_the_plan_runs_every_share_then_the_honest_pairs_in_abba_order():
-    jobs = study.plan(["softmax", "matmul"], [0.1, 0.4], pairs=2)
+def test_the_plan_runs_every_share_then_the_honest_pairs_in_abba_order_then_the_drain_rule_alone():
+    jobs = study.plan(["softmax", "matmul"], [0.1, 0.4], pairs=2, drain_shares=[0.4])
     cheats = [(j.task, j.share, j.audit) for j in jobs if j.kind == "cheat"]
     assert cheats == [("softmax", 0.0, "trace"), ("softmax", 0.1, "trace"), ("softmax", 0.4, "trace"),
-                      ("matmul", 0.0, "trace"), ("matmul", 0.1, "trace"), ("matmul", 0.4, "trace")]
+                      ("matmul", 0.0, "trace"), ("matmul", 0.1, "trace"), ("matmul", 0.4, "trace"),
+                      ("softmax", 0.0, "drain"), ("softmax", 0.4, "drain"), ("matmul", 0.0, "drain"),
+                      ("matmul", 0.4, "drain")]
+    assert [j.kind for j in jobs[6:14]] == ["honest"] * 8 and jobs[-1].env == {"POPKIT_TIMING_AUDIT": "drain",
+                                                                                 "POPKIT_CHEAT_SHARE": "0.4"}
     honest = [(j.task, j.pair, j.audit) for j in jobs if j.kind == "honest"]
     assert honest == [("softmax", 0, "trace"), ("softmax", 0, "drain"), ("matmul", 0, "trace"), ("matmul", 0, "drain"),
                       ("softmax", 1, "drain"), ("softmax", 1, "trace"), ("matmul", 1, "drain"), ("matmul", 1, "trace")]
     assert jobs[1].env == {"POPKIT_TIMING_AUDIT": "trace", "POPKIT_CHEAT_SHARE": "0.1"}
-    assert jobs[-1].env == {"POPKIT_TIMING_AUDIT": "trace"} and jobs[-1].path == ROOT / "submissions/matmul/cuda.py"
+    assert jobs[13].env == {"POPKIT_TIMING_AUDIT": "trace"} and jobs[13].path == ROOT / "submissions/matmul/cuda.py"
 
 
 def test_dry_run_lists_the_builds_and_every_eval(capsys):
     assert study.main(["--out", "unused", "--dry-run"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 6 + 54 + 1
+    assert len(lines) == 6 + 66 + 1
     assert all(" compile " in line and line.endswith("/cuda.py --json") for line in lines[:6])
     assert lines[6] == ("POPKIT_TIMING_AUDIT=trace POPKIT_CHEAT_SHARE=0.0 leaderboard eval (popkit harness, mode "
                         "alone): submissions/cheats/side_stream_share.py --task identity")
-    assert lines[-1] == "54 evals, about 5 minutes after the builds"
+    assert lines[-2].startswith("POPKIT_TIMING_AUDIT=drain POPKIT_CHEAT_SHARE=0.4 leaderboard eval")
+    assert lines[-1] == "66 evals, about 6 minutes after the builds"
 
 
 @pytest.mark.parametrize("argv", [["--tasks", "identity,nope"], ["--shares", "0.4,1.5"], ["--pairs", "0"]])
@@ -87,23 +92,33 @@ def _rows():
             case["overruns"] = [-1e3] * 10
         return study.job_row(study.Job("honest", "softmax", audit, pair=pair), _report("passed", [case]), 5.0)
 
+    def drain_cheat(share, event, outcome):
+        case = {"samples": [event] * 10, "drains": [5e3] * 10, "passed": True}
+        return study.job_row(study.Job("cheat", "softmax", "drain", share), _report(outcome, [case], audit="drain"), 5.0)
+
     return [cheat(0.0, 300e3, -1e3, "passed", ()), cheat(0.4, 200e3, 120e3),
-            honest(0, "trace", 101e3), honest(0, "drain", 100e3), honest(1, "drain", 100e3), honest(1, "trace", 101e3)]
+            honest(0, "trace", 101e3), honest(0, "drain", 100e3), honest(1, "drain", 100e3), honest(1, "trace", 101e3),
+            drain_cheat(0.0, 300e3, "passed"), drain_cheat(0.4, 150e3, "passed")]
 
 
 def test_the_summary_compares_cheats_with_share_zero_and_the_audit_with_the_drain_rule():
     summary = study.summarize(_rows())
-    base, cheat = summary["cheats"]
+    base, cheat, drain_base, drain_cheat = summary["cheats"]
+    assert drain_cheat["audit"] == "drain" and drain_cheat["fake_speedup"] == pytest.approx(2.0)
     assert base["share"] == 0.0 and base["fake_speedup"] == pytest.approx(1.0)
     assert cheat["fake_speedup"] == pytest.approx(1.5) and cheat["trace_rule_fails"] and not cheat["drain_rule_fails"]
     (honest,) = summary["honest"]
     assert honest["runs"] == {"trace": 2, "drain": 2} and honest["passed"] == {"trace": 2, "drain": 2}
     assert honest["ratio"] == pytest.approx(1.01)
     assert summary["rules"] == {"drain": {"cheats_caught": 0, "cheats": 1, "honest_failed": 0, "honest_runs": 4},
-                                "trace": {"cheats_caught": 1, "cheats": 1, "honest_failed": 0, "honest_runs": 4}}
+                                "trace": {"cheats_caught": 1, "cheats": 1, "honest_failed": 0, "honest_runs": 4},
+                                "drain alone": {"cheats_caught": 0, "cheats": 1, "honest_failed": None,
+                                                "honest_runs": None}}
     assert study.expected(summary)
     table = study.markdown(summary, "NVIDIA H100 80GB HBM3")
-    assert "| softmax | 0.4 | failed (unsynchronized work) | 200.0 | 1.50 | passes | fails | 212.0 |" in table
+    assert "| softmax | 0.4 | trace | failed (unsynchronized work) | 200.0 | 1.50 | passes | fails | 212.0 |" in table
+    assert "| softmax | 0.4 | drain | passed | 150.0 | 2.00 | passes | – | – | 155.0 | – |" in table
+    assert "- drain alone rule: caught 0 of 1 cheating runs." in table
     assert ("| softmax | 2/2 / 2/2 | 101.0, 101.0 | 100.0, 100.0 | 1.0100 [1.0100, 1.0100] | 0.00% / 0.00% | -1.0 "
             "| 0/20 | 0 | 0 |") in table
     assert "- drain rule: caught 0 of 1 cheating runs; failed 0 of 4 honest runs." in table
