@@ -23,6 +23,10 @@ Environment:
     POPKIT_KEY_FD set by popkit: a descriptor holding the key of the closing record `popkit.end: HMAC`
                   (see ResultPipe). The key is read and the descriptor closed before anything else
                   starts, so the key is in no environment, command line or open file of the worker.
+    POPKIT_TIMING_AUDIT  a measurement switch (scripts/gpu_timing_study.py): which rule judges work left
+                  running after the end event. `trace` (default): GPU timestamps of every timed call
+                  (TraceAudit); `drain`: the host-clock share rule (unsynchronized_work); `off`: none.
+                  Removed from the environment before the submission is imported; an unknown value exits 2.
 
 Pipe keys: test-count, test.I.spec|status|error|message; benchmark-count,
 benchmark.I.spec|runs|mean|std|err|best|worst (nanoseconds), benchmark.I.status: fail with
@@ -32,8 +36,12 @@ separated), benchmark.I.stop (converged, max_time, wall_time, max_repeats), benc
 (cuda-event, cpu-monotonic), benchmark.I.message (details of a failure, as test.I.message),
 benchmark.I.status: pass (profile mode, which has no statistics), benchmark.I.bytes (trust checks on:
 the fewest bytes one call must move, inputs read once and outputs written once),
-benchmark.I.drain_median|drain_max (GPU: ns the device stayed busy after a timed call's end event),
-system.device|torch|cuda|hip|arch, trust.checks. Newlines in values are written as the two characters `\\n`.
+benchmark.I.drain_median|drain_max|drains (GPU: ns the device stayed busy after a timed call's end event,
+by the host clock), benchmark.I.overruns|marker_overruns (trace audit: per timed call, ns its GPU work ended
+after its end event; nan without GPU work), benchmark.I.late_starts (calls judged against the end marker
+alone), benchmark.I.audit_samples (event times of a case the timing audit failed), system.device|torch|cuda|
+hip|arch, trust.checks, trust.audit (the timing audit that judged: trace, drain, off) and trust.audit_note.
+Newlines in values are written as the two characters `\\n`.
 
 Process layout: this process holds the pipe and computes every statistic. The submission runs in
 ONE worker started with the multiprocessing "spawn" method; it lives for the whole invocation,
@@ -41,9 +49,10 @@ never receives the pipe, and sends back raw per-call durations and verdicts as J
 so nothing it sends can run code here).
 
 Code layout (one file, copied whole into the eval's folder): pure pieces (cases file, statistics, the
-drain rule); the parent (ResultPipe, WorkerLink, Session: the mode runners that write the pipe); the
-worker, where Worker starts up and dispatches each request to one of: Device (captured timers, the L2
-flush, one measured call), Guards (tripwires, threads), ReferenceTask (inputs, the reference's layout of a
+drain rule, the trace audit's audit_trace and unsynchronized_trace); the parent (ResultPipe, WorkerLink,
+Session: the mode runners that write the pipe); the worker, where Worker starts up and dispatches each
+request to one of: Device (captured timers, the L2 flush, one measured call), TraceAudit (the GPU trace of a
+timed case, its markers and self-test), Guards (tripwires, threads), ReferenceTask (inputs, the reference's layout of a
 case, the task's check, poisoned inputs), Caller (one call and the checks after it), Checker (output
 verdicts, a case's checked calls, the mode probe) and TimedCase (benchmark, leaderboard and profile calls).
 
@@ -72,9 +81,12 @@ Trust checks (on unless POPKIT_TRUST=0; each failure names its class in the case
                           runs the submission's code fails it; library thread pools (torch.compile)
                           are not the submission's code
     device-sync           the device is synchronized before any verdict is read
-    unsynchronized-work   GPU: after every timed call's end event completes, a device-wide synchronize
-                          is timed ("drain"); a case where at least max(3, half) of the calls left more
-                          than 50 µs of work running (on another queue) fails: the event time missed it
+    unsynchronized-work   GPU: every timed call is traced (torch's profiler, GPU activities only) between
+                          the harness's marker kernels; a case fails when any call's work on any queue
+                          ended more than 10 µs after its end event (GPU timestamps: no host stall counts).
+                          Where the trace's self-test fails, the drain rule instead: a device-wide
+                          synchronize timed after each end event, failing at least max(3, half) of the
+                          calls over 50 µs
     mode-probe            a check failing outside test mode is retried with sys.argv saying test
     pipe-guard            the result fd is non-inheritable and this process is made non-dumpable,
                           so /proc/<pid>/fd cannot reopen it (ineffective when running as root);
@@ -89,6 +101,8 @@ from __future__ import annotations
 
 import ast
 import base64
+import bisect
+import contextlib
 import dataclasses
 import hmac
 import json
@@ -126,7 +140,33 @@ DRAIN_MARGIN_NS = 50_000
 # Host stalls (the eval descheduled inside those few µs) lengthen some measurements: on an H100 VM an honest
 # CUDA example drained late on 21 of 100 calls of one case (docs/benchmarks.md); a cheat lengthens every call
 # it cheats on (88-100 of 100 there). A case fails when at least this many calls, and half of them, drained late.
+# (The share is the drain rule's hole: a cheat on fewer calls passes. The trace audit below has no share.)
 DRAIN_MIN_CALLS, DRAIN_MIN_SHARE = 3, 0.5
+# The timing audit that judges unsynchronized work (POPKIT_TIMING_AUDIT, a measurement switch): `trace` reads
+# GPU timestamps of every timed call from the profiler (CUPTI on NVIDIA, roctracer on ROCm) and fails a case
+# when any call's GPU work ended after its end event; `drain` is the host-clock share rule above; `off` judges
+# nothing (the drain is still measured). Where the trace audit's self-test fails (no usable GPU trace) the drain
+# rule judges instead, and the pipe says so (trust.audit, trust.audit_note).
+AUDIT_RULES = ("trace", "drain", "off")
+DEFAULT_AUDIT = "trace"
+# A call's GPU work may end at most this long after its end event. The end event's GPU time is exact to a few
+# microseconds when its start was queued while the L2 flush still ran (the start event then completes when the
+# flush does): on an H100 honest calls measured -0.3 to 1.8 µs past it, a fork-join call 3.8 µs once. The margin
+# covers that with room to spare; a cheat that escapes by less gains less than what the tracer adds to its own
+# wait and launch on another queue (15 µs and more on that H100).
+TRACE_MARGIN_NS = 10_000
+# The start event counts as queued in time when the host had queued it this long before the flush could end.
+ON_TIME_SLACK_NS = 2_000
+# The harness's marker kernel: torch.cuda._sleep, launched on the timed queue around every timed call (before the
+# flush, after the end event, after the drain). Honest code has no reason to launch it.
+MARKER_KERNEL = "spin_kernel"
+# The marker before the flush spins this many GPU cycles (about 100 µs at 2 GHz), so the start event is queued
+# while the GPU still works through it and the flush even when the host is slow to queue the flush (40-100 µs
+# with the tracer on, against the H100's 81 µs flush): the end event's exact time then applies to nearly
+# every call. It runs before the start event: no timed call includes it.
+LEAD_SPIN_CYCLES = 200_000
+# The trace audit's self-test leaves this many GPU cycles of spinning on another queue (5 ms at 2 GHz).
+SELF_TEST_CYCLES = 10_000_000
 
 
 @dataclass(frozen=True)
@@ -337,6 +377,106 @@ def measure_drain(end: Any, *, event_sync: Callable[[Any], None], device_sync: C
 
 
 @dataclass(frozen=True)
+class GpuRecord:
+    """One activity of the GPU trace (a kernel, CUDA-graph kernels included, a memcpy or a memset): the queue it
+    ran on (any hashable: (device, stream) from the profiler) and its GPU start and end (ns, one clock)."""
+
+    queue: Any
+    start_ns: float
+    end_ns: float
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class CallAudit:
+    """What the GPU trace says about one timed call; overruns are ns the call's latest-ending GPU work ended
+    after the end event (negative: before it), None when the call launched no GPU work."""
+
+    overrun_ns: float | None  # against the tightest bound: the end event's exact time when on_time, else the marker
+    marker_overrun_ns: float | None  # against the end marker alone (it starts once the end event completed)
+    on_time: bool  # the start event was queued while the flush ran, so flush end + event time is the end's time
+    on_current: bool  # the latest-ending work ran on the timed queue (else: on another queue)
+
+
+class TraceError(Exception):
+    """The GPU trace does not hold the harness's markers as launched (disturbed, or no usable trace here)."""
+
+
+def is_marker(name: str) -> bool:
+    return MARKER_KERNEL in name
+
+
+def audit_trace(records: list[GpuRecord], calls: list[tuple[float, float]],
+                slack_ns: float = ON_TIME_SLACK_NS) -> list[CallAudit]:
+    """Per timed call, how long its GPU work ran past its end event; raises TraceError when the trace does not
+    have the harness's structure.
+
+    `records` is every GPU activity of one trace session. The harness launched, on the timed queue, one marker
+    at the session's start (the trace's first activity: it names the timed queue), then per timed call: marker
+    M1 (a spin), the L2 flush, (start event, the call, end event), marker M2, (device-wide synchronize), marker
+    M3. `calls` holds per timed call, in order, (event time ns, lead ns): lead is the host time from just before
+    M1 was queued until the start event was queued.
+
+    A call's work is every activity starting in [M1, M3) but the markers and the flush (the timed queue's first
+    activity after M1): nothing else runs then, since the device is synchronized before M1 and before M3.
+    M2 starts only after the end event completed (same queue), so work ending after M2's start certainly
+    outlived the end event, whatever the host did. When the start event was queued at least `slack_ns` before
+    the flush could end (M1 and then the flush started no earlier than the host queued them, one after the
+    other: lead + slack <= M1's GPU duration + the flush's), it completed when the flush did, and flush end +
+    event time is the end event's own GPU time: the tight bound.
+    """
+    gpu = sorted(records, key=lambda r: (r.start_ns, r.end_ns))
+    if not gpu or not is_marker(gpu[0].name):
+        raise TraceError("the trace does not begin with the harness's first marker")
+    timed_queue = gpu[0].queue
+    markers = [r for r in gpu if r.queue == timed_queue and is_marker(r.name)]
+    expected = 1 + 3 * len(calls)
+    if len(markers) != expected:
+        raise TraceError(f"the trace holds {len(markers)} of the {expected} markers the harness launched on the "
+                         "timed queue")
+    others = [r for r in gpu if not (r.queue == timed_queue and is_marker(r.name))]
+    starts = [r.start_ns for r in others]
+    audits = []
+    for k, (event_ns, lead_ns) in enumerate(calls):
+        m1, m2, m3 = markers[1 + 3 * k: 4 + 3 * k]
+        window = others[bisect.bisect_left(starts, m1.start_ns):bisect.bisect_left(starts, m3.start_ns)]
+        flush = next((r for r in window if r.queue == timed_queue), None)
+        if flush is None or flush.start_ns >= m2.start_ns:
+            raise TraceError(f"timed call {k + 1} has no L2 flush between its markers")
+        work = [r for r in window if r is not flush]
+        on_time = lead_ns + slack_ns <= (m1.end_ns - m1.start_ns) + (flush.end_ns - flush.start_ns)
+        if not work:
+            audits.append(CallAudit(None, None, on_time, False))
+            continue
+        latest = max(work, key=lambda r: r.end_ns)
+        marker_overrun = latest.end_ns - m2.start_ns
+        overrun = latest.end_ns - (flush.end_ns + event_ns) if on_time else marker_overrun
+        audits.append(CallAudit(overrun, marker_overrun, on_time, latest.queue == timed_queue))
+    return audits
+
+
+def _us(ns: float) -> str:
+    return f"{ns / 1e3:.1f} µs" if ns < 10e3 else f"{ns / 1e3:.0f} µs"
+
+
+def unsynchronized_trace(audits: list[CallAudit], margin_ns: float = TRACE_MARGIN_NS) -> str | None:
+    """The failure when any timed call's GPU work ended more than `margin_ns` after its end event, or None.
+
+    No share of calls: GPU timestamps carry no host stall, so one late call is proof. The message names the
+    call whose work ran longest past its end event, and how many calls did it.
+    """
+    late = [(i, a) for i, a in enumerate(audits, 1) if a.overrun_ns is not None and a.overrun_ns > margin_ns]
+    if not late:
+        return None
+    call, worst = max(late, key=lambda item: item[1].overrun_ns)
+    where = "on the timed queue" if worst.on_current else "on another queue"
+    return (f"unsynchronized work: call {call} of {len(audits)} left {_us(worst.overrun_ns)} of GPU work running "
+            f"{where} after its end event ({len(late)} of the {len(audits)} timed calls did; GPU timestamps), so "
+            "the event time misses it: work on another queue must be joined to the current one before "
+            "custom_kernel returns")
+
+
+@dataclass(frozen=True)
 class LoopResult:
     samples: list[float]
     stop: str  # a stop_reason, or "failed"
@@ -497,9 +637,10 @@ class Session:
     """One eval invocation in the parent: talks to the worker, writes the pipe, computes statistics."""
 
     def __init__(self, pipe: ResultPipe, link: WorkerLink, mode: str, cases: list[dict], trust: bool,
-                 clock_ns: Callable[[], float] = time.monotonic_ns):
+                 clock_ns: Callable[[], float] = time.monotonic_ns, audit: str = DEFAULT_AUDIT):
         self.pipe, self.link, self.mode, self.cases, self.trust = pipe, link, mode, cases, trust
         self.clock_ns = clock_ns
+        self.audit = audit  # the timing audit asked for; the worker's `ready` says which one applies
         self.all_passed = True
         self.cuda_failed = False
         self.gone: WorkerGone | None = None  # set once the worker is unusable
@@ -516,6 +657,11 @@ class Session:
         for key in ("device", "torch", "cuda", "hip", "arch"):
             self.pipe.write(f"system.{key}", ready.get("system", {}).get(key, ""))
         self.pipe.write("trust.checks", ",".join(TRUST_CHECKS) if self.trust else "")
+        self.audit = ready.get("audit", self.audit)
+        if self.mode in BUDGETS:
+            self.pipe.write("trust.audit", self.audit)
+            if ready.get("audit_note"):
+                self.pipe.write("trust.audit_note", ready["audit_note"])
         self.timer = ready.get("timer", self.timer)
         if not ready["ok"]:
             self.global_failure = ready
@@ -599,15 +745,14 @@ class Session:
                 if self.cuda_failed:
                     return
                 continue
-            if loop.drains:
-                ordered = sorted(loop.drains)
-                self.pipe.write(f"{prefix}.drain_median", format_number(ordered[len(ordered) // 2]))
-                self.pipe.write(f"{prefix}.drain_max", format_number(ordered[-1]))
-            unsynchronized = unsynchronized_work(loop.drains) if self.trust else None
+            self.write_audit(prefix, loop, info.get("audit"))
+            unsynchronized = self.timing_verdict(loop, info.get("audit"))
             if unsynchronized:
                 median = summarize(loop.samples).median
                 self._fail(prefix, {"error": unsynchronized, "message": f"the event-timed median was "
                                     f"{median / 1e3:.1f} µs over {len(loop.samples)} calls"})
+                # A failed case has no statistics (as in the protocol); its event times stay readable.
+                self.pipe.write(f"{prefix}.audit_samples", ",".join(format_number(x) for x in loop.samples))
                 continue
             self.write_stats(prefix, loop)
             if isinstance(info.get("bytes"), int) and info["bytes"] > 0:
@@ -624,7 +769,43 @@ class Session:
         end = self._ask("bench_end")
         if not end["ok"]:
             return None, end
-        return loop, begin
+        return loop, {**begin, "audit": end.get("audit")}
+
+    def write_audit(self, prefix: str, loop: LoopResult, audit: dict | None) -> None:
+        """The timing audit's signals of a case, per timed call: drains (host clock) and, from the GPU trace,
+        how long each call's work ran past its end event."""
+        if loop.drains:
+            ordered = sorted(loop.drains)
+            self.pipe.write(f"{prefix}.drain_median", format_number(ordered[len(ordered) // 2]))
+            self.pipe.write(f"{prefix}.drain_max", format_number(ordered[-1]))
+            self.pipe.write(f"{prefix}.drains", ",".join(format_number(d) for d in loop.drains))
+        if isinstance(audit, dict) and isinstance(audit.get("overruns"), list):
+            def numbers(values):
+                return ",".join("nan" if v is None else format_number(v) for v in values)
+            self.pipe.write(f"{prefix}.overruns", numbers(audit["overruns"]))
+            self.pipe.write(f"{prefix}.marker_overruns", numbers(audit.get("marker_overruns") or []))
+            self.pipe.write(f"{prefix}.late_starts", sum(1 for x in audit.get("on_time") or [] if not x))
+
+    def timing_verdict(self, loop: LoopResult, audit: dict | None) -> str | None:
+        """The failure the timing audit in force gives a case's timed calls, or None (trust off: none)."""
+        if not self.trust or self.audit == "off":
+            return None
+        if self.audit == "drain":
+            return unsynchronized_work(loop.drains)
+        if not isinstance(audit, dict):
+            return "timing audit failed: the worker sent no GPU trace for this case"
+        if audit.get("error"):
+            return f"timing audit failed: {audit['error']}"
+        try:
+            audits = [CallAudit(None if o is None else float(o), None if m is None else float(m), bool(t), bool(c))
+                      for o, m, t, c in zip(audit["overruns"], audit["marker_overruns"], audit["on_time"],
+                                            audit["on_current"], strict=True)]
+        except (KeyError, TypeError, ValueError):
+            return "timing audit failed: the worker's GPU trace summary is malformed"
+        if len(audits) != len(loop.samples):
+            return (f"timing audit failed: the GPU trace holds {len(audits)} timed calls, the timing loop made "
+                    f"{len(loop.samples)}")
+        return unsynchronized_trace(audits)
 
     def write_stats(self, prefix: str, loop: LoopResult) -> None:
         stats = summarize(loop.samples)
@@ -691,7 +872,11 @@ def main(argv: list[str] | None = None) -> int:
     mode, cases_path = argv[1], argv[2]
     seed_text = os.environ.pop("POPCORN_SEED", None)  # read, then unset: the worker never sees it
     trust = os.environ.pop("POPKIT_TRUST", "1").strip() != "0"
+    audit = os.environ.pop("POPKIT_TIMING_AUDIT", "").strip() or DEFAULT_AUDIT  # read, then unset
     pipe_key = read_key()
+    if audit not in AUDIT_RULES:
+        print(f"eval: POPKIT_TIMING_AUDIT must be one of {', '.join(AUDIT_RULES)} (got {audit!r})", file=sys.stderr)
+        return EXIT_USAGE
     try:
         secret = int(seed_text) if seed_text not in (None, "") else None
     except ValueError:
@@ -705,8 +890,10 @@ def main(argv: list[str] | None = None) -> int:
     if trust:
         _make_non_dumpable()
     pipe = ResultPipe(fd, pipe_key)
-    link = WorkerLink({"trust": trust})
-    session = Session(pipe, link, mode, cases, trust)
+    # Only timed modes audit their timing, and only with the trust checks on (off: what the leaderboard does).
+    audit = audit if trust and mode in BUDGETS else "off"
+    link = WorkerLink({"trust": trust, "audit": audit})
+    session = Session(pipe, link, mode, cases, trust, audit=audit)
     try:
         session.start()
         session.run()
@@ -983,8 +1170,11 @@ class Tripwires:
 
 _TIMER_NAMES = {
     "time": ("perf_counter_ns", "perf_counter", "monotonic_ns", "monotonic", "time", "time_ns"),
-    "torch.cuda": ("synchronize", "Event", "current_stream", "current_device", "set_device"),
+    "torch.cuda": ("synchronize", "Event", "current_stream", "current_device", "set_device", "_sleep"),
     "torch.cuda.Event": ("__init__", "record", "elapsed_time", "synchronize", "query", "wait"),
+    "torch.Tensor": ("zero_",),  # the L2 flush
+    # the trace audit's profiler (TraceAudit)
+    "torch.autograd": ("_prepare_profiler", "_enable_profiler", "_disable_profiler", "_profiler_enabled"),
 }
 _CHECK_TORCH = ("allclose", "isclose", "equal", "isnan", "isinf", "isfinite", "abs", "sum", "all", "any", "where",
                 "nonzero", "sign", "zeros_like", "clone", "eq", "ne", "le", "lt", "ge", "gt", "sub", "maximum")
@@ -1008,6 +1198,7 @@ class Device:
         self.event_sync = torch.cuda.Event.synchronize
         self.elapsed_ms = torch.cuda.Event.elapsed_time
         self.perf_ns = time.perf_counter_ns
+        self.zero_ = torch.Tensor.zero_
         self.timer = "cuda-event" if self.cuda else "cpu-monotonic"
         self.flush_buffer = None
 
@@ -1034,22 +1225,172 @@ class Device:
             l2 = int(getattr(props, "L2_cache_size", 0) or 0)
             size = max(2 * l2, FLUSH_MIN_BYTES)
             self.flush_buffer = torch.empty(size, dtype=torch.int8, device="cuda")
-        self.flush_buffer.zero_()
+        self.zero_(self.flush_buffer)
 
-    def measure(self, kernel: Callable, kernel_input: Any) -> tuple[Any, dict]:
-        """One call between events (GPU) or perf_counter_ns readings (CPU): the output and {"ns": duration}
-        plus, on a GPU, "drain" (measure_drain, taken before anything else the host does after the call, so
-        no work left running gets time to finish unseen)."""
+    def measure(self, kernel: Callable, kernel_input: Any, trace: "TraceAudit | None" = None) -> tuple[Any, dict]:
+        """One call between events (GPU, after the L2 flush) or perf_counter_ns readings (CPU): the output and
+        {"ns": duration} plus, on a GPU, "drain" (measure_drain, taken before anything else the host does after
+        the call, so no work left running gets time to finish unseen) and "lead" (ns from just before the first
+        marker, or the flush without a trace, was queued until the start event was queued). With a trace
+        session, the harness's markers go on the timed queue before the flush (a spin of LEAD_SPIN_CYCLES),
+        right after the end event and after the drain (audit_trace)."""
         if not self.cuda:
             t0 = self.perf_ns()
             out = kernel(kernel_input)
             return out, {"ns": float(self.perf_ns() - t0)}
         start, end = self.Event(enable_timing=True), self.Event(enable_timing=True)
+        t0 = self.perf_ns()
+        if trace is not None:
+            trace.mark(LEAD_SPIN_CYCLES)
+        self.flush_l2()
         self.record(start)
+        lead = self.perf_ns() - t0
         out = kernel(kernel_input)
         self.record(end)
+        if trace is not None:
+            trace.mark()
         drain = measure_drain(end, event_sync=self.event_sync, device_sync=self.sync, clock_ns=self.perf_ns)
-        return out, {"drain": drain, "ns": self.elapsed_ms(start, end) * 1e6}
+        if trace is not None:
+            trace.mark()
+        return out, {"drain": drain, "ns": self.elapsed_ms(start, end) * 1e6, "lead": float(lead)}
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """fd 2 to /dev/null: the profiler's library prints a line on every start and stop of a trace."""
+    try:
+        sys.stderr.flush()
+        saved, null = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        yield
+        return
+    os.dup2(null, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
+
+
+class TraceAudit:
+    """The GPU-timestamp audit of timed calls (audit_trace): one profiler trace per timed case, GPU activities
+    only (CUPTI on NVIDIA, roctracer on ROCm), on from before the case's checked calls (so every kernel the
+    timed calls launch was launched once in the trace, and no timed call pays a first-launch cost of the
+    tracer) until its last timed call; the harness's markers bracket every timed call (Device.measure).
+
+    The profiler's functions are captured when this is made, before the submission is imported (they are
+    tripwires too). A submission can see that a profiler runs; it runs on every timed call alike.
+    """
+
+    def __init__(self, torch, device: "Device"):
+        from torch.autograd import ProfilerActivity, ProfilerConfig, ProfilerState
+        from torch._C._profiler import _ExperimentalConfig
+
+        autograd = torch.autograd
+        self.torch, self.device = torch, device
+        self._prepare, self._enable = autograd._prepare_profiler, autograd._enable_profiler
+        self._disable, self._enabled = autograd._disable_profiler, autograd._profiler_enabled
+        self._sleep = torch.cuda._sleep
+        self._config = ProfilerConfig(ProfilerState.KINETO, False, False, False, False, False,
+                                      _ExperimentalConfig(), "")
+        self._activities = {ProfilerActivity.CUDA}
+        self._cpu = autograd.DeviceType.CPU
+        self.active = False
+        self.calls: list[tuple[float, float]] = []
+
+    def mark(self, cycles: int = 0) -> None:
+        """One marker on the current (timed) queue: a spin of `cycles` GPU cycles."""
+        self._sleep(cycles)
+
+    def start(self) -> None:
+        """Start a trace (a leftover one of the harness's is dropped first) and launch the first marker.
+        Raises TraceError when another profiler already runs."""
+        self.abandon()
+        self.device.sync()
+        if self._enabled():
+            raise TraceError("a profiler was already running when the harness started its trace (custom_kernel "
+                             "or its import started one)")
+        with _quiet_stderr():
+            self._prepare(self._config, self._activities)
+            self._enable(self._config, self._activities)
+        self.active, self.calls = True, []
+        self.mark()
+        self.device.sync()
+
+    def note(self, timing: dict) -> None:
+        """A timed call's event time and lead (Device.measure's reply)."""
+        self.calls.append((float(timing["ns"]), float(timing.get("lead", math.inf))))
+
+    def records(self) -> list[GpuRecord]:
+        """Stop the trace; its GPU activities. Raises TraceError when the trace was stopped by someone else."""
+        self.device.sync()
+        self.active = False
+        try:
+            with _quiet_stderr():
+                events = self._disable().events()
+        except RuntimeError as exc:
+            raise TraceError(f"the harness's trace was stopped during the timed calls ({_first_line(exc)})") from None
+        found = []
+        for e in events:
+            if e.device_type() == self._cpu:
+                continue
+            start = float(e.start_ns())
+            end = float(e.end_ns()) if hasattr(e, "end_ns") else start + float(e.duration_ns())
+            found.append(GpuRecord((e.device_index(), e.device_resource_id()), start, end, e.name()))
+        return found
+
+    def finish(self) -> dict:
+        """End the case's trace; per timed call what audit_trace found, or {"error": why}, for the parent."""
+        if not self.active:
+            return {"error": "the harness's trace was not running at the end of the case"}
+        calls = self.calls
+        try:
+            audits = audit_trace(self.records(), calls)
+        except TraceError as exc:
+            return {"error": str(exc)}
+        return {"overruns": [a.overrun_ns for a in audits], "marker_overruns": [a.marker_overrun_ns for a in audits],
+                "on_time": [a.on_time for a in audits], "on_current": [a.on_current for a in audits]}
+
+    def abandon(self) -> None:
+        """Stop a trace this harness left running (a failed case), discarding it."""
+        if self.active:
+            self.active = False
+            try:
+                with _quiet_stderr():
+                    self._disable()
+            except RuntimeError:
+                pass
+
+    def self_test(self, calls: int = 3) -> str:
+        """Before the submission is imported: whether this machine's trace shows what the audit needs, by timed
+        calls that leave a spin of SELF_TEST_CYCLES GPU cycles (milliseconds: far longer than the tracer's own
+        cost on the host, which on an H100 adds 15 µs and more to a wait and a launch on another queue) running
+        on another queue after their end event. "" when the audit sees every one of them, else why not."""
+        torch, device = self.torch, self.device
+        try:
+            self.start()
+            side = torch.cuda.Stream()
+
+            def escape(_):
+                ready = device.Event()
+                ready.record()
+                side.wait_event(ready)
+                with torch.cuda.stream(side):
+                    self._sleep(SELF_TEST_CYCLES)
+
+            for _ in range(calls):
+                device.sync()
+                _, timing = device.measure(escape, None, trace=self)
+                device.sync()
+                self.note(timing)
+            audits = audit_trace(self.records(), self.calls)
+        except Exception as exc:  # whatever breaks here means: no usable trace on this machine
+            self.abandon()
+            return f"{type(exc).__name__}: {_first_line(exc)}"
+        if any(a.overrun_ns is None or a.overrun_ns <= TRACE_MARGIN_NS for a in audits):
+            return "the trace did not show the work left running on another queue after the end event"
+        return ""
 
 
 class Guards:
@@ -1064,7 +1405,8 @@ class Guards:
 
     def _capture(self, torch) -> Tripwires:
         wires = Tripwires()
-        owners = {"time": time, "torch.cuda": torch.cuda, "torch.cuda.Event": torch.cuda.Event}
+        owners = {"time": time, "torch.cuda": torch.cuda, "torch.cuda.Event": torch.cuda.Event,
+                  "torch.Tensor": torch.Tensor, "torch.autograd": torch.autograd}
         for owner_name, names in _TIMER_NAMES.items():
             for name in names:
                 wires.add(f"{owner_name}.{name}", "timer", owners[owner_name], name)
@@ -1226,16 +1568,18 @@ class Caller:
         self._after_call(before)
         return out
 
-    def timed(self, kernel_input: Any) -> tuple[Any, dict]:
-        """One timed call: synchronize, flush L2, then Device.measure; the reply part {"ns", "drain"}."""
+    def timed(self, kernel_input: Any, trace: TraceAudit | None = None) -> tuple[Any, dict]:
+        """One timed call: synchronize, then Device.measure (L2 flush, events; the trace's markers when a trace
+        runs); the reply part {"ns", "drain", "lead"}."""
         self.device.sync()
-        self.device.flush_l2()
         before = self.guards.snapshot()
         try:
-            out, timing = self.device.measure(self.kernel, kernel_input)
+            out, timing = self.device.measure(self.kernel, kernel_input, trace)
         except BaseException as exc:
             raise _exception_failure(exc, self.device.torch) from None
         self._after_call(before)
+        if trace is not None:
+            trace.note(timing)
         return out, timing
 
     def _after_call(self, before: set) -> None:
@@ -1366,16 +1710,26 @@ class Checker:
 
 class TimedCase:
     """The timed modes of one prepared case: benchmark and leaderboard calls, the last output's check,
+    the case's GPU trace (when the trace audit judges: from before the checked calls to the last timed call),
     and profile mode's profiler table."""
 
-    def __init__(self, task: ReferenceTask, caller: Caller, checker: Checker, trust: bool):
-        self.task, self.caller, self.checker, self.trust = task, caller, checker, trust
+    def __init__(self, task: ReferenceTask, caller: Caller, checker: Checker, trust: bool,
+                 trace: TraceAudit | None = None):
+        self.task, self.caller, self.checker, self.trust, self.trace = task, caller, checker, trust, trace
         self.bench: dict[str, Any] = {}
 
     def begin(self, case: dict, mode: str) -> dict:
         self.bench = {}
-        data = self.checker.checked(case, mode)  # every benchmark shape is checked before it is timed
-        layout = self.task.layout(case, data) if self.trust else None
+        try:
+            if self.trace is not None and mode != "profile":
+                self.trace.start()
+            data = self.checker.checked(case, mode)  # every benchmark shape is checked before it is timed
+            layout = self.task.layout(case, data) if self.trust else None
+        except TraceError as exc:
+            return {"ok": False, "error": f"timing audit failed: {exc}"}
+        except BaseException:
+            self._drop_trace()
+            raise
         self.bench = {"case": case, "mode": mode, "pristine": data, "layout": layout, "step": 0, "out": None,
                       "input": clone_data(data) if self.trust else data}
         if layout is None:
@@ -1384,12 +1738,26 @@ class TimedCase:
         read = sum(t.numel() * t.element_size() for i, t in enumerate(flatten_tensors(data)) if i not in layout.poisonable)
         return {"ok": True, "bytes": read + sum(layout.out_bytes)}
 
+    def _drop_trace(self) -> None:
+        if self.trace is not None:
+            self.trace.abandon()
+
+    def _tracing(self) -> TraceAudit | None:
+        return self.trace if self.trace is not None and self.trace.active else None
+
     def call(self) -> dict:
+        try:
+            return self._call()
+        except BaseException:  # the case failed: its trace is of no use
+            self._drop_trace()
+            raise
+
+    def _call(self) -> dict:
         b = self.bench
         if not b:
             return {"ok": False, "error": "no case prepared"}
         if b["mode"] != "leaderboard":
-            out, timing = self.caller.timed(b["input"])
+            out, timing = self.caller.timed(b["input"], self._tracing())
             b["out"] = out
             return {"ok": True, **timing}
         # Leaderboard: a new input (seed + 13, cumulative) made after the previous call finished; rechecked.
@@ -1401,11 +1769,11 @@ class TimedCase:
                 into = b.get("last_input") if b["step"] % 2 == 0 else None
                 kernel_input = self.task.trusted_input(data, b["layout"], 0xFF, into=into)
                 b["last_input"] = kernel_input
-                out, timing = self.caller.timed(kernel_input)
+                out, timing = self.caller.timed(kernel_input, self._tracing())
                 self.checker.verify(out, kernel_input, data, b["layout"], 0xFF)
                 self.checker.remember(out)
             else:
-                out, timing = self.caller.timed(clone_data(data))
+                out, timing = self.caller.timed(clone_data(data), self._tracing())
                 self.checker.verify(out, None, data, None, None)
         except CaseFailure as failure:
             failure.error = f"{failure.error} [timed call {b['step']}]"
@@ -1413,12 +1781,17 @@ class TimedCase:
         return {"ok": True, **timing}
 
     def end(self) -> dict:
-        """Benchmark mode (trust): the last timed call's output must be right too.
+        """The case's trace audit (when a trace runs: {"audit": TraceAudit.finish()}); then, in benchmark mode
+        (trust), the last timed call's output must be right too.
 
-        Skipped for tasks with in/out buffers (inputs the reference reads and then changes): every timed
-        call gets the same data, so an honest kernel's last output reflects all the earlier calls.
+        The output check is skipped for tasks with in/out buffers (inputs the reference reads and then
+        changes): every timed call gets the same data, so an honest kernel's last output reflects all the
+        earlier calls.
         """
         b = self.bench
+        reply: dict[str, Any] = {"ok": True}
+        if self._tracing() is not None:
+            reply["audit"] = self.trace.finish()
         layout = b.get("layout")
         in_out = layout is not None and bool(layout.writable - layout.poisonable)
         if self.trust and b.get("mode") == "benchmark" and b.get("out") is not None and not in_out:
@@ -1428,7 +1801,7 @@ class TimedCase:
                 return CaseFailure(f"timed output wrong: the last timed call's output fails the check "
                                    f"(the checked calls passed): {failure.error}", failure.message).reply()
         self.bench = {}
-        return {"ok": True}
+        return reply
 
     def profile(self) -> dict:
         """A torch profiler table over a few calls of the prepared case."""
@@ -1455,16 +1828,38 @@ class Worker:
 
     def __init__(self, settings: dict):
         self.trust = bool(settings.get("trust", True))
+        self.audit = str(settings.get("audit", "off"))
         self.checker: Checker | None = None
         self.timed: TimedCase | None = None
 
+    def start_audit(self, torch, device: Device) -> tuple[TraceAudit | None, dict]:
+        """The timing audit this worker applies ({"audit": rule, "audit_note": why it differs from the one
+        asked for}) and, for the trace audit, its TraceAudit, self-tested before the submission is imported.
+        A CPU has no device queues: nothing to audit."""
+        if self.audit == "off" or not device.cuda:
+            return None, {"audit": "off"}
+        if self.audit != "trace":
+            return None, {"audit": self.audit}
+        try:
+            trace = TraceAudit(torch, device)
+            problem = trace.self_test()
+        except Exception as exc:  # no profiler API in this torch
+            trace, problem = None, f"{type(exc).__name__}: {_first_line(exc)}"
+        if problem:
+            return None, {"audit": "drain", "audit_note": f"no usable GPU trace here ({problem}); the drain rule "
+                                                          "judges instead"}
+        return trace, {"audit": "trace"}
+
     def start(self) -> dict:
-        """Import torch and the reference, capture tripwires, import the submission; the `ready` reply."""
+        """Import torch, self-test the trace audit, import the reference, capture tripwires, import the
+        submission; the `ready` reply."""
         import torch
 
         # The harness times and synchronizes with references captured before the import.
         device = Device(torch)
         reply: dict[str, Any] = {"ok": True, "system": device.system(), "timer": device.timer}
+        trace, audit = self.start_audit(torch, device)
+        reply.update(audit)
         try:
             import reference
         except BaseException as exc:  # the task itself is broken: every case fails with this
@@ -1482,7 +1877,7 @@ class Worker:
             return {**reply, "ok": False, "error": "submission.py defines no custom_kernel(data)", "message": ""}
         caller = Caller(kernel, device, guards, self.trust)
         self.checker = Checker(task, caller, self.trust)
-        self.timed = TimedCase(task, caller, self.checker, self.trust)
+        self.timed = TimedCase(task, caller, self.checker, self.trust, trace)
         if self.trust:
             try:
                 guards.check_tripwires()

@@ -41,9 +41,10 @@ def task_of(submission: Path) -> str:
     return first[2]
 
 
-def run(submission: Path, mode: str, tmp_path: Path, *, cases=None, seed=None, timeout_s=180.0, task_name=None):
+def run(submission: Path, mode: str, tmp_path: Path, *, cases=None, seed=None, timeout_s=180.0, task_name=None,
+        env=None):
     """One eval of a bundled task through the runner (the task's eval.py is popkit's harness); `task_name`
-    runs the file on another task than its directive names."""
+    runs the file on another task than its directive names; `env` adds to the eval's environment."""
     task_name = task_name or task_of(submission)
     task = load_task(TASKS / task_name)
     if cases is None:
@@ -52,7 +53,7 @@ def run(submission: Path, mode: str, tmp_path: Path, *, cases=None, seed=None, t
     ws = Executor().new_workspace(dest)
     main = ws.prepare(task, submission.read_bytes())
     return runner.run_mode(ws, main, mode, cases, timeout_s=timeout_s,
-                           options=runner.RunOptions(env=CHILD_ENV), seed=seed)
+                           options=runner.RunOptions(env={**CHILD_ENV, **(env or {})}), seed=seed)
 
 
 def failures(mode_run) -> list[str]:
@@ -86,7 +87,7 @@ CHEATS = [
 
 
 def test_every_cheat_file_is_covered():
-    names = {name for name, _, _ in CHEATS} | {"stale_memory.py", "side_stream.py"}
+    names = {name for name, _, _ in CHEATS} | {"stale_memory.py", "side_stream.py", "side_stream_share.py"}
     assert names == {p.name for p in (SUBMISSIONS / "cheats").glob("*.py")}
 
 
@@ -150,8 +151,8 @@ def test_forged_pipe_lines_never_win(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("task", list(TEST_CASES))
 def test_side_queue_cheat_fails_with_its_class_on_every_bundled_task(task, tmp_path):
-    """At the task's own benchmark shapes: every case the drain rule sees fails with its class; a case
-    whose escaped work is too short to tell from noise can only fail on physics, or pass."""
+    """At the task's own benchmark shapes: every case whose escaped work the trace audit sees fails with its
+    class; a case whose escaped work ended within its margin can only fail on physics, or pass."""
     result = run(SUBMISSIONS / "cheats" / "side_stream.py", "benchmark", tmp_path, task_name=task,
                  cases=load_task(TASKS / task).benchmarks, timeout_s=600)
     errors = failures(result)
@@ -164,11 +165,27 @@ def test_side_queue_cheat_fails_with_its_class_on_every_bundled_task(task, tmp_p
 @pytest.mark.gpu
 @pytest.mark.slow
 @pytest.mark.parametrize("task", list(TEST_CASES))
-def test_honest_torch_submission_passes_the_drain_rule_at_benchmark_shapes(task, tmp_path):
+def test_the_side_queue_cheat_on_one_call_in_ten_fails_by_name(task, tmp_path):
+    """No share to hide under: the trace audit names the call (the drain rule wanted half of them)."""
+    result = run(SUBMISSIONS / "cheats" / "side_stream_share.py", "leaderboard", tmp_path, task_name=task,
+                 cases=load_task(TASKS / task).benchmarks[-1:], timeout_s=600, env={"POPKIT_CHEAT_SHARE": "0.1"})
+    errors = failures(result)
+    assert result.raw["trust.audit"] == "trace", result.raw.get("trust.audit_note")
+    assert result.exit_code == 112 and errors and errors[0].startswith("unsynchronized work: call "), errors
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("task", list(TEST_CASES))
+def test_honest_torch_submission_passes_the_timing_audit_at_benchmark_shapes(task, tmp_path):
     result = run(SUBMISSIONS / task / "pytorch.py", "benchmark", tmp_path, cases=load_task(TASKS / task).benchmarks,
                  timeout_s=600)
     assert result.exit_code == 0 and result.check == "pass", failures(result)
-    assert all(float(result.raw[f"benchmark.{i}.drain_max"]) >= 0 for i in range(len(result.benchmarks)))
+    assert result.raw["trust.audit"] == "trace", result.raw.get("trust.audit_note")
+    for i in range(len(result.benchmarks)):
+        assert float(result.raw[f"benchmark.{i}.drain_max"]) >= 0
+        overruns = [float(x) for x in result.raw[f"benchmark.{i}.overruns"].split(",")]
+        assert len(overruns) == result.benchmarks[i].runs
 
 
 WRONG = [
@@ -202,9 +219,39 @@ def test_infinite_loop_is_stopped_by_the_runner_timeout(tmp_path):
     assert time.monotonic() - started < 5 + 10
 
 
-def test_the_side_queue_cheat_never_says_the_refused_word():
-    """It must get past the server's word ban, as the real trick does."""
-    assert "str" + "eam" not in (SUBMISSIONS / "cheats" / "side_stream.py").read_text().lower()
+@pytest.mark.parametrize("name", ["side_stream.py", "side_stream_share.py"])
+def test_the_side_queue_cheats_never_say_the_refused_word(name):
+    """They must get past the server's word ban, as the real trick does."""
+    assert "str" + "eam" not in (SUBMISSIONS / "cheats" / name).read_text().lower()
+
+
+def _share_cheat(monkeypatch, share: str | None):
+    """submissions/cheats/side_stream_share.py as a module (its reference stubbed), POPKIT_CHEAT_SHARE set."""
+    import importlib.util
+    import sys
+    import types
+
+    monkeypatch.setitem(sys.modules, "reference", types.SimpleNamespace(ref_kernel=lambda data: data))
+    if share is None:
+        monkeypatch.delenv("POPKIT_CHEAT_SHARE", raising=False)
+    else:
+        monkeypatch.setenv("POPKIT_CHEAT_SHARE", share)
+    spec = importlib.util.spec_from_file_location("share_cheat", SUBMISSIONS / "cheats" / "side_stream_share.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+def test_the_share_cheat_cheats_on_an_even_share_of_its_calls(monkeypatch):
+    cheat = _share_cheat(monkeypatch, None)
+    assert cheat.SHARE == 0.4 and [n for n in range(1, 11) if cheat.cheats_on(n)] == [3, 5, 8, 10]
+    for share, first in [("0.1", [10, 20]), ("0.2", [5, 10]), ("0.49", [3, 5]), ("0", []), ("1", [1, 2])]:
+        cheat = _share_cheat(monkeypatch, share)
+        calls = [n for n in range(1, 101) if cheat.cheats_on(n)]
+        assert len(calls) == round(100 * float(share)) and calls[:2] == first, share
+    with pytest.raises(ValueError, match=r"^POPKIT_CHEAT_SHARE must be a fraction from 0 to 1, got '1.5'$"):
+        _share_cheat(monkeypatch, "1.5")
 
 
 def test_no_submission_outside_wrong_and_cheats_says_the_refused_word():

@@ -355,7 +355,7 @@ def test_import_failures_fail_every_case(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_submission_never_sees_the_pipe_the_seed_or_the_trust_switch(tmp_path):
+def test_the_submission_never_sees_the_pipe_the_seed_or_the_trust_switches(tmp_path):
     """A probe kernel fails the case if it can see POPCORN_*/POPKIT_* or holds the result pipe."""
     probe = textwrap.dedent("""\
         import os
@@ -379,7 +379,8 @@ def test_the_submission_never_sees_the_pipe_the_seed_or_the_trust_switch(tmp_pat
     read_fd, write_fd = os.pipe()
     (dest / "pipe_inode.txt").write_text(str(os.fstat(write_fd).st_ino))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("POPCORN_", "POPKIT_"))}
-    env |= CHILD_ENV | {"POPCORN_FD": str(write_fd), "POPCORN_SEED": "123", "POPKIT_TRUST": "1"}
+    env |= CHILD_ENV | {"POPCORN_FD": str(write_fd), "POPCORN_SEED": "123", "POPKIT_TRUST": "1",
+                        "POPKIT_TIMING_AUDIT": "drain"}
     proc = subprocess.Popen([sys.executable, "eval.py", "test", "cases.txt"], cwd=dest, env=env,
                             pass_fds=(write_fd,), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     os.close(write_fd)
@@ -512,10 +513,10 @@ class PipeLines:
         self.lines.setdefault(key, str(value))
 
 
-def _session_with(calls: list[dict], trust: bool = True):
+def _session_with(calls: list[dict], trust: bool = True, audit: str = "drain"):
     pipe = PipeLines()
     session = ev.Session(pipe, ScriptedLink(calls), "benchmark", [{"size": 8, "seed": 1}], trust,
-                         clock_ns=FakeClock(0))
+                         clock_ns=FakeClock(0), audit=audit)
     session.start()
     return session, pipe
 
@@ -529,7 +530,10 @@ def test_a_case_whose_calls_leave_work_behind_fails_with_the_class():
     assert pipe.lines["benchmark.0.status"] == "fail"
     assert pipe.lines["benchmark.0.error"].startswith("unsynchronized work: 3 of 3 timed calls")
     assert pipe.lines["benchmark.0.drain_max"] == "290000.0"
+    assert pipe.lines["benchmark.0.drains"] == "290000.0,290000.0,290000.0"
+    assert pipe.lines["trust.audit"] == "drain"
     assert "benchmark.0.mean" not in pipe.lines  # a failed case has no statistics, as in the protocol
+    assert pipe.lines["benchmark.0.audit_samples"] == "10000.0,10000.0,10000.0"  # its event times stay readable
 
 
 def test_honest_calls_pass_and_report_their_drain_and_trust_off_skips_the_rule():

@@ -540,7 +540,7 @@ CHEAT_RULES = {  # cheats a static check can see, and the rule that must name th
     "background_thread.py": "thread-start", "check_patch.py": "harness-patch", "pipe_write.py": "result-fd",
     "replay_data_ptr.py": "output-cache", "synchronize_patch.py": "timer-patch", "timer_patch.py": "timer-patch",
     "replay_cache.py": "output-replay", "batch_and_skip.py": "output-replay", "mode_branching.py": "mode-branch",
-    "lazy_output.py": "lazy-output", "side_stream.py": "dynamic-name",
+    "lazy_output.py": "lazy-output", "side_stream.py": "dynamic-name", "side_stream_share.py": "dynamic-name",
 }
 EXAMPLES = sorted(p for p in SUBMISSIONS.glob("*/*.py") if p.parent.name not in ("cheats", "wrong"))
 
