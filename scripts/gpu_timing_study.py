@@ -105,15 +105,18 @@ class Job:
         return f"{self.task} {what} audit={self.audit}"
 
 
-def plan(tasks: list[str], shares: list[float], pairs: int, drain_shares: list[float] = ()) -> list[Job]:
+def plan(tasks: list[str], shares: list[float], pairs: int, drain_shares: list[float] = (), baseline: bool = True,
+         honest: dict[str, int] | None = None) -> list[Job]:
     """The cheat at share 0 and at each share (trace audit) on every task first, then the honest A/B pairs, one
     pair of every task at a time (trace first in even pairs, drain first in odd ones), then the cheat at share
     0 and at each drain share under the drain rule: a run cut short by --minutes loses the drain cheats first,
     then its last honest pairs, never a task's trace runs."""
-    jobs = [Job("cheat", task, "trace", share) for task in tasks for share in (0.0, *shares)]
+    jobs = [Job("cheat", task, "trace", share) for task in tasks for share in ((0.0,) if baseline else ()) + tuple(shares)]
     for pair in range(pairs):
         order = ("trace", "drain") if pair % 2 == 0 else ("drain", "trace")
         jobs += [Job("honest", task, audit, pair=pair) for task in tasks for audit in order]
+    for task in tasks:  # honest runs under the trace audit alone (--honest): every one must pass
+        jobs += [Job("honest", task, "trace", pair=pairs + i) for i in range((honest or {}).get(task, 0))]
     if drain_shares:
         jobs += [Job("cheat", task, "drain", share) for task in tasks for share in (0.0, *drain_shares)]
     return jobs
@@ -311,6 +314,8 @@ def markdown(summary: dict, device: str) -> str:
 
 
 def _shares(text: str) -> list[float]:
+    if text.strip().lower() == "none":
+        return []
     values = [float(x) for x in text.split(",") if x.strip()]
     if not values or any(not 0 < v <= 1 for v in values):
         raise argparse.ArgumentTypeError(f"shares must be fractions in (0, 1], got {text!r}")
@@ -327,15 +332,22 @@ def main(argv: list[str] | None = None) -> int:
                         help="cheat shares also run under the drain rule alone (default 0.4)")
     parser.add_argument("--minutes", type=float, default=8.0,
                         help="start no eval expected to end after this many minutes from the start (0: no limit)")
+    parser.add_argument("--no-baseline", action="store_true", help="skip the cheat at share 0 (the reference)")
+    parser.add_argument("--honest", default="", help="TASK=N,...: N more honest runs under the trace audit alone "
+                        "(after the pairs), e.g. identity=3,vectoradd=5")
     parser.add_argument("--dry-run", action="store_true", help="print the builds and evals, run nothing")
     args = parser.parse_args(argv)
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     unknown = sorted(set(tasks) - set(TASKS))
     if unknown:
         parser.error(f"unknown task(s) {', '.join(unknown)}; bundled: {', '.join(TASKS)}")
-    if args.pairs < 1:
-        parser.error("--pairs must be at least 1")
-    jobs = plan(tasks, args.shares, args.pairs, args.drain_shares)
+    if args.pairs < 0:
+        parser.error("--pairs must be at least 0")
+    try:
+        honest = {k.strip(): int(v) for k, v in (item.split("=") for item in args.honest.split(",") if item.strip())}
+    except ValueError:
+        parser.error(f"--honest {args.honest!r}: give TASK=N pairs separated by commas")
+    jobs = plan(tasks, args.shares, args.pairs, args.drain_shares, baseline=not args.no_baseline, honest=honest)
     builds = [ROOT / "submissions" / t / "cuda.py" for t in tasks]
     if args.dry_run:
         for path in builds:

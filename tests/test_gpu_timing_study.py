@@ -42,7 +42,7 @@ def test_dry_run_lists_the_builds_and_every_eval(capsys):
     assert lines[-1] == "66 evals, about 6 minutes after the builds"
 
 
-@pytest.mark.parametrize("argv", [["--tasks", "identity,nope"], ["--shares", "0.4,1.5"], ["--pairs", "0"]])
+@pytest.mark.parametrize("argv", [["--tasks", "identity,nope"], ["--shares", "0.4,1.5"], ["--pairs", "-1"], ["--honest", "vectoradd"]])
 def test_bad_arguments_are_usage_errors(argv):
     with pytest.raises(SystemExit) as info:
         study.main(["--out", "x", "--dry-run", *argv])
