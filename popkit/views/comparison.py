@@ -6,6 +6,7 @@ from rich.table import Table
 
 from popkit import stats
 from popkit.ab import A_FASTER, B_FASTER, INCOMPLETE, SAME, ABReport, Comparison, Series
+from popkit.documents import RunComparison
 from popkit.history import RunRecord
 from popkit.stats import Interval
 from popkit.views.common import console, emit_json, escape, format_time, table as common_table
@@ -64,8 +65,7 @@ def _comparison_footer(comparison: Comparison) -> list[str]:
 
 def show_compare(a: RunRecord, b: RunRecord, comparison: Comparison, *, json: bool = False) -> None:
     if json:
-        emit_json("compare", {"a": a.to_json(summary=True), "b": b.to_json(summary=True),
-                              "comparison": comparison.to_json()})
+        emit_json("compare", RunComparison(a, b, comparison).to_json())
         return
     con = console()
     for label, r in (("A", a), ("B", b)):

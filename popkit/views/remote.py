@@ -6,6 +6,7 @@ import shlex
 from pathlib import Path
 from typing import Sequence
 
+from popkit.documents import HistoryList, RunDetail
 from popkit.history import RunRecord
 from popkit.lint import LintReport
 from popkit.results import RemoteResult
@@ -168,8 +169,7 @@ _LEDGER_SOURCE = {
 
 def show_history(records: Sequence[RunRecord], path: Path, *, json: bool = False, source: str = "") -> None:
     if json:
-        emit_json("history", {"database": str(path), "database_source": source,
-                              "runs": [r.to_json(summary=True) for r in records]})
+        emit_json("history", HistoryList(tuple(records), path, source).to_json())
         return
     con = console()
     if source:
@@ -187,10 +187,7 @@ def show_history(records: Sequence[RunRecord], path: Path, *, json: bool = False
 
 def show_record(record: RunRecord, *, source: bytes | None = None, json: bool = False) -> None:
     if json:
-        data = record.to_json()
-        if source is not None:
-            data["source"] = source.decode("utf-8", errors="replace")
-        emit_json("history-run", data)
+        emit_json("history-run", RunDetail(record, source).to_json())
         return
     con = console()
     con.print(f"[bold]run {record.id}[/] · {record.kind} · recorded {escape(record.created_at)} · "
