@@ -117,6 +117,12 @@ def doctor(*, python: Optional[str] = None) -> DoctorReport:
     return system.doctor(python)
 
 
+def hip_on_cuda_env() -> dict[str, str]:
+    """The environment entries `test(hip_on_cuda=True)` gives its children (the HIP-to-CUDA headers, and the
+    start-up hook on PYTHONPATH): for a script that builds or imports a HIP file on an NVIDIA GPU itself."""
+    return hiponcuda.child_env()
+
+
 # ------------------------------------------------------------------------------------------- runs
 
 
@@ -346,7 +352,8 @@ def _paths(submissions: Sequence[Submission]) -> Iterator[list[Path]]:
 
 __all__ = [
     "SourceText", "Submission", "Progress", "PopkitError",
-    "tasks", "task_show", "new", "templates", "compile", "doctor", "test", "bench", "check", "submit",
+    "tasks", "task_show", "new", "templates", "compile", "doctor", "hip_on_cuda_env", "test", "bench", "check",
+    "submit",
     "history", "show", "compare", "document", "exit_code", "kind_of",
     "TaskList", "TaskChecks", "TaskDetail", "HistoryList", "RunDetail", "RunComparison", "SpreadOutcome",
     "RunOutcome", "ABOutcome", "NcuReport", "CompileReport", "LintReport", "SubmitResult", "DoctorReport",

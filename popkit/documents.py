@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 from popkit.ab import Comparison
 from popkit.compile import CompileReport
+from popkit.contract import entry_points
 from popkit.errors import ExitCode, PopkitError
 from popkit.history import RunRecord
 from popkit.lint import LintReport
@@ -70,16 +71,22 @@ class TaskChecks:
 
 @dataclass(frozen=True)
 class TaskDetail:
-    """`popkit tasks show NAME`: one task's description, cases, timeouts (s) and files."""
+    """`popkit tasks show NAME`: one task's description, cases, timeouts (s), files, and the names a submission
+    must define (`entry_points`, read from the task's eval; empty where the eval's use cannot be read)."""
 
     task: Task
+
+    @property
+    def entry_points(self) -> tuple[str, ...]:
+        return entry_points(self.task)
 
     def to_json(self) -> dict[str, Any]:
         task = self.task
         return {**task_row(task), "description": task.description,
                 "test_cases": list(task.tests), "benchmark_cases": list(task.benchmarks),
                 "timeouts_s": {m: task.timeout_for(m) for m in ("test", "benchmark", "leaderboard")},
-                "files": [{"name": f.name, "source": f.source} for f in task.files], "main": task.main}
+                "files": [{"name": f.name, "source": f.source} for f in task.files], "main": task.main,
+                "entry_points": list(self.entry_points)}
 
 
 @dataclass(frozen=True)

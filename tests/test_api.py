@@ -141,3 +141,23 @@ def test_exit_codes_are_the_clis(home):
     lint = api.check(ROOT / "submissions" / "cheats" / "timer_patch.py")
     assert not lint.ok and api.exit_code(lint) == 8
     assert api.exit_code(api.check(ROOT / "submissions" / "vectoradd" / "pytorch.py")) == 0
+
+
+def test_scripts_import_popkit_only_through_the_api():
+    """scripts/ use popkit.api or the CLI's --json, never runner internals or private names (issue 21)."""
+    import ast
+
+    found = []
+    for path in sorted((ROOT / "scripts").glob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "popkit":
+                if node.module != "popkit" or [a.name for a in node.names] != ["api"]:
+                    found.append(f"{path.name}:{node.lineno}: from {node.module} import ...")
+            elif isinstance(node, ast.Import):
+                found += [f"{path.name}:{node.lineno}: import {a.name}" for a in node.names
+                          if a.name.split(".")[0] == "popkit" and a.name != "popkit.api"]
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "api":
+                if node.attr.startswith("_") or node.attr not in api.__all__:
+                    found.append(f"{path.name}:{node.lineno}: api.{node.attr}")
+    assert not found, "\n".join(found)
