@@ -189,3 +189,14 @@ def test_the_worker_answers_a_bad_request_with_an_error_document():
     error = json.loads(line)["error"]
     assert error["schema"] == "popkit/error/1" and error["error"] == "TaskError" and error["exit_code"] == 3
     assert error["message"].startswith("no task named `no-such-task`")
+
+
+def test_the_readme_config_block_starts_popkit_mcp():
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    (block,) = [b for b in re.findall(r"```json\n(.*?)```", readme, flags=re.S) if "mcpServers" in b]
+    server_entry = json.loads(block)["mcpServers"]["popkit"]
+    assert [server_entry["command"], *server_entry["args"]] == ["popkit", "mcp"]
+    assert "claude mcp add popkit -- popkit mcp" in readme

@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
+import popkit
 from popkit import __version__
 from popkit.documents import document
 from popkit.errors import EnvironmentProblem, PopkitError, UsageError
@@ -75,9 +76,12 @@ def error_text(doc: Mapping[str, Any]) -> str:
 class Calls:
     """The tool calls of one server: validation, device slots, the worker that runs each."""
 
-    def __init__(self, slots: Slots, worker: tuple[str, ...] | None = None):
+    def __init__(self, slots: Slots):
         self.slots = slots
-        self.worker = worker or (sys.executable, "-m", "popkit.mcpserver.worker")
+        # The worker starts in the folder popkit was imported from, so that `-m` finds this popkit (not one in
+        # the working folder), and moves to the server's working folder before the call.
+        self.worker = (sys.executable, "-m", "popkit.mcpserver.worker")
+        self.worker_cwd = str(Path(popkit.__file__).resolve().parent.parent)
 
     async def call(self, name: str, arguments: Mapping[str, Any], say) -> dict[str, Any]:
         """The worker's final message for one call (`done`, `error` or `cancelled`); `say(text)` gets progress."""
@@ -95,10 +99,11 @@ class Calls:
         from anyio.streams.buffered import BufferedByteReceiveStream
 
         process = await anyio.open_process(list(self.worker), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                           stderr=None)
+                                           stderr=None, cwd=self.worker_cwd)
         final: dict[str, Any] | None = None
+        request = {"tool": name, "arguments": dict(arguments), "cwd": os.getcwd()}
         try:
-            await process.stdin.send((json.dumps({"tool": name, "arguments": dict(arguments)}) + "\n").encode())
+            await process.stdin.send((json.dumps(request) + "\n").encode())
             lines = BufferedByteReceiveStream(process.stdout)
             while True:
                 try:

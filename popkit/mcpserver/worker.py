@@ -5,7 +5,8 @@ running it, and every finally block kills its children and removes its folders);
 started dies with the process's lifeline when it exits; two calls share no state; and nothing a call
 does can take the server down.
 
-The server writes one JSON line on stdin, `{"tool": NAME, "arguments": {...}}`, and keeps stdin open:
+The server writes one JSON line on stdin, `{"tool": NAME, "arguments": {...}, "cwd": FOLDER}` (the call runs
+in the server's working folder; the worker starts where popkit was imported from), and keeps stdin open:
 when it closes (the server died), the call stops as on SIGTERM. The worker answers with JSON lines on
 its stdout, which it keeps for itself (anything else printing to fd 1 lands on stderr):
 `{"progress": TEXT}` for each step, then one of `{"done": DOCUMENT, "exit_code": N}`,
@@ -26,7 +27,7 @@ import traceback
 from typing import IO, Any, Iterator
 
 from popkit.documents import document, exit_code
-from popkit.errors import Interrupted, PopkitError
+from popkit.errors import EnvironmentProblem, Interrupted, PopkitError
 from popkit.mcpserver.tools import tool
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -96,9 +97,19 @@ def internal_error(exc: BaseException) -> dict[str, Any]:
             "hint": "this is a popkit bug; rerun with POPKIT_DEBUG=1 for the traceback and report it", "exit_code": 70}
 
 
+def enter(folder: str) -> None:
+    try:
+        os.chdir(folder)
+    except OSError as exc:
+        raise EnvironmentProblem(f"the server's working folder {folder} cannot be entered: {exc.strerror}",
+                                 "start the MCP server from a folder that exists") from None
+
+
 def serve_one(request: dict[str, Any], reporter: Reporter) -> int:
     """Run one call and send its outcome; the exit status of the process."""
     try:
+        if request.get("cwd"):
+            enter(str(request["cwd"]))
         result = tool(str(request.get("tool"))).call(request.get("arguments") or {}, reporter)
         reporter.send({"done": document(result), "exit_code": exit_code(result)})
         return 0
