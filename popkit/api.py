@@ -30,24 +30,26 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional, Sequence, Union
 
 from popkit import compile as compiler
-from popkit import hiponcuda, history as ledger, lint, ncu, proc, render, runnable, sandbox, submit as submitter
-from popkit import system, workflows
+from popkit import doctor as checkup, hiponcuda, history as ledger, lint, ncu, proc, render, runcompare, runnable
+from popkit import sandbox, submit as submitter, system, tune as tuner, workflows
 from popkit.contract import entry_points
-from popkit.documents import (HistoryList, RunComparison, RunDetail, SpreadOutcome, TaskChecks, TaskDetail,
-                              TaskList, document, exit_code, kind_of)
+from popkit.documents import (HistoryList, RunDetail, SpreadOutcome, TaskChecks, TaskDetail, TaskList, document,
+                              exit_code, kind_of)
 from popkit.errors import PopkitError, UsageError
 from popkit.ncu import NcuReport
 from popkit.protocol import MAX_SECRET_RUNS, MAX_SECRET_SEED, random_secret_seeds
 from popkit.resources import popkit_home_source
 from popkit.runner import RunOptions
-from popkit.source import Source, check_language_for, validate_submission
+from popkit.source import Source, check_language_for, check_runnable, validate_submission
 from popkit.submit import SubmitResult
-from popkit.system import DoctorReport
+from popkit.doctor import DoctorReport
 from popkit.compile import CompileReport
 from popkit.lint import LintReport
 from popkit.popcorn import DEFAULT_TIMEOUT_S as SUBMIT_TIMEOUT_S
 from popkit.render import Catalog, Written
+from popkit.runcompare import RunComparison
 from popkit.tasks import MAX_TIMEOUT_S, list_tasks, resolve_task, task_roots
+from popkit.tuneresult import TuneReport
 from popkit.workflows import ABOutcome, RunOutcome
 
 Progress = Callable[[str], None]
@@ -114,7 +116,7 @@ def compile(submission: Submission, *, task: Optional[str] = None, clean: bool =
 
 def doctor(*, python: Optional[str] = None) -> DoctorReport:
     """`popkit doctor`: the environment's checks, each with a fix (exit_code 11 when one is a problem)."""
-    return system.doctor(python)
+    return checkup.doctor(python)
 
 
 def hip_on_cuda_env() -> dict[str, str]:
@@ -203,6 +205,41 @@ def bench(*submissions: Submission, task: Optional[str] = None, roots: Roots = (
         return _dispatch(request, gpu, gpus, progress)
 
 
+def tune(submission: Submission, output: PathLike, *, task: Optional[str] = None, roots: Roots = (),
+         against: Optional[Submission] = None, engine: str = "grid", max_variants: int = 64, seed: int = 0,
+         budget_s: float = 900.0, confirm: int = 2, rounds: int = 8, ab_budget_s: float = 60.0, jobs: int = 0,
+         per_shape: bool = True, resume: bool = False, force: bool = False, allow_cpu: bool = False,
+         gpus: Optional[Sequence[str]] = None, python: Optional[str] = None, harness: str = "task",
+         keep_workdir: bool = False, world_size: Optional[int] = None, record: bool = True,
+         progress: Optional[Progress] = None) -> TuneReport:
+    """`popkit tune`: every launch geometry the file's `#!POPKIT tune` lines allow, built, checked, raced and the
+    finalists confirmed by A/Bs against the incumbent (`against`, default the file); the fastest is written to
+    `output` (never the input; `force` replaces an existing file). `budget_s` stops new work (0: none);
+    `rounds`/`ab_budget_s` bound each A/B; `gpus` spreads checks and race evals over local GPUs."""
+    for name, value, low, high in (("max_variants", max_variants, 1, 10_000), ("seed", seed, 0, None),
+                                   ("budget_s", budget_s, 0, None), ("confirm", confirm, 1, 8),
+                                   ("rounds", rounds, 4, None), ("ab_budget_s", ab_budget_s, 0, None),
+                                   ("jobs", jobs, 0, 64)):
+        _in_range(name, value, low, high)
+    if rounds % 2:
+        raise UsageError(f"--rounds {rounds}: the A/B runs rounds in pairs (ABBA)",
+                         "give an even number, e.g. --rounds 8")
+    options = _options(python, None, harness, (), keep_workdir, world_size, False)
+    settings = tuner.TuneSettings(engine=engine, max_variants=max_variants, seed=seed, budget_s=budget_s,
+                                  confirm=confirm, ab_rounds=rounds, ab_budget_s=ab_budget_s, jobs=jobs,
+                                  per_shape=per_shape, resume=resume, record=record)
+    files = [submission] + ([against] if against is not None else [])
+    with _paths(files) as paths:
+        source = Source.read(paths[0])
+        found = workflows.resolve(source, task, _roots(roots)).task
+        check_runnable(found, paths[0], source.content, "benchmark")
+        tuner.check_gpu_sized(found, allow_cpu)
+        spread = workflows.parse_gpus(",".join(str(g) for g in gpus)) if gpus else ()
+        return tuner.run_tune(found, paths[0], Path(output), options, settings,
+                              against=paths[1] if against is not None else None, force=force, progress=progress,
+                              gpus=spread)
+
+
 # ---------------------------------------------------------------------------- checks and the server
 
 
@@ -248,7 +285,7 @@ def show(run: int, *, source: bool = False) -> RunDetail:
 
 def compare(run_a: int, run_b: int) -> RunComparison:
     """`popkit compare A B`: two recorded bench runs shape by shape (time B / time A, 95% intervals)."""
-    return RunComparison(*ledger.compare_runs(run_a, run_b))
+    return runcompare.compare_runs(run_a, run_b)
 
 
 # ---------------------------------------------------------------------------------------- helpers
@@ -352,10 +389,10 @@ def _paths(submissions: Sequence[Submission]) -> Iterator[list[Path]]:
 
 __all__ = [
     "SourceText", "Submission", "Progress", "PopkitError",
-    "tasks", "task_show", "new", "templates", "compile", "doctor", "hip_on_cuda_env", "test", "bench", "check",
-    "submit",
+    "tasks", "task_show", "new", "templates", "compile", "doctor", "hip_on_cuda_env", "test", "bench", "tune",
+    "check", "submit",
     "history", "show", "compare", "document", "exit_code", "kind_of",
     "TaskList", "TaskChecks", "TaskDetail", "HistoryList", "RunDetail", "RunComparison", "SpreadOutcome",
     "RunOutcome", "ABOutcome", "NcuReport", "CompileReport", "LintReport", "SubmitResult", "DoctorReport",
-    "Written", "Catalog",
+    "Written", "Catalog", "TuneReport",
 ]

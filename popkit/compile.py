@@ -21,15 +21,19 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from popkit import hipbuild, proc, runner, tasks
+from popkit import hipbuild, nvml, proc, runner, system, tasks
+from popkit.buildarch import ArchChoice, choose_arch, supported_archs
 from popkit.contract import entry_points
 from popkit.executor import Executor
 from popkit.source import read_submission, task_spec_for, validate_submission
 from popkit.buildlocks import check_locks, find_locks
-from popkit.diagnostics import Diagnostic, SourceMap, loader_diagnostic, map_diagnostics, parse_log
+from popkit.cputorch import CANNOT_BUILD, SECOND_VENV
+from popkit.diagnostics import (
+    Diagnostic, SourceMap, loader_diagnostic, map_diagnostics, missing_module_hint, parse_log, task_imports,
+    torch_error,
+)
 from popkit.directives import server_directives
 from popkit.errors import EnvironmentProblem, ExitCode, PopkitError, UsageError
-from popkit.gpus import leaderboard_gpu
 from popkit.hipcheck import detect_target, hip_checks
 from popkit.resources import popkit_home
 from popkit.system import (  # noqa: F401  (cuda_home_problem and toolchain are patched in tests)
@@ -117,7 +121,7 @@ try:
     spec.loader.exec_module(module)
     result.update(ok=True, has_custom_kernel=callable(getattr(module, "custom_kernel", None)))
 except BaseException as exc:
-    frames = [(f.filename, f.lineno) for f in traceback.extract_tb(exc.__traceback__)]
+    frames = [(f.filename, f.lineno, f.name) for f in traceback.extract_tb(exc.__traceback__)]
     result.update(error_type=type(exc).__name__, error=str(exc), frames=frames,
                   traceback="".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
 result["seconds"] = time.perf_counter() - t0
@@ -154,6 +158,8 @@ def compile_submission(path: Path | str, *, task: str | None = None, roots: Sequ
     smap = SourceMap(path, text)
     target = detect_target(text)
     found_task, notes = _find_task(path, source, task, roots)
+    if found_task is None:
+        _require_task_for_imports(path, text)
     names = entry_points(found_task) if found_task else ("custom_kernel",)
     validate_submission(path, source, names)  # the names the task's eval takes (exit 4)
     test_timeout = found_task.test_timeout if found_task else DEFAULT_TEST_TIMEOUT_S
@@ -168,7 +174,10 @@ def compile_submission(path: Path | str, *, task: str | None = None, roots: Sequ
     if said:
         notes.append(said)
     _require_toolchain(tools, python, toolkit is not None)
-    arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST") or _arch_for_directive(text, tools)
+    choice = _arch_choice(text, found_task, tools)
+    arch_list = choice.arch_list if choice else None
+    if choice:
+        notes.append(choice.note)
     build_dir = popkit_home() / "build" / build_key(source, tools, arch_list)
     if clean and build_dir.exists():
         shutil.rmtree(build_dir)
@@ -268,8 +277,8 @@ def _require_toolchain(tools: Toolchain, python: str, toolkit_found: bool = Fals
     if tools.torch is None:
         raise EnvironmentProblem(f"torch is not installed for {python}", "install a CUDA build of torch")
     if not tools.cuda and not tools.hip:
-        raise EnvironmentProblem(f"torch {tools.torch} is a CPU-only build; load_inline needs a CUDA (or ROCm) build",
-                                 "install a CUDA build of torch (popkit doctor checks the environment)")
+        raise EnvironmentProblem(f"torch {tools.torch} at {python} is a CPU-only build: {CANNOT_BUILD} "
+                                 "(load_inline needs a CUDA or ROCm build)", SECOND_VENV)
     if tools.cuda and not toolkit_found:
         problem = cuda_home_problem()
         if problem:
@@ -278,13 +287,37 @@ def _require_toolchain(tools: Toolchain, python: str, toolkit_found: bool = Fals
         raise EnvironmentProblem("ninja not found: load_inline builds with it", "pip install ninja")
 
 
-def _arch_for_directive(text: str, tools: Toolchain) -> str | None:
-    """TORCH_CUDA_ARCH_LIST for the GPU named by `#!POPCORN gpu`, used when the environment sets none:
-    a machine without a GPU would otherwise build for every architecture torch knows."""
-    if tools.hip:
+def local_gpu_archs() -> tuple[list[str] | None, bool]:
+    """(the visible NVIDIA GPUs' `sm_XY` from NVML, or None where it cannot say; whether a GPU may be here)."""
+    if not system.has_gpu():
+        return None, False
+    driver = nvml.visible_gpus(os.environ)
+    return ([gpu.arch for gpu in driver.gpus] or None) if driver else None, True
+
+
+def _arch_choice(text: str, task: tasks.Task | None, tools: Toolchain) -> ArchChoice | None:
+    """The architecture of a CUDA build (buildarch's order); None for a ROCm torch (PYTORCH_ROCM_ARCH rules) and
+    for a file that builds nothing with torch's cpp_extension (Triton, Helion: they compile when called)."""
+    if tools.hip or ("load_inline" not in text and "cpp_extension" not in text):
         return None
-    gpu = leaderboard_gpu(server_directives(text).gpu)
-    return gpu.torch_arch if gpu else None
+    directives = server_directives(text)
+    archs, here = local_gpu_archs()
+    label = task.display_name if task else ""
+    return choose_arch(env_list=os.environ.get("TORCH_CUDA_ARCH_LIST"), local_archs=archs, local_gpu=here,
+                       directive_gpu=directives.gpu, directive_line=directives.gpu_line,
+                       task_gpus=task.gpus if task else (), task_label=label,
+                       supported=lambda: supported_archs(tools.nvcc))
+
+
+def _require_task_for_imports(path: Path, text: str) -> None:
+    """A file importing the task's own modules (`from task import input_t`) cannot even be imported alone."""
+    found = task_imports(text)
+    if found:
+        module, line = found[0]
+        raise UsageError(f"{path}:{line}: the file imports `{module}`, one of the task's files, and popkit does not "
+                         "know the task (no --task, and no `#!POPCORN leaderboard` line names one it knows)",
+                         "pass --task NAME: a leaderboard name with --tasks-root DIR (e.g. --task vectoradd_v2 "
+                         "--tasks-root reference-kernels/problems), or the task's folder")
 
 
 def _prepare(workdir: Path, task: tasks.Task | None, source: bytes) -> str:
@@ -333,26 +366,35 @@ def _diagnostics(result: Mapping[str, Any], log: str, smap: SourceMap, build_dir
     if loader is not None:
         found.append(loader)
     elif not any(d.severity == "error" for d in found):
-        found.append(_python_diagnostic(result, smap))
+        found.append(_python_diagnostic(result, smap, tools.python))
     return found
 
 
-def _python_diagnostic(result: Mapping[str, Any], smap: SourceMap) -> Diagnostic:
-    """An import failure that is not a compiler message: point at the submission's deepest frame."""
-    message = f"{result.get('error_type', 'error')}: {result.get('error', '')}".strip()
-    first = message.splitlines()[0] if message else "the import failed"
+def _python_diagnostic(result: Mapping[str, Any], smap: SourceMap, python: str = "") -> Diagnostic:
+    """An import failure that is not a compiler message: point at the submission's deepest frame. An exception
+    from inside torch's extension builder is said in one line with what it means (never bare)."""
+    error_type, error = str(result.get("error_type", "error")), str(result.get("error", ""))
+    message = f"{error_type}: {error}".strip()
+    first, hint, tool = (message.splitlines()[0] if message else "the import failed"), "", "python"
     line = None
-    for filename, lineno in result.get("frames", []):
+    for filename, lineno, *_ in result.get("frames", []):
         if Path(filename).name in (Path(smap.path).name, "submission.py"):
             line = lineno
-    tool = "build" if result.get("timed_out") else "python"
-    return Diagnostic("error", tool, first[:500], smap.path, line, None, smap.line_text(line))
+    inside_torch = torch_error(error_type, error, result.get("frames", []))
+    if inside_torch:
+        (first, hint), tool = inside_torch, "torch"
+    else:
+        hint = missing_module_hint(error_type, error, python)
+    if result.get("timed_out"):
+        tool = "build"
+    return Diagnostic("error", tool, first[:500], smap.path, line, None, smap.line_text(line), hint=hint)
 
 
 def _failure(result: Mapping[str, Any]) -> tuple[str, ExitCode]:
     error = str(result.get("error", ""))
     building = ("Error building extension" in error or "undefined symbol" in error or result.get("timed_out")
-                or result.get("error_type") == "crash")
+                or result.get("error_type") == "crash"
+                or torch_error(str(result.get("error_type", "")), error, result.get("frames", [])) is not None)
     return ("failed", ExitCode.COMPILE_FAILED) if building else ("bad-submission", ExitCode.BAD_SUBMISSION)
 
 

@@ -406,3 +406,78 @@ def loader_diagnostic(message: str, source: SourceMap) -> Diagnostic | None:
     raw = RawDiagnostic("loader", "error", f"undefined symbol {m.group('sym')} when loading the extension",
                         symbol=m.group("sym"))
     return _map_symbol(raw, source)
+
+
+# ----------------------------------------------------------------- import failures that are not the compiler's
+
+TASK_MODULES = ("task", "utils", "reference")  # files every problem set puts beside submission.py
+_CPP_EXTENSION = "torch/utils/cpp_extension"
+_TORCH_HINTS = (  # (function or message fragment, hint): what a failure inside torch's builder means
+    ("_get_cuda_arch_flags", "torch found no GPU architecture to build for (no GPU here): set TORCH_CUDA_ARCH_LIST "
+                             "(9.0a for H100) or add `#!POPCORN gpu H100`"),
+    ("CUDA_HOME", "torch cannot find the CUDA toolkit: export CUDA_HOME=/usr/local/cuda (popkit doctor checks)"),
+    ("Ninja is required", "load_inline builds with ninja: pip install ninja"),
+    ("_run_ninja_build", "the compiler failed and none of its messages could be placed in your file: "
+                         "`popkit compile --json` has the whole build log (`log`)"),
+)
+_GENERIC_TORCH_HINT = ("the failure is inside torch's extension builder, not in your code: `popkit doctor` checks torch, "
+                       "nvcc and ninja; `popkit compile --json` has the whole traceback (`log`)")
+
+
+def task_imports(text: str) -> list[tuple[str, int]]:
+    """(module, line) of each import of a task's own file (`from task import input_t`), in line order."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return []
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        found += [(name.split(".")[0], node.lineno) for name in names if name.split(".")[0] in TASK_MODULES]
+    return sorted(found, key=lambda item: item[1])
+
+
+def torch_error(error_type: str, error: str, frames: Iterable[Iterable[Any]]) -> tuple[str, str] | None:
+    """(one-line message, hint) for an exception raised inside torch's cpp_extension (load_inline's builder),
+    else None. `frames`: (file, line[, function]) from the outermost to the deepest."""
+    inside = [tuple(f) for f in frames if _CPP_EXTENSION in str(list(f)[0]).replace("\\", "/")]
+    if not inside:
+        return None
+    file, line, *rest = inside[-1]
+    function = rest[0] if rest else ""
+    short = str(file).replace("\\", "/")
+    short = short[short.rindex("torch/utils/"):]
+    first = (error.strip().splitlines() or [""])[0][:300]
+    where = f"{short}:{line}" + (f" in {function}" if function else "")
+    message = f"torch's extension builder raised {error_type}" + (f": {first}" if first else "") + f" ({where})"
+    hint = next((h for key, h in _TORCH_HINTS if key == function or key in error), _GENERIC_TORCH_HINT)
+    return message, hint
+
+
+def missing_module_hint(error_type: str, error: str, python: str) -> str:
+    """A hint for `No module named 'x'`: a task file needs --task, any other module an install."""
+    m = re.search(r"No module named '([\w.]+)'", error)
+    if error_type != "ModuleNotFoundError" or not m:
+        return ""
+    module = m.group(1).split(".")[0]
+    if module in TASK_MODULES:
+        return (f"`{module}` is one of the task's files: pass --task NAME (with --tasks-root DIR for a problem set's "
+                "leaderboard name) so that popkit puts them beside the submission")
+    return (f"`{module}` is not installed for {python}: install it (pip install {module.replace('_', '-')}) if the "
+            "leaderboard's runner has it; popkit builds with the interpreter of --python")
+
+
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)', re.MULTILINE)
+
+
+def submission_frame(traceback_text: str, name: str = "submission.py") -> tuple[int, str] | None:
+    """(line, function) of the deepest frame of the submission (the file called `name` in the working
+    directory) in a Python traceback, or None when the traceback never entered it."""
+    found = [(int(m.group("line")), m.group("func")) for m in _FRAME.finditer(traceback_text or "")
+             if m.group("file").replace("\\", "/").rsplit("/", 1)[-1] == name]
+    return found[-1] if found else None

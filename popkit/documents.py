@@ -1,9 +1,9 @@
 """The JSON documents popkit prints with `--json` and returns through popkit.api and `popkit mcp`.
 
-Most results carry their document themselves (`to_json()`); the few commands whose result is several
-library objects get a frozen result here (a task list, a task, the history, one recorded run, a
-comparison of two, the runs of `--gpus`), so that the CLI's views, popkit.api and the MCP server build
-each document from the same code. `document(result)` adds the schema tag (`popkit/<kind>/1`) as
+Most results carry their document themselves (`to_json()`, `runcompare.RunComparison` for `compare`
+among them); the few commands whose result is several library objects get a frozen result here (a task
+list, a task, the history, one recorded run, the runs of `--gpus`), so that the CLI's views, popkit.api
+and the MCP server build each document from the same code. `document(result)` adds the schema tag (`popkit/<kind>/1`) as
 `--json` prints it; `exit_code(result)` is the exit code the CLI gives that result.
 """
 
@@ -14,19 +14,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from popkit.ab import Comparison
 from popkit.compile import CompileReport
 from popkit.contract import entry_points
+from popkit.doctor import DoctorReport
 from popkit.errors import ExitCode, PopkitError
 from popkit.history import RunRecord
 from popkit.lint import LintReport
 from popkit.ncu import NcuReport
 from popkit.render import Catalog, Written
+from popkit.runcompare import RunComparison
 from popkit.runnable import Verdict
 from popkit.submit import SubmitResult
-from popkit.system import DoctorReport
 from popkit.taskcheck import TaskCheck
 from popkit.tasks import Skipped, Task
+from popkit.tuneresult import TuneReport
 from popkit.workflows import ABOutcome, RunOutcome, SpreadRun, first_failure
 
 
@@ -117,19 +118,6 @@ class RunDetail:
 
 
 @dataclass(frozen=True)
-class RunComparison:
-    """`popkit compare A B`: two recorded runs shape by shape (time B / time A with 95% intervals)."""
-
-    a: RunRecord
-    b: RunRecord
-    comparison: Comparison
-
-    def to_json(self) -> dict[str, Any]:
-        return {"a": self.a.to_json(summary=True), "b": self.b.to_json(summary=True),
-                "comparison": self.comparison.to_json()}
-
-
-@dataclass(frozen=True)
 class SpreadOutcome:
     """`--gpus`: independent runs, one per file, in the order the files were given."""
 
@@ -147,7 +135,7 @@ KINDS: tuple[tuple[type, str], ...] = (
     (RunOutcome, "run"), (ABOutcome, "ab"), (SpreadOutcome, "runs"), (NcuReport, "ncu"),
     (TaskList, "tasks"), (TaskChecks, "tasks"), (TaskDetail, "task"), (TaskCheck, "taskcheck"),
     (Written, "new"), (Catalog, "templates"), (CompileReport, "compile"), (DoctorReport, "doctor"),
-    (LintReport, "check"), (SubmitResult, "submit"),
+    (LintReport, "check"), (SubmitResult, "submit"), (TuneReport, "tune"),
     (HistoryList, "history"), (RunDetail, "history-run"), (RunComparison, "compare"),
     (PopkitError, "error"),
 )

@@ -19,6 +19,7 @@ import importlib.util
 import marshal
 import os
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, Sequence
@@ -32,6 +33,7 @@ POPKIT_EVAL_NAME = "popkit_eval.py"  # popkit's harness, when it replaces a task
 # Modules the standard library and the frameworks every eval imports: a file of that name in a folder on an
 # eval's import path is imported instead of the real one (`hmac.py`, `torch.py`).
 _FRAMEWORKS = frozenset({"torch", "numpy", "triton", "yaml"})
+_PARSE_LOCK = threading.Lock()  # an A/B prepares both sides on two threads
 
 
 @dataclass(frozen=True)
@@ -61,8 +63,9 @@ def shadowable_names(files: Mapping[str, bytes]) -> frozenset[str]:
             continue
         names.add(name[:-3])
         try:
-            tree = ast.parse(data)
-        except (SyntaxError, ValueError):
+            with _PARSE_LOCK:  # CPython 3.11's parser keeps a recursion count that two threads can corrupt
+                tree = ast.parse(data)
+        except (SyntaxError, ValueError, RecursionError):
             continue
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
@@ -124,6 +127,14 @@ class Workspace:
         self.executor.sealed(self)
         return main
 
+    def add(self, name: str, data: bytes) -> None:
+        """One more file beside the task's (a driver, a variant), written where the task's files are and checked
+        after every step as they are."""
+        self.written[name] = data
+        self._shadowable = self._shadowable | {name[:-3]} if name.endswith(".py") else self._shadowable
+        for folder in self._folders():
+            (folder / name).write_bytes(data)
+
     def _folders(self) -> list[Path]:
         return [self.files] if self.cwd == self.files else [self.files, self.cwd]
 
@@ -140,7 +151,7 @@ class Workspace:
             result_fd_env: str | None = None, inputs: Mapping[str, bytes] | None = None,
             watch: Callable[[bytes], None] | None = None) -> proc.Finished:
         """`python script args...` started in `cwd`, its script taken from `files`; see proc.run."""
-        argv = self.executor.argv(self, python, script, args)
+        argv = self.executor.argv(self, python, script, args, env)
         return self.executor.finish(proc.run(argv, self.cwd, self.executor.env(env), timeout_s,
                                              result_fd_env=result_fd_env, inputs=inputs, watch=watch))
 
@@ -260,7 +271,9 @@ class Executor:
             pinned["CUDA_VISIBLE_DEVICES"] = self.gpu
         return pinned
 
-    def argv(self, workspace: Workspace, python: str, script: str, args: Sequence[str]) -> list[str]:
+    def argv(self, workspace: Workspace, python: str, script: str, args: Sequence[str],
+             env: Mapping[str, str]) -> list[str]:
+        """The command line of `python script args` in `workspace`; `env` is the environment it will get."""
         return [python, script, *args]
 
     def finish(self, done: proc.Finished) -> proc.Finished:

@@ -11,20 +11,23 @@ runs already in it stay where they are.
 from __future__ import annotations
 
 import json
+import os
+import random
 import sqlite3
+import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Mapping
 
 from popkit import __version__
-from popkit.ab import Comparison, compare_shapes
 from popkit.errors import HistoryError, UsageError
 from popkit.resources import popkit_home
-from popkit.results import CaseResult, RemoteResult, RunReport
+from popkit.results import RemoteResult, RunReport
 
 DB_NAME = "history.sqlite3"
-BUSY_TIMEOUT_S = 5.0  # how long a write waits for another popkit holding the database
+BUSY_TIMEOUT_S = 30.0  # how long a write waits, in all, for other popkits writing at once
+RETRY_PAUSE_S = (0.005, 0.05)  # the random pause before a write that found the database busy is tried again
 USER_VERSION = 1  # the schema below; a newer popkit may add columns, never drop them
 HISTORY_SCHEMA = "popkit/history/1"
 
@@ -107,12 +110,28 @@ class RunRecord:
                    remote=RemoteResult.from_json(data["remote"]) if data.get("remote") else None)
 
 
-def _problem(path: Path, exc: sqlite3.Error) -> HistoryError:
+def _statements(script: str) -> list[str]:
+    """A script's statements, one by one (executescript would commit the transaction they belong in)."""
+    found, pending = [], ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            found.append(pending)
+            pending = ""
+    return found
+
+
+def _busy(exc: sqlite3.Error) -> bool:
+    """Another connection holds the database (SQLITE_BUSY, SQLITE_LOCKED)."""
     text = str(exc)
-    if "locked" in text or "busy" in text:
+    return "locked" in text or "busy" in text
+
+
+def _problem(path: Path, exc: sqlite3.Error) -> HistoryError:
+    if _busy(exc):
         return HistoryError(f"{path}: the history database is locked (another popkit is writing to it?)",
                             "wait for the other run to finish and try again; earlier runs are untouched")
-    return HistoryError(f"{path}: the history database is unreadable ({text})",
+    return HistoryError(f"{path}: the history database is unreadable ({exc})",
                         "popkit never deletes it: move it aside (or set POPKIT_HOME to another folder)"
                         " to start a new one")
 
@@ -137,17 +156,29 @@ def _refuse_foreign(path: Path, con: sqlite3.Connection) -> None:
 
 
 class History:
-    """One history database file; every method opens, works in one transaction, and closes."""
+    """One history database file; every method opens, works in one transaction, and closes.
+
+    Writes take the write lock first (BEGIN IMMEDIATE), so a writer waits in SQLite's busy handler instead of
+    failing on a lock upgrade, and a write that still finds the database busy is retried until `timeout_s`
+    has passed in all: several popkits recording at once lose no run.
+    """
 
     def __init__(self, path: Path | str | None = None, timeout_s: float = BUSY_TIMEOUT_S):
         self.path = Path(path) if path else db_path()
         self.timeout_s = timeout_s
 
-    def _open(self, create: bool) -> sqlite3.Connection | None:
-        """A connection to popkit's database; None for a read where there is none yet.
+    def _connect(self, wait_s: float) -> sqlite3.Connection:
+        con = sqlite3.connect(self.path, timeout=max(wait_s, 0.001), isolation_level=None)  # we BEGIN ourselves
+        con.execute(f"PRAGMA busy_timeout = {max(int(wait_s * 1000), 1)}")
+        return con
+
+    def _open(self, create: bool, wait_s: float | None = None) -> sqlite3.Connection | None:
+        """A connection to popkit's database, its schema there; None for a read where there is none yet.
 
         A missing or zero-length file (an empty database to SQLite) holds no history: a read leaves it
         as it is. A database with tables and no popkit schema version is some other program's: never touched.
+        The schema is created, and its version set, in one write transaction: another popkit sees both or neither.
+        Raises sqlite3 errors as they are (the callers name the file).
         """
         if not self.path.exists() or (not create and _is_empty_file(self.path)):
             if not create:
@@ -160,53 +191,78 @@ class History:
             except OSError as exc:
                 raise HistoryError(f"{self.path.parent}: cannot create the history folder ({exc.strerror or exc})",
                                    "set POPKIT_HOME to a writable folder") from None
+        con = self._connect(self.timeout_s if wait_s is None else wait_s)
         try:
-            con = sqlite3.connect(self.path, timeout=self.timeout_s)
-        except sqlite3.Error as exc:
-            raise _problem(self.path, exc) from None
-        try:
-            con.execute(f"PRAGMA busy_timeout = {int(self.timeout_s * 1000)}")
-            version = con.execute("PRAGMA user_version").fetchone()[0]  # reads the header: garbage fails here
-            if version > USER_VERSION:
-                raise HistoryError(f"{self.path}: written by a newer popkit (schema {version})",
-                                   "upgrade popkit to read it")
+            version = self._version(con)  # reads the header: garbage fails here
             if version == 0:
-                _refuse_foreign(self.path, con)
                 if not create:
+                    _refuse_foreign(self.path, con)
                     con.close()
                     return None
-                with con:
-                    con.executescript(_SCHEMA + f"PRAGMA user_version = {USER_VERSION};")
-        except sqlite3.Error as exc:
-            con.close()
-            raise _problem(self.path, exc) from None
-        except HistoryError:
+                con.execute("BEGIN IMMEDIATE")
+                try:
+                    if self._version(con) == 0:  # another popkit may have created it meanwhile
+                        _refuse_foreign(self.path, con)
+                        for statement in _statements(_SCHEMA):
+                            con.execute(statement)
+                        con.execute(f"PRAGMA user_version = {USER_VERSION}")
+                    con.execute("COMMIT")
+                except BaseException:
+                    if con.in_transaction:
+                        con.execute("ROLLBACK")
+                    raise
+        except BaseException:
             con.close()
             raise
         return con
 
+    def _version(self, con: sqlite3.Connection) -> int:
+        version = con.execute("PRAGMA user_version").fetchone()[0]
+        if version > USER_VERSION:
+            raise HistoryError(f"{self.path}: written by a newer popkit (schema {version})", "upgrade popkit to read it")
+        return version
+
     def _query(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
-        con = self._open(create=False)
-        if con is None:
-            return []
         try:
-            con.row_factory = sqlite3.Row
-            return con.execute(sql, args).fetchall()
+            con = self._open(create=False)
+            if con is None:
+                return []
+            try:
+                con.row_factory = sqlite3.Row
+                return con.execute(sql, args).fetchall()
+            finally:
+                con.close()
         except sqlite3.Error as exc:
             raise _problem(self.path, exc) from None
-        finally:
-            con.close()
 
     def _insert(self, row: dict[str, Any]) -> int:
-        con = self._open(create=True)
+        """One row, in one write transaction: there whole, or not at all. A busy database is waited for,
+        and the write retried, until timeout_s has passed since the first try."""
+        sql = f"INSERT INTO runs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})"
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                return self._insert_once(sql, tuple(row.values()), deadline)
+            except sqlite3.OperationalError as exc:
+                if not _busy(exc) or time.monotonic() >= deadline:
+                    raise _problem(self.path, exc) from None
+                time.sleep(random.uniform(*RETRY_PAUSE_S))  # a random pause: writers do not retry in step
+            except sqlite3.Error as exc:
+                raise _problem(self.path, exc) from None
+
+    def _insert_once(self, sql: str, values: tuple, deadline: float) -> int:
+        con = self._open(create=True, wait_s=max(deadline - time.monotonic(), 0.001))
         assert con is not None
         try:
-            with con:  # one transaction: the row is there whole, or not at all
-                cur = con.execute(f"INSERT INTO runs ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
-                                  tuple(row.values()))
+            con.execute("BEGIN IMMEDIATE")  # the write lock now, not as an upgrade from a read lock later
+            try:
+                cur = con.execute(sql, values)
+                con.execute("COMMIT")
+            except BaseException:
+                if con.in_transaction:
+                    con.execute("ROLLBACK")
+                raise
             return int(cur.lastrowid)
-        except sqlite3.Error as exc:
-            raise _problem(self.path, exc) from None
         finally:
             con.close()
 
@@ -216,7 +272,8 @@ class History:
         """Record a local test or bench run; returns its id."""
         return self._insert({
             "kind": "test" if report.mode == "test" else "bench",
-            "created_at": report.started_at or _now(), "submission": report.submission, "sha256": report.sha256,
+            "created_at": report.started_at or _now(), "submission": stored_path(report.submission),
+            "sha256": report.sha256,
             "content": content, "task": report.task, "leaderboard": report.leaderboard, "mode": report.mode,
             "gpu": None, "device": _device(report), "outcome": report.outcome,
             "score_s": report.score_public_s, "seeds": json.dumps(list(report.secret_seeds)),
@@ -234,7 +291,7 @@ class History:
                 score = next((r.score for r in remote.runs if r.mode == "leaderboard" and not r.secret
                               and r.score is not None), None)
         return self._insert({
-            "kind": "submit", "created_at": _now(), "submission": submission, "sha256": sha256,
+            "kind": "submit", "created_at": _now(), "submission": stored_path(submission), "sha256": sha256,
             "content": content, "task": leaderboard, "leaderboard": leaderboard, "mode": mode,
             "gpu": gpu, "device": None, "outcome": outcome, "score_s": score, "seeds": "[]",
             "remote_id": remote.submission_id if remote is not None else None, "remote_score_s": score,
@@ -244,11 +301,24 @@ class History:
 
     # ----------------------------------------------------------------------------------- reads
 
-    def list_runs(self, task: str | None = None, limit: int = 20) -> list[RunRecord]:
-        """Newest first; `task` matches the task or leaderboard name."""
-        where, args = "", ()
+    def list_runs(self, task: str | None = None, limit: int = 20, path: Path | str | None = None) -> list[RunRecord]:
+        """Newest first; `task` matches the task or leaderboard name; `path` a submission file, or a folder
+        (every submission under it). Runs recorded before popkit stored absolute paths match by the path as
+        typed then."""
+        clauses, args = [], []
         if task:
-            where, args = "WHERE task = ? OR leaderboard = ?", (task, task)
+            clauses.append("(task = ? OR leaderboard = ?)")
+            args += [task, task]
+        if path is not None:
+            target = stored_path(path)
+            if Path(path).is_dir():
+                prefix = target.rstrip("/") + "/"
+                clauses.append("substr(submission, 1, ?) = ?")  # exact: LIKE would ignore case
+                args += [len(prefix), prefix]
+            else:
+                clauses.append("(submission = ? OR submission = ?)")
+                args += [target, str(path)]
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         rows = self._query(f"SELECT {_SUMMARY_COLUMNS} FROM runs {where} ORDER BY id DESC LIMIT ?",
                            (*args, min(int(limit), _MAX_ID)))
         return [_record(r) for r in rows]
@@ -274,6 +344,32 @@ class History:
                            (sha256,))
         return _record(rows[0], full=True) if rows else None
 
+    def local_runs(self, sha256: str, task: str, limit: int = 50) -> list[RunRecord]:
+        """The newest local runs (test and bench) of exactly these bytes on `task`, with their reports
+        (`popkit tune --resume` reuses their verdicts and times)."""
+        rows = self._query(f"SELECT {_SUMMARY_COLUMNS}, report_json, NULL AS remote_json FROM runs"
+                           " WHERE sha256 = ? AND task = ? AND kind != 'submit' ORDER BY id DESC LIMIT ?",
+                           (sha256, task, min(int(limit), _MAX_ID)))
+        return [_record(r, full=True) for r in rows]
+
+
+def stored_path(path: Path | str) -> str:
+    """A submission's path as the ledger keeps it: absolute (not resolved: a symlink stays the name you used), so
+    that `popkit history --file` finds it from any folder."""
+    return os.path.abspath(os.path.expanduser(str(path)))
+
+
+def shown_path(stored: str, cwd: Path | None = None) -> str:
+    """A stored path as a person reads it: relative to the current folder when under it, else under `~`, else
+    as stored."""
+    cwd = cwd or Path.cwd()
+    try:
+        return str(Path(stored).relative_to(cwd))
+    except ValueError:
+        pass
+    home = os.path.expanduser("~")
+    return "~" + stored[len(home):] if home not in ("", "/") and stored.startswith(home + "/") else stored
+
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -298,38 +394,6 @@ def _record(row: sqlite3.Row, full: bool = False) -> RunRecord:
         seeds=tuple(json.loads(row["seeds"] or "[]")), remote_id=row["remote_id"],
         remote_score_s=row["remote_score_s"], error=row["error"] or "", popkit_version=row["popkit_version"],
         report=report, remote=remote)
-
-
-def _timed_cases(record: RunRecord) -> Iterator[CaseResult]:
-    """The public timed run of a record: leaderboard mode if it ran, else benchmark mode."""
-    report = record.report
-    if report is None:
-        return iter(())
-    for mode in ("leaderboard", "benchmark"):
-        for run in report.runs_of(mode, secret=False):
-            if any(c.mean_ns for c in run.benchmarks):
-                return iter(run.benchmarks)
-    return iter(())
-
-
-def compare_runs(a_id: int, b_id: int,
-                 history: History | None = None) -> tuple[RunRecord, RunRecord, Comparison]:
-    """`popkit compare`: per-shape and score ratios (time B / time A) of two recorded runs."""
-    history = history or History()
-    a, b = history.get_run(a_id), history.get_run(b_id)
-    cases = {}
-    for record in (a, b):
-        timed = list(_timed_cases(record))
-        if not timed:
-            what = "a submission" if record.kind == "submit" else f"a {record.mode} run, {record.outcome}"
-            raise UsageError(f"run {record.id} has no local timings ({what})",
-                             "compare two `popkit bench` runs; `popkit history` shows their ids")
-        cases[record.id] = {c.spec: [c] for c in timed}
-    comparison = compare_shapes(cases[a.id], cases[b.id], f"run {a.id}", f"run {b.id}")
-    if not comparison.shapes:
-        raise UsageError(f"runs {a.id} and {b.id} share no benchmark shape",
-                         "compare runs of the same task")
-    return a, b, comparison
 
 
 # Module-level entry points on the default database (popkit_home()). Every run popkit records
@@ -376,8 +440,12 @@ def latest_local(sha256: str) -> RunRecord | None:
     return History().latest_local(sha256)
 
 
-def list_runs(task: str | None = None, limit: int = 20) -> list[RunRecord]:
-    return History().list_runs(task, limit)
+def list_runs(task: str | None = None, limit: int = 20, path: Path | str | None = None) -> list[RunRecord]:
+    return History().list_runs(task, limit, path)
+
+
+def local_runs(sha256: str, task: str, limit: int = 50) -> list[RunRecord]:
+    return History().local_runs(sha256, task, limit)
 
 
 def get_run(run_id: int) -> RunRecord:

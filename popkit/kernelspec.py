@@ -13,7 +13,8 @@ A kernel.yml declares what a simple, correct kernel for a task needs; the templa
                shape: [INPUT.DIM, ..] | reuse: INPUT (preallocated in data), init: empty | zeros}
   scalars     [{name, type: int | float, value: C++ expression}] extra kernel arguments
   geometry    {kind: elementwise_flat | elementwise_2d | row_reduction | full_reduction | matmul,
-               over: INPUT, block: threads, rows_of: [..] (row_reduction), a, b, tile (matmul)}
+               over: INPUT, block: threads, rows_of: [..] (row_reduction), a, b, tile (matmul)};
+              `block` and `tile` are the starting values of the tunable BLOCK and TILE (TUNABLE)
   reductions  [{name, op: sum | max | min, init, value}] (row_reduction: several; full_reduction: one)
   body        C++ statements per element (i; row, col, idx; j; row, col, acc), or {cuda: .., hip: ..}
   finish      C++ statements run once per block by thread 0 after the reductions
@@ -31,6 +32,7 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 from popkit.errors import TaskError
+from popkit.refinputs import generated_inputs
 
 TARGETS = ("cuda", "hip")
 GEOMETRIES = ("elementwise_flat", "elementwise_2d", "row_reduction", "full_reduction", "matmul")
@@ -50,13 +52,14 @@ DTYPES: dict[str, tuple[str, str, str, str, str, str | None, str | None]] = {
     "bool": ("bool", "bool", "at::kBool", "torch.bool", "static_cast<float>({})", None, None),
 }
 SCALAR_TYPES = {"int": ("int64_t", "int"), "float": ("double", "float")}  # C++ type, schema type
-_REDUCE_OPS = {"sum": ("SumOp", "{acc} += {value};"), "max": ("MaxOp", "{acc} = fmaxf({acc}, {value});"),
+REDUCE_OPS = {"sum": ("SumOp", "{acc} += {value};"), "max": ("MaxOp", "{acc} = fmaxf({acc}, {value});"),
                "min": ("MinOp", "{acc} = fminf({acc}, {value});")}
 # Names the templates use inside the kernel and the wrapper; a spec's names must not shadow them.
 RESERVED = frozenset({
     "i", "j", "n", "m", "k", "k0", "kk", "row", "col", "rows", "cols", "idx", "acc", "smem", "stride",
     "block", "grid", "blocks_y", "err", "data", "tile_a", "tile_b", "torch", "at", "std", "half", "float", "double",
     "int", "bool", "auto", "const", "void", "return", "new", "delete", "class", "struct", "this",
+    "v", "w", "ty", "ak", "bk", "bv", "base", "first", "accs", "found", "BLOCK", "VEC", "ROWS", "TILE", "WPT",
 })
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -107,6 +110,39 @@ class Geometry:
     a: str = ""  # matmul operands
     b: str = ""
     tile: int = 16
+
+
+@dataclass(frozen=True)
+class Tunable:
+    """A launch parameter `popkit new` declares tunable (`#!POPKIT tune`); a template parameter of the kernel."""
+
+    name: str
+    values: tuple[int, ...]
+    doc: str  # what it sets, for the comment beside the Python assignment
+
+
+_BLOCKS = (64, 128, 256, 512, 1024)  # powers of two: block_reduce halves the block
+_STEP = Tunable("VEC", (1, 2, 4, 8), "elements per thread per step, BLOCK apart (loads stay coalesced)")
+# Every point of a geometry's grid is compiled into the extension (the launcher dispatches on the values the
+# Python file passes at each call), so all variants of a rendered file share one build.
+TUNABLE: dict[str, tuple[Tunable, ...]] = {
+    "elementwise_flat": (Tunable("BLOCK", _BLOCKS, "threads per block"), _STEP),
+    "full_reduction": (Tunable("BLOCK", _BLOCKS, "threads per block"), _STEP),
+    "elementwise_2d": (Tunable("BLOCK", _BLOCKS, "threads per block: 32 columns by BLOCK/32 rows"),
+                       Tunable("ROWS", (1, 2, 4), "rows per thread per step, BLOCK/32 apart")),
+    "row_reduction": (Tunable("BLOCK", _BLOCKS, "threads per block, all on one row at a time"),
+                      Tunable("ROWS", (1, 2, 4, 8), "rows per block, one after another")),
+    "matmul": (Tunable("TILE", (8, 16, 32), "output tile per block: TILE x TILE, k in steps of TILE"),
+               Tunable("WPT", (1, 2, 4, 8), "outputs per thread, TILE/WPT rows apart (TILE x TILE/WPT threads)")),
+}
+# At least one warp of threads per block: a smaller matmul block leaves most of each warp idle.
+TUNE_IF: dict[str, str] = {"matmul": "TILE * TILE // WPT >= 32"}
+
+
+def tunable_defaults(geometry: "Geometry") -> dict[str, int]:
+    """The value each tunable parameter of `geometry` starts at in a rendered file."""
+    start = {"BLOCK": geometry.block, "TILE": geometry.tile}
+    return {t.name: start.get(t.name, 1) for t in TUNABLE[geometry.kind]}
 
 
 @dataclass(frozen=True)
@@ -224,7 +260,7 @@ def spec_from_mapping(raw: Any, *, label: str = SPEC_FILE, path: Path | None = N
     for n, item in enumerate(raw.get("reductions") or []):
         c.need(isinstance(item, Mapping), f"reductions[{n}]", "a mapping with name, op, init and value", item)
         name = c.ident(item.get("name"), f"reductions[{n}].name", taken)
-        c.need(item.get("op") in _REDUCE_OPS, f"reductions[{n}].op", "`sum`, `max` or `min`", item.get("op"))
+        c.need(item.get("op") in REDUCE_OPS, f"reductions[{n}].op", "`sum`, `max` or `min`", item.get("op"))
         for key in ("init", "value"):
             c.need(isinstance(item.get(key), (str, int, float)), f"reductions[{n}].{key}", "a C++ expression",
                    item.get(key))
@@ -333,33 +369,46 @@ def _geometry(c: _Check, raw: Any, tensors: Mapping[str, Input], output: Output)
 
 
 def infer_skeleton(task_dir: Path) -> KernelSpec:
-    """A spec for a task without kernel.yml: `data` unpacks as task.py's `input_t` says, as far as it says.
+    """A spec for a task without kernel.yml: `data` unpacks as the reference's generate_input returns it
+    (refinputs.py), else as task.py's `input_t` says, as far as either says.
 
-    Tensor dtypes are unknown from an annotation, so they are assumed float32 and the wrapper checks
-    that; the kernel copies the first tensor into a new output. The notes say what to fill in.
+    Tensor dtypes come from generate_input's torch calls; from an annotation they are unknown, so they are
+    assumed float32 and the wrapper checks that; the kernel copies the first tensor into a new output. The
+    notes say what to fill in.
     """
     layout, described = _input_layout(Path(task_dir) / "task.py")
     notes = [f"Skeleton: {Path(task_dir).name} has no {SPEC_FILE}; {described}."]
-    if layout is None or not any(kind == "tensor" for kind in layout):
+    generated = generated_inputs(Path(task_dir) / "reference.py")
+    scalar = {"tensor": "float32", "int": "int", "float": "float"}
+    if generated and any(g.dtype in DTYPES for g in generated):
+        data = "tuple" if len(generated) > 1 else "tensor"
+        inputs = [Input(f"in{n}" if data == "tuple" else "x", g.dtype if g.dtype in DTYPES else "object")
+                  for n, g in enumerate(generated)]
+        shown = ", ".join(f"{g.name} ({g.dtype or 'not a tensor popkit reads'})" for g in generated)
+        notes.append(f"reference.py's generate_input returns {shown}: custom_kernel unpacks that"
+                     + ("" if layout is None or len(layout) == len(generated) else
+                        f" (task.py's input_t names {len(layout)} values; generate_input is what data holds)") + ".")
+    elif layout is None or not any(kind == "tensor" for kind in layout):
         notes.append("data is assumed to be one tensor: change the unpacking in custom_kernel if it is not.")
         data, inputs = "tensor", [Input("x", "float32")]
     else:
         data = "tuple" if len(layout) > 1 or described.startswith("input_t is a tuple") else "tensor"
-        scalar = {"tensor": "float32", "int": "int", "float": "float"}
         inputs = [Input(f"in{n}" if data == "tuple" else "x", scalar.get(kind, "object"))
                   for n, kind in enumerate(layout)]
     first = next(x for x in inputs if x.is_tensor)
+    assumed = "" if generated and any(g.dtype in DTYPES for g in generated) else " (assumed float32; the wrapper checks it)"
     notes += [
-        "Fill in: each tensor's dtype (assumed float32; the wrapper checks it), the output's shape and",
+        f"Fill in: each tensor's dtype{assumed}, the output's shape and",
         f"dtype (now those of {first.name}), the launch geometry, and the kernel body (now a copy of {first.name}).",
         "The task's reference.py shows what custom_kernel must return.",
     ]
     body = f"out[i] = {first.name}[i];  // Fill in: compute out[i] from the inputs."
     return KernelSpec(
         function=re.sub(r"\W", "_", Path(task_dir).name).strip("_").lower() or "kernel",
-        data=data, inputs=tuple(inputs), output=Output("out", "float32", like=first.name),
+        data=data, inputs=tuple(inputs), output=Output("out", first.dtype, like=first.name),
         geometry=Geometry("elementwise_flat", over=first.name), body=tuple((t, body) for t in TARGETS),
-        source="task.py (no kernel.yml)", notes=tuple(notes), skeleton=True,
+        source="reference.py and task.py (no kernel.yml)" if generated else "task.py (no kernel.yml)",
+        notes=tuple(notes), skeleton=True,
     )
 
 
@@ -418,5 +467,6 @@ def spec_for_task(task_dir: Path) -> KernelSpec:
 
 __all__: Sequence[str] = (
     "DTYPES", "GEOMETRIES", "Geometry", "Input", "KernelSpec", "Output", "Reduction", "Scalar", "TARGETS",
+    "TUNABLE", "TUNE_IF", "Tunable", "tunable_defaults",
     "find_spec", "infer_skeleton", "load_spec", "spec_for_task", "spec_from_mapping",
 )

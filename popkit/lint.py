@@ -18,15 +18,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from popkit.diagnostics import ERROR, WARNING, Diagnostic, finding
+from popkit.diagnostics import ERROR, WARNING, Diagnostic
 from popkit.directives import cli_directives, server_directives
 from popkit.errors import SubmissionError
 from popkit.lint_hacks import hack_findings
+from popkit.lint_rules import EXTENSIONS, MAX_BYTES, RULES, finding
 from popkit.tasks import MODES, bundled_problem_set, load_task, problem_sets
+from popkit.tunespec import declared as tune_declared, parse as parse_tune
 
 CHECK_SCHEMA = "popkit/check/1"
-MAX_BYTES = 1_000_000
-EXTENSIONS = (".py", ".cu", ".cuh", ".cpp")
 GUARD_TIMEOUT_S = 60.0
 
 _STREAM = re.compile("stream", re.IGNORECASE)
@@ -257,6 +257,23 @@ def _fd_findings(text: str) -> list[Diagnostic]:
     return found
 
 
+def _tune_findings(text: str, name: str) -> list[Diagnostic]:
+    """`#!POPKIT tune` lines are comments to the server (it reads only `#!POPCORN` directives), so a wrong one
+    is a warning: `popkit tune` would refuse the file, the leaderboard would not."""
+    if not tune_declared(text):
+        return []
+    try:
+        parse_tune(text, name)
+    except SubmissionError as exc:
+        if "syntax error" in exc.message:
+            return []  # the file's syntax is reported by the rules that need it, not as a tune problem
+        match = re.match(rf"^{re.escape(name)}:(\d+): (.*)$", exc.message)
+        line, message = (int(match.group(1)), match.group(2)) if match else (None, exc.message)
+        return [finding("popkit-tune", WARNING, line, 1 if line else None, f"`popkit tune` refuses it: {message}",
+                        exc.hint)]
+    return []
+
+
 # ---------------------------------------------------------------------------------- KernelGuard
 
 
@@ -333,7 +350,7 @@ def check_bytes(content: bytes, name: str, *, leaderboard: str | None = None, gp
         if Path(name).suffix.lower() != ".py":
             findings += _fd_findings(text)  # Python files: the syntax tree finds it in code, not in prose
         else:
-            findings += hack_findings(text, name)
+            findings += hack_findings(text, name) + _tune_findings(text, name)
             if guard:
                 verdict = run_kernelguard(text)
                 findings += _guard_findings(verdict)
@@ -367,4 +384,4 @@ def check_file(path: Path | str, *, leaderboard: str | None = None, gpu: str | N
 
 
 __all__ = ["GuardPattern", "GuardVerdict", "LintReport", "check_bytes", "check_file",
-           "offered_gpus_for", "run_kernelguard", "read_bytes", "MAX_BYTES", "EXTENSIONS"]
+           "offered_gpus_for", "run_kernelguard", "read_bytes", "MAX_BYTES", "EXTENSIONS", "RULES"]

@@ -1,19 +1,29 @@
 """Static reward-hack rules for Python submissions, read from the syntax tree.
 
-Each rule names the class of cheat it catches (the README's "Trust" section lists the classes): timer
-or synchronize patching, harness or evaluator tampering, writes to file descriptors, `sys.modules`
-surgery, frame walking, runtime package installs, `exec` of built strings, output caches keyed on
-`data_ptr()`/`id()`, and threads or processes started at import or inside `custom_kernel`. The tree is
-used rather than text so that comments, docstrings and kernel source strings don't trigger rules.
+Each rule names the class of cheat it catches (popkit.lint_rules lists them all): timer or synchronize
+patching, harness or evaluator tampering, writes to file descriptors, `sys.modules` surgery, frame
+walking, runtime package installs, names built from pieces (popkit.lint_reach, lint_names), code run
+from strings (a string that folds is checked as code too), threads or processes started at import or
+inside `custom_kernel`; code objects, pickles, modules loaded by path and planted module files are
+popkit.lint_calls, output caches popkit.lint_caches. The tree is used rather than text so that comments,
+docstrings and kernel source strings don't trigger rules.
 """
 
 from __future__ import annotations
 
 import ast
 import re
+import sys
+import threading
+from typing import Any, Callable
 
-from popkit.diagnostics import ERROR, WARNING, Diagnostic, finding
-from popkit.lint_names import constant_names, fold, is_built
+from popkit import lint_calls
+from popkit.diagnostics import ERROR, WARNING, Diagnostic
+from popkit.lint_caches import output_findings
+from popkit.lint_fold import choices, fold, fold_value
+from popkit.lint_names import Bindings, aliases, bindings, is_built
+from popkit.lint_reach import MODULE_REACH, Reach
+from popkit.lint_rules import finding
 
 ENTRY = "custom_kernel"
 
@@ -38,16 +48,11 @@ _CONCURRENCY = {"threading.Thread", "threading.Timer", "_thread.start_new_thread
                 "concurrent.futures.ProcessPoolExecutor", "os.fork", "torch.multiprocessing.spawn",
                 "torch.multiprocessing.Process"}
 _CACHE_DECORATORS = {"functools.lru_cache", "functools.cache"}
+DEEP_STACK_BYTES = 256 * 2**20  # the checking thread's stack: room for DEEP_RECURSION frames
+DEEP_RECURSION = 100_000  # Python frames the checking thread may use (the parser stops near 3,000 levels)
+MAX_CODE_DEPTH = 3  # code in a string in a string...: how deep strings run by exec are checked
 _INSTALL = re.compile(r"\b(pip3?|conda|mamba|uv)\b.*\binstall\b")
 _TENSOR_HOOKS = {"__torch_function__", "__torch_dispatch__"}
-_CONTAINERS = {"dict", "list", "set", "collections.defaultdict", "collections.OrderedDict", "defaultdict",
-               "OrderedDict"}
-_LOOKUP_METHODS = {"get", "setdefault", "pop", "__getitem__", "__contains__"}
-# Calls that reach an attribute or a module by a name given as a value: the index of that argument.
-_NAME_ARG = {"getattr": 1, "setattr": 1, "hasattr": 1, "delattr": 1, "inspect.getattr_static": 1,
-             "operator.attrgetter": 0, "operator.methodcaller": 0, "importlib.import_module": 0, "__import__": 0,
-             "importlib.util.find_spec": 0}
-_NAMESPACES = {"vars", "globals", "locals"}  # vars(x)[name]: the same reach as getattr(x, name)
 # Names a submission has no reason to build from pieces: what the other rules guard, by its last part.
 _GUARDED = {
     **dict.fromkeys(_TIMER_ALWAYS | {"Event", "record"}, "a timer the harness uses"),
@@ -63,7 +68,7 @@ def guarded_name(name: str) -> str | None:
     """Why a name (an attribute, or a dotted module path) is one the rules guard, or None."""
     if "str" + "eam" in name.lower():
         return "the server refuses that word"
-    parts = name.split(".")
+    parts = name.replace(":", ".").split(".")
     return _GUARDED.get(parts[-1]) or (_GUARDED.get(parts[0]) if parts[0] in _HARNESS_MODULES else None)
 
 
@@ -78,10 +83,12 @@ def _strings(node: ast.AST) -> list[str]:
 
 
 class _HackVisitor(ast.NodeVisitor):
-    def __init__(self, aliases: dict[str, str], docstrings: set[int], names: dict[str, ast.expr]):
-        self.aliases = aliases  # local name -> what it was imported as (dotted)
+    def __init__(self, aliases: dict[str, str], docstrings: set[int], names: Bindings, depth: int = 0):
+        self.aliases = aliases  # local name -> what it was imported or assigned as (dotted)
         self.docstrings = docstrings  # id() of docstring constants: prose, not code
-        self.names = names  # names bound once, for folding built strings (lint_names.constant_names)
+        self.names = names  # every binding of every name, for folding built strings
+        self.reach = Reach(names.tree, names, self.callee)
+        self.depth = depth  # 0 for the file, 1 and up for code in strings it runs
         self.functions: list[str] = []
         self.in_main_guard = False
         self.found: list[Diagnostic] = []
@@ -101,32 +108,51 @@ class _HackVisitor(ast.NodeVisitor):
             return f"{base}.{node.attr}" if base else None
         return None
 
+    def callee(self, node: ast.AST) -> str | None:
+        """A called function's dotted name; `builtins.getattr` is `getattr`."""
+        name = self.dotted(node)
+        for prefix in ("builtins.", "__builtins__."):
+            if name and name.startswith(prefix):
+                return name[len(prefix):]
+        return name
+
+    def fold(self, node: ast.expr, env: dict | None = None) -> str | None:
+        return fold(node, self.names, self.callee, env)
+
+    def fold_value(self, node: ast.expr) -> object:
+        return fold_value(node, self.names, self.callee)
+
+    def is_built(self, node: ast.expr) -> bool:
+        return is_built(node, self.names)
+
     def in_entry(self) -> bool:
         return ENTRY in self.functions
 
-    def _dynamic_name(self, key: ast.expr, node: ast.AST, reach: str) -> None:
-        """`reach` (getattr, vars(...)[...], import_module) gets a name that is built from pieces."""
-        if isinstance(key, ast.Constant):
+    def _dynamic_name(self, key: ast.expr, node: ast.AST, reach: str, env: dict | None = None, via: str = "") -> None:
+        """`reach` (getattr, vars(...)[...], import_module, a function handing its parameter to one) gets a
+        name that is not written out: an error when any value it may have is guarded, a warning when it is
+        built and cannot be folded."""
+        if isinstance(key, ast.Constant) and env is None:
             return  # a literal: the text rules and the other rules read it as it is
-        value = fold(key, self.names, self.dotted)
-        if value is not None:
+        values, unknown = choices(key, self.names, self.callee, env)
+        reach = f"`{reach}` in `{via}`" if via else f"`{reach}`"
+        for value in values:
             why = guarded_name(value)
             if why:
-                self.add("dynamic-name", ERROR, node, f"`{reach}` reaches `{value}`, a name built at run time "
+                self.add("dynamic-name", ERROR, node, f"{reach} reaches `{value}`, a name built at run time "
                          f"from pieces ({why})", "a name hidden from the server's word ban and from review is a "
                          "hack; write names out, and leave alone what the rules guard")
-            return
-        if is_built(key):
-            self.add("dynamic-name", WARNING, node, f"`{reach}` reaches a name built at run time from pieces",
-                     "reviewers and the server's word ban can't tell what it reaches; write the name out")
+                return
+        if unknown and is_built(key, self.names, env):
+            self.add("dynamic-name", WARNING, node, f"{reach} reaches a name built at run time from pieces"
+                     " that popkit cannot fold", "reviewers and the server's word ban can't tell what it reaches;"
+                     " write the name out")
 
     def visit_Subscript(self, node: ast.Subscript) -> None:
         base = node.value
-        if (isinstance(base, ast.Attribute) and base.attr == "__dict__") or (
-                isinstance(base, ast.Call) and self.dotted(base.func) in _NAMESPACES):
-            self._dynamic_name(node.slice, node, f"{ast.unparse(base)}[...]")
-        elif self.dotted(base) == "sys.modules":
-            self._dynamic_name(node.slice, node, "sys.modules[...]")
+        if self.reach.namespace(base):
+            label = "sys.modules[...]" if self.dotted(base) == "sys.modules" else f"{ast.unparse(base)}[...]"
+            self._dynamic_name(node.slice, node, label)
         self.generic_visit(node)
 
     # ------------------------------------------------------------------------ structure
@@ -163,7 +189,7 @@ class _HackVisitor(ast.NodeVisitor):
 
     # -------------------------------------------------------------------------- imports
 
-    def _import(self, node: ast.AST, module: str, names: list[str]) -> None:
+    def import_(self, node: ast.AST, module: str, names: list[str]) -> None:
         root = module.split(".")[0]
         if root in _HARNESS_MODULES:
             self.add("harness-import", ERROR, node, f"imports `{module}`, the evaluator",
@@ -182,10 +208,10 @@ class _HackVisitor(ast.NodeVisitor):
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
-            self._import(node, alias.name, [])
+            self.import_(node, alias.name, [])
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
-        self._import(node, node.module or "", [a.name for a in node.names])
+        self.import_(node, node.module or "", [a.name for a in node.names])
 
     # ------------------------------------------------------------------------ stores
 
@@ -197,6 +223,7 @@ class _HackVisitor(ast.NodeVisitor):
         if isinstance(target, ast.Attribute):
             base = self.dotted(target.value) or ""
             self._patched(base, target.attr, node)
+            lint_calls.code_store(self, target.attr, node)
         elif isinstance(target, ast.Subscript):
             base = self.dotted(target.value) or ""
             if base == "sys.modules":
@@ -278,11 +305,14 @@ class _HackVisitor(ast.NodeVisitor):
     # ------------------------------------------------------------------------- calls
 
     def visit_Call(self, node: ast.Call) -> None:
-        name = self.dotted(node.func) or ""
+        name = self.callee(node.func) or ""
         args = node.args
         literal = [a.value for a in args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
-        if name == "setattr" and len(args) >= 2 and isinstance(args[1], ast.Constant):
-            self._patched(self.dotted(args[0]) or "", str(args[1].value), node)
+        if name == "setattr" and len(args) >= 2:
+            attr = self.fold(args[1])
+            if attr is not None:
+                self._patched(self.dotted(args[0]) or "", attr, node)
+                lint_calls.code_store(self, attr, node)
         elif name.endswith("patch.object") and len(args) >= 2 and isinstance(args[1], ast.Constant):
             self._patched(self.dotted(args[0]) or "", str(args[1].value), node)
         elif (name.endswith("mock.patch") or name == "patch" or name.endswith(".setattr")) and literal:
@@ -303,21 +333,12 @@ class _HackVisitor(ast.NodeVisitor):
             if name.startswith("pip.") or _INSTALL.search(words):
                 self.add("runtime-install", ERROR, node, f"installs packages at run time (`{name}`)",
                          "the leaderboard flags runtime installs; use what the runner image has")
-        if name in _NAME_ARG and len(args) > _NAME_ARG[name]:
-            self._dynamic_name(args[_NAME_ARG[name]], node, name)
-        elif name.endswith("__getattribute__") and args:
-            self._dynamic_name(args[-1], node, name)
-        if name in ("importlib.import_module", "__import__") and args:
-            module = fold(args[0], self.names, self.dotted)
-            if module is not None:
-                self._import(node, module, [])
-        if name in ("exec", "eval", "compile") and name not in self.aliases and args and not (
-                isinstance(args[0], ast.Constant) and isinstance(args[0].value, str)):
-            self.add("exec-built", WARNING, node, f"`{name}` of a string built at run time",
-                     "reviewers can't read generated code; write it out in the file")
-        elif name in ("marshal.loads", "types.CodeType"):
-            self.add("exec-built", WARNING, node, f"`{name}` builds code objects at run time",
-                     "reviewers can't read generated code; write it out in the file")
+        self._names_reached(node, name)
+        self._code_string(node, name)
+        lint_calls.code_object(self, node, name)
+        lint_calls.unpickle(self, node, name)
+        lint_calls.load_by_path(self, node, name)
+        lint_calls.module_write(self, node, name)
         if name in _CONCURRENCY and not self.in_main_guard:
             if self.in_entry():
                 self.add("thread-start", ERROR, node, f"`{name}` inside `{ENTRY}`: work can continue after"
@@ -327,104 +348,34 @@ class _HackVisitor(ast.NodeVisitor):
                          " the timed calls", "start no threads or processes at import")
         self.generic_visit(node)
 
+    def _names_reached(self, node: ast.Call, name: str) -> None:
+        """dynamic-name on every reach of this call: its own name argument, and the names a call of the
+        file's own function hands on to a reach inside it (bound to this call's arguments)."""
+        key = self.reach.key(node)
+        if key is not None:
+            self._dynamic_name(key[0], node, key[1])
+        for expr, env, label, via in self.reach.inlined(node):
+            self._dynamic_name(expr, node, label, env, via)
+        if name in MODULE_REACH and node.args:
+            modules, _unknown = choices(node.args[0], self.names, self.callee)
+            for module in modules:
+                self.import_(node, module.split(":")[0], [])
 
-# ------------------------------------------------------------------------- data_ptr / id caches
+    def _code_string(self, node: ast.Call, name: str) -> None:
+        """exec/eval/compile: code in a string is checked as code where it folds; built code is a warning."""
+        if name not in ("exec", "eval", "compile") or name in self.aliases or not node.args:
+            return
+        arg = node.args[0]
+        written = isinstance(arg, ast.Constant) and isinstance(arg.value, (str, bytes))
+        if not written:
+            self.add("exec-built", WARNING, node, f"`{name}` of a string built at run time",
+                     "reviewers can't read generated code; write it out in the file")
+        text = self.fold(arg)
+        if text is None or self.depth >= MAX_CODE_DEPTH:
+            return
+        for inner in _code_findings(text, self.aliases, self.depth + 1):
+            self.add(inner.rule, inner.severity, node, f"in the code `{name}` runs: {inner.message}", inner.hint)
 
-
-def _identity_call(node: ast.AST) -> bool:
-    return isinstance(node, ast.Call) and (
-        (isinstance(node.func, ast.Attribute) and node.func.attr == "data_ptr")
-        or (isinstance(node.func, ast.Name) and node.func.id == "id"))
-
-
-def _keyed(expr: ast.AST, tainted: set[str]) -> bool:
-    return any(_identity_call(n) or (isinstance(n, ast.Name) and n.id in tainted) for n in ast.walk(expr))
-
-
-def _lookup_key(node: ast.AST) -> ast.AST | None:
-    """The key of a mapping access: d[key], d.get(key), key in d."""
-    if isinstance(node, ast.Subscript):
-        return node.slice
-    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-            and node.func.attr in _LOOKUP_METHODS and node.args):
-        return node.args[0]
-    if isinstance(node, ast.Compare) and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops):
-        return node.left
-    return None
-
-
-def _cache_findings(scope: ast.AST, body: list[ast.AST], name: str) -> list[Diagnostic]:
-    nodes = [n for stmt in body for n in ast.walk(stmt)]
-    tainted: set[str] = set()
-    for _ in range(2):  # two passes let `k = x.data_ptr(); key = (k, n)` taint both names
-        for n in nodes:
-            if isinstance(n, ast.Assign) and _keyed(n.value, tainted):
-                tainted |= {t.id for t in n.targets if isinstance(t, ast.Name)}
-    lookups = [n for n in nodes if (key := _lookup_key(n)) is not None and _keyed(key, tainted)]
-    if not lookups:
-        return []
-    looked = {id(n) for n in lookups}
-    cached = {t.id for n in nodes if isinstance(n, ast.Assign) and id(n.value) in looked
-              for t in n.targets if isinstance(t, ast.Name)}
-    for n in nodes:
-        if isinstance(n, ast.Return) and n.value is not None and (
-                id(n.value) in looked or (isinstance(n.value, ast.Name) and n.value.id in cached)):
-            return [finding("output-cache", ERROR, n.lineno, n.col_offset + 1,
-                            f"`{name}` returns a value cached by `data_ptr()`/`id()` of its input",
-                            "the leaderboard reallocates and rechecks inputs; a replayed output is a hack")]
-    first = lookups[0]
-    return [finding("output-cache", WARNING, first.lineno, first.col_offset + 1,
-                    f"a cache in `{name}` is keyed on `data_ptr()`/`id()`",
-                    "freed memory is reused at the same address; key caches on shape and dtype instead")]
-
-
-def _replay_findings(tree: ast.Module) -> list[Diagnostic]:
-    """custom_kernel returning something stored in a module-level container: a replayed output."""
-    containers = set()
-    for stmt in tree.body:
-        if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
-            value = stmt.value
-            is_container = isinstance(value, (ast.Dict, ast.List, ast.Set)) or (
-                isinstance(value, ast.Call) and isinstance(value.func, (ast.Name, ast.Attribute))
-                and ast.unparse(value.func) in _CONTAINERS)
-            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-            if is_container:
-                containers |= {t.id for t in targets if isinstance(t, ast.Name)}
-    entry = next((s for s in tree.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
-                  and s.name == ENTRY), None)
-    if entry is None or not containers:
-        return []
-
-    def stored(expr: ast.AST, names: set[str]) -> bool:
-        if isinstance(expr, ast.Subscript):
-            return isinstance(expr.value, ast.Name) and expr.value.id in containers
-        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "get":
-            return isinstance(expr.func.value, ast.Name) and expr.func.value.id in containers
-        return isinstance(expr, ast.Name) and expr.id in names
-
-    names: set[str] = set()
-    nodes = list(ast.walk(entry))
-    for n in nodes:
-        if isinstance(n, ast.Assign) and stored(n.value, names):
-            names |= {t.id for t in n.targets if isinstance(t, ast.Name)}
-    for n in nodes:
-        if isinstance(n, ast.Return) and n.value is not None and stored(n.value, names):
-            return [finding("output-replay", WARNING, n.lineno, n.col_offset + 1,
-                            f"`{ENTRY}` returns a value kept in a module-level container across calls",
-                            "every call must compute its output from its own input; a stored result is a replay")]
-    return []
-
-
-def _aliases(tree: ast.Module) -> dict[str, str]:
-    aliases: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            for a in node.names:
-                aliases[a.asname or a.name] = f"{node.module}.{a.name}"
-    return aliases
 
 
 def _binds_entry(tree: ast.Module) -> bool:
@@ -448,6 +399,57 @@ def _binds_entry(tree: ast.Module) -> bool:
     return False
 
 
+def _docstrings(nodes: list[ast.AST]) -> set[int]:
+    return {id(n.body[0].value) for n in nodes
+            if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+
+
+def _visit(tree: ast.Module, outer: dict[str, str] | None = None, depth: int = 0) -> list[Diagnostic]:
+    names = bindings(tree)
+    visitor = _HackVisitor({**(outer or {}), **aliases(names)}, _docstrings(names.nodes), names, depth)
+    visitor.visit(tree)
+    return visitor.found
+
+
+def _code_findings(text: str, outer: dict[str, str], depth: int) -> list[Diagnostic]:
+    """The hack rules on code a string holds (exec, eval, compile), with the file's imports in scope."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []  # not code: exec would fail too, and the exec-built warning stands
+    return _visit(tree, outer, depth)
+
+
+def _with_room(work: Callable[[], list[Diagnostic]]) -> list[Diagnostic]:
+    """Run `work` where the deepest tree Python's parser builds (a few thousand levels) fits: a thread with
+    a large stack and a raised recursion limit, restored after. A crafted file must not crash the check."""
+    result: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            result["found"] = work()
+        except BaseException as exc:  # noqa: B036  (handed to the calling thread)
+            result["error"] = exc
+
+    limit, size = sys.getrecursionlimit(), threading.stack_size()
+    try:
+        threading.stack_size(DEEP_STACK_BYTES)
+    except (ValueError, RuntimeError):  # a platform that cannot give a thread that stack: the default room
+        return work()
+    sys.setrecursionlimit(max(limit, DEEP_RECURSION))
+    try:
+        thread = threading.Thread(target=target, name="popkit-check")
+        thread.start()
+        thread.join()
+    finally:
+        threading.stack_size(size)
+        sys.setrecursionlimit(limit)
+    if "error" in result:
+        raise result["error"]
+    return result["found"]
+
+
 def hack_findings(text: str, filename: str) -> list[Diagnostic]:
     """Every reward-hack rule on one Python source; a syntax error is itself an error finding."""
     try:
@@ -455,20 +457,14 @@ def hack_findings(text: str, filename: str) -> list[Diagnostic]:
     except SyntaxError as exc:
         return [finding("syntax", ERROR, exc.lineno, exc.offset, f"syntax error: {exc.msg}",
                         "the remote run would fail at import; `python -m py_compile FILE` shows the same")]
-    docstrings = {id(n.body[0].value) for n in ast.walk(tree)
-                  if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-                  and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
-    visitor = _HackVisitor(_aliases(tree), docstrings, constant_names(tree))
-    visitor.visit(tree)
-    found = visitor.found
-    module_body = [s for s in tree.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef,
-                                                              ast.ClassDef))]
-    found += _cache_findings(tree, module_body, "module code")
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            found += _cache_findings(node, node.body, node.name)
-    cached_lines = {f.line for f in found if f.rule == "output-cache"}
-    found += [f for f in _replay_findings(tree) if f.line not in cached_lines]
+    except (RecursionError, MemoryError):
+        return [finding("syntax", ERROR, None, None, "Python cannot build this file's syntax tree: an expression"
+                        " is nested too deeply", "the remote run would fail at import too; split the expression")]
+    try:
+        found = _with_room(lambda: _visit(tree) + output_findings(tree))
+    except RecursionError:
+        return [finding("syntax", ERROR, None, None, "an expression is nested too deeply for popkit to check",
+                        "split the expression; Python's compiler refuses such nesting not much deeper")]
     if not _binds_entry(tree):
         found.append(finding("no-custom-kernel", ERROR, None, None, f"no `{ENTRY}` defined at module level",
                              f"define `def {ENTRY}(data):` returning the output"))

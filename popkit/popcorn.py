@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -114,10 +113,10 @@ def build_argv(exe: str, file: Path | str, *, gpu: str, leaderboard: str, mode: 
             "-o", str(output), str(file)]
 
 
-def stage_copy(content: bytes, name: str, sha256: str, folder: Path | None = None) -> Path:
-    """Write `content` under `name` in a fresh folder and prove the copy is byte-identical."""
-    folder = Path(folder) if folder else Path(tempfile.mkdtemp(prefix="popkit-submit-"))
-    copy = folder / name
+def stage_copy(content: bytes, name: str, sha256: str, folder: Path) -> Path:
+    """Write `content` under `name` in `folder` (the caller's proc.WorkDir, removed even if popkit is killed)
+    and prove the copy is byte-identical."""
+    copy = Path(folder) / name
     copy.write_bytes(content)
     written = hashlib.sha256(copy.read_bytes()).hexdigest()
     if written != sha256:

@@ -273,14 +273,20 @@ def classify(run: ModeRun) -> tuple[str, str]:
 def judge(run: ModeRun, cases_given: int, pipe_problem: str = "") -> ModeRun:
     """`run` with its outcome and summary: classify, then what the pipe itself says against a pass.
 
-    A pass needs a sound pipe (`pipe_problem` empty) and, when cases were given, results for them: an
-    eval that writes `check: pass` and nothing else has checked nothing.
+    A pass needs a sound pipe (`pipe_problem` empty) and a result of the mode's kind for every case given (at
+    least one): an eval that writes `check: pass` for fewer cases has not checked the others. The leaderboard
+    would take such a pass; popkit, with either harness, does not (an eval is the task's code, not yours).
     """
     outcome, summary = classify(run)
+    kind = case_kind(run.mode)
+    results = len(run.tests if kind == "test" else run.benchmarks)
     if outcome == "passed" or pipe_problem.startswith("result-pipe tampering"):
         if pipe_problem:
             outcome, summary = "failed", f"{pipe_problem}: {where(run)}"
         elif not run.tests and not run.benchmarks:
             outcome, summary = "failed", (f"check failed: {where(run)} wrote `check: pass` but no case results "
                                           f"for its {cases_given} case(s)")
+        elif results < max(cases_given, 1):
+            outcome, summary = "failed", (f"check failed: {where(run)} wrote `check: pass` with {results} {kind} "
+                                          f"result(s) for its {cases_given} case(s): a pass no case result backs")
     return replace(run, outcome=outcome, summary=summary)

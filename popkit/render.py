@@ -8,6 +8,7 @@ FORBIDDEN) never appears in a template, and render() refuses to return text that
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,11 +18,12 @@ from popkit import tasks
 from popkit.errors import ExitCode, PopkitError, TaskError, UsageError
 from popkit.gpus import AMD, DEFAULT_GPU, NVIDIA, TARGET_VENDOR, leaderboard_gpu, leaderboard_names
 from popkit.kernelspec import (  # noqa: F401  (re-exported: render is where callers find the spec API)
-    DTYPES, GEOMETRIES, SCALAR_TYPES, SPEC_FILE, TARGETS, KernelSpec, find_spec, infer_skeleton, load_spec,
-    spec_for_task, spec_from_mapping,
+    DTYPES, GEOMETRIES, SCALAR_TYPES, SPEC_FILE, TARGETS, TUNABLE, TUNE_IF, KernelSpec, find_spec, infer_skeleton,
+    load_spec, spec_for_task, spec_from_mapping, tunable_defaults,
 )
-from popkit.kernelspec import _REDUCE_OPS
+from popkit.kernelspec import REDUCE_OPS
 from popkit.resources import data_dir
+from popkit.tunespec import Constraint
 
 if TYPE_CHECKING:
     import jinja2
@@ -231,8 +233,13 @@ def build_context(spec: KernelSpec, *, task: str, leaderboard: str, target: str,
     for name in extents["kernel"]:
         kparams.append(f"int64_t {name}")
         kargs.append(name)
-    reductions = [{"name": r.name, "init": r.init, "op": _REDUCE_OPS[r.op][0],
-                   "accumulate": _REDUCE_OPS[r.op][1].format(acc=r.name, value=r.value)} for r in spec.reductions]
+    knames = [p.rsplit(" ", 1)[-1] for p in kparams]
+    tune = _tune_context(spec)
+    params += [f"int64_t {t['name']}" for t in tune["parameters"]]
+    schema += [f"int {t['name']}" for t in tune["parameters"]]
+    call_args += [t["name"] for t in tune["parameters"]]
+    reductions = [{"name": r.name, "init": r.init, "op": REDUCE_OPS[r.op][0],
+                   "accumulate": REDUCE_OPS[r.op][1].format(acc=r.name, value=r.value)} for r in spec.reductions]
     return {
         "task": task, "leaderboard": leaderboard, "gpu": gpu, "target": target, "style": style,
         "arch": arch, "source": spec.source, "skeleton": spec.skeleton, "notes": list(spec.notes),
@@ -240,10 +247,11 @@ def build_context(spec: KernelSpec, *, task: str, leaderboard: str, target: str,
         "ext_name": f"popkit_{task}_{target}_{style}".replace("-", "_"), "namespace": f"popkit_{task}".replace("-", "_"),
         "params": params, "schema": f"{fn}({', '.join(schema)}) -> {'()' if out.reuse else 'Tensor'}",
         "returns": "void" if out.reuse else "torch::Tensor", "output": out.name, "reuse": out.reuse,
-        "kernel_params": kparams, "kernel_args": kargs, "checks": checks, "alloc": _alloc(spec, tensors),
+        "kernel_params": kparams, "kernel_args": kargs, "kernel_names": knames, "checks": checks,
+        "alloc": _alloc(spec, tensors), **tune,
         "sizes": extents["host"], "scalars": [f"const {SCALAR_TYPES[s.type][0]} {s.name} = {s.value};"
                                               for s in spec.scalars],
-        "launch": launch, "geometry": geo.kind, "block": geo.block, "tile": geo.tile,
+        "launch": launch, "geometry": geo.kind,
         "rows_of": list(geo.rows_of), "reductions": reductions,
         "body": spec.code("body", target), "finish": spec.code("finish", target),
         "load_a": DTYPES[spec.input(geo.a).dtype][4].format(f"{geo.a}[row * k + ak]") if geo.kind == "matmul" else "",
@@ -255,10 +263,33 @@ def build_context(spec: KernelSpec, *, task: str, leaderboard: str, target: str,
     }
 
 
+def _tune_context(spec: KernelSpec) -> dict[str, Any]:
+    """The geometry's tunable parameters (kernelspec.TUNABLE): the `#!POPKIT tune` lines, the Python defaults,
+    the kernel's template parameters and every grid point the extension compiles (those the tune-if keeps)."""
+    tunables = TUNABLE[spec.geometry.kind]
+    defaults = tunable_defaults(spec.geometry)
+    rule = TUNE_IF.get(spec.geometry.kind, "")
+    constraint = Constraint(rule, 0, "kernelspec.TUNE_IF") if rule else None
+    points = []
+    for combo in itertools.product(*(t.values for t in tunables)):
+        values = dict(zip((t.name for t in tunables), combo))
+        if constraint is None or constraint.holds(values):
+            points.append({"cond": " && ".join(f"{k} == {v}" for k, v in values.items()),
+                           "targs": ", ".join(map(str, combo))})
+    return {
+        "parameters": [{"name": t.name, "choices": ",".join(map(str, t.values)), "default": defaults[t.name],
+                        "doc": t.doc} for t in tunables],
+        "tune_if": rule, "grid_points": points,
+        "tparams": ", ".join(f"int {t.name}" for t in tunables),
+        "tnames": ", ".join(t.name for t in tunables),
+    }
+
+
 def _geometry_code(spec: KernelSpec, tensors: list[str], fn: str, checks: list[str]) -> tuple[dict, dict]:
-    """Host-side extents, kernel extent arguments and the launch configuration of the geometry."""
+    """Host-side extents, kernel extent arguments, and the launch configuration of one grid point (lines of the
+    launcher template, in terms of the kernel's template parameters)."""
     geo = spec.geometry
-    kind, over, b = geo.kind, geo.over, geo.block
+    kind, over = geo.kind, geo.over
     if kind in ("elementwise_flat", "full_reduction"):
         if kind == "elementwise_flat" and not spec.skeleton:  # the body indexes every tensor with i
             for name in tensors:
@@ -267,16 +298,17 @@ def _geometry_code(spec: KernelSpec, tensors: list[str], fn: str, checks: list[s
                                   'must have the same number of elements");')
         cap = 65536 if kind == "elementwise_flat" else 1024  # grid-stride loops cover the rest
         host = [f"const int64_t n = {over}.numel();"]
-        launch = {"lines": [f"const dim3 block({b});",
-                            f"const dim3 grid(static_cast<unsigned int>(std::min<int64_t>((n + {b - 1}) / {b}, {cap})));"],
+        launch = {"lines": ["const dim3 block(BLOCK);",
+                            "const dim3 grid(static_cast<unsigned int>(std::min<int64_t>((n + BLOCK * VEC - 1) / "
+                            f"(BLOCK * VEC), {cap})));"],
                   "guard": "n > 0"}
         return {"host": host, "kernel": ["n"]}, launch
     if kind == "elementwise_2d":
         checks.append(f'TORCH_CHECK({over}.dim() >= 2, "{fn}: `{over}` must have at least 2 dimensions");')
         host = [f"const int64_t rows = {over}.size(0);", f"const int64_t cols = {over}.size(1);"]
-        by = b // 32
-        launch = {"lines": [f"const dim3 block(32, {by});",
-                            f"const int64_t blocks_y = std::min<int64_t>((rows + {by - 1}) / {by}, 65535);",
+        launch = {"lines": ["const dim3 block(32, BLOCK / 32);",
+                            "const int64_t blocks_y = std::min<int64_t>((rows + BLOCK / 32 * ROWS - 1) / "
+                            "(BLOCK / 32 * ROWS), 65535);",
                             "const dim3 grid(static_cast<unsigned int>((cols + 31) / 32), "
                             "static_cast<unsigned int>(blocks_y));"],
                   "guard": "rows > 0 && cols > 0"}
@@ -284,16 +316,17 @@ def _geometry_code(spec: KernelSpec, tensors: list[str], fn: str, checks: list[s
     if kind == "row_reduction":
         checks.append(f'TORCH_CHECK({over}.dim() >= 1, "{fn}: `{over}` must have at least 1 dimension");')
         host = [f"const int64_t cols = {over}.size(-1);", f"const int64_t rows = cols == 0 ? 0 : {over}.numel() / cols;"]
-        launch = {"lines": [f"const dim3 block({b});", "const dim3 grid(static_cast<unsigned int>(rows));"],
+        launch = {"lines": ["const dim3 block(BLOCK);",
+                            "const dim3 grid(static_cast<unsigned int>((rows + ROWS - 1) / ROWS));"],
                   "guard": "rows > 0"}
-        return {"host": host, "kernel": ["cols"]}, launch
-    a, bb, t = geo.a, geo.b, geo.tile
+        return {"host": host, "kernel": ["rows", "cols"]}, launch
+    a, bb = geo.a, geo.b
     checks.append(f'TORCH_CHECK({a}.dim() == 2 && {bb}.dim() == 2 && {a}.size(1) == {bb}.size(0), "{fn}: expected '
                   f'`{a}` (m, k) and `{bb}` (k, n), got ", {a}.sizes(), " and ", {bb}.sizes());')
     host = [f"const int64_t m = {a}.size(0);", f"const int64_t k = {a}.size(1);", f"const int64_t n = {bb}.size(1);"]
-    launch = {"lines": [f"const dim3 block({t}, {t});",
-                        f"const dim3 grid(static_cast<unsigned int>((n + {t - 1}) / {t}), "
-                        f"static_cast<unsigned int>((m + {t - 1}) / {t}));"],
+    launch = {"lines": ["const dim3 block(TILE, TILE / WPT);",
+                        "const dim3 grid(static_cast<unsigned int>((n + TILE - 1) / TILE), "
+                        "static_cast<unsigned int>((m + TILE - 1) / TILE));"],
               "guard": "m > 0 && n > 0"}
     return {"host": host, "kernel": ["m", "n", "k"]}, launch
 

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from popkit.diagnostics import Diagnostic
 from popkit.errors import ExitCode
 from popkit.gpus import peak_bandwidth
+from popkit.stats import derived
 
 RUN_SCHEMA = "popkit/run/1"
 # Markers of a failed extension build in a child's output (load_inline, ninja, nvcc, ptxas, the linker).
@@ -83,7 +84,9 @@ class CaseResult:
         return self.mean_ns is not None
 
     def to_json(self) -> dict:
-        return asdict(self)
+        data = asdict(self)
+        data["derived"] = derived(self.samples_ns)  # stats.DERIVED from the raw samples (ignored by from_json)
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "CaseResult":
@@ -113,7 +116,27 @@ NOISE_LIMIT = 1.03
 NOISE_MIN_RUNS = 10
 
 
-def noisy_timing(case: CaseResult) -> str:
+def the_device(device: str | None) -> str:
+    """How a report names the device a run timed on: `the CPU`, `the GPU`, or `the device` when unknown."""
+    if not device:
+        return "the device"
+    return "the CPU" if device.strip().lower() == "cpu" else "the GPU"
+
+
+def _noise_excess(case: CaseResult) -> float | None:
+    """How far (a fraction) the case's mean sits above its median when that is noise; None when it is not."""
+    if not case.mean_ns or not case.median_ns or case.runs < NOISE_MIN_RUNS:
+        return None
+    excess = case.mean_ns / case.median_ns - 1
+    return excess if excess > NOISE_LIMIT - 1 else None
+
+
+def _noise_cause(device: str | None) -> str:
+    return (f"a few slow calls (other work on {the_device(device)}, clocks, the host) pulled the mean, which is what "
+            "ranks; rerun before trusting a difference this size")
+
+
+def noisy_timing(case: CaseResult, device: str | None = None) -> str:
     """A one-line warning when a few slow calls pulled the case's mean well above its median.
 
     The leaderboard ranks the mean, so popkit reports it unchanged; on a GPU shared with other work,
@@ -121,16 +144,25 @@ def noisy_timing(case: CaseResult) -> str:
     an H100, three `popkit bench` runs of vectoradd at 8192x8192 gave 138, 198 and 138 µs, the middle
     one with a standard error of 14 µs against 0.14 µs for the others (docs/benchmarks.md).
     Multi-millisecond stalls of the machine, not the kernel, did that; they show up as a mean well above
-    the median.
+    the median. `device` (the report's `system.device`, `cpu` on a CPU) names where the other work ran.
     """
-    if not case.mean_ns or not case.median_ns or case.runs < NOISE_MIN_RUNS:
+    excess = _noise_excess(case)
+    if excess is None:
         return ""
-    excess = case.mean_ns / case.median_ns - 1
-    if excess <= NOISE_LIMIT - 1:
-        return ""
-    return (f"{case.spec}: mean {case.mean_ns / 1e3:.1f} µs is {excess * 100:.0f}% above the median "
-            f"{case.median_ns / 1e3:.1f} µs: a few slow calls (other work on the GPU, clocks, the host) "
-            "pulled the mean, which is what ranks; rerun before trusting a difference this size")
+    return (f"{case.spec}: mean {case.mean_ns / 1e3:.1f} µs is {excess * 100:.0f}% above the median "  # type: ignore[operator]
+            f"{case.median_ns / 1e3:.1f} µs: {_noise_cause(device)}")  # type: ignore[operator]
+
+
+def folded_noise(cases: Sequence[CaseResult], device: str | None = None) -> str:
+    """All noisy cases of a report in one line with their count (a CPU run flags most of its cases; one
+    warning each filled a screen); one case keeps noisy_timing's line. "" when none is noisy."""
+    noisy = [(case, excess) for case in cases if (excess := _noise_excess(case)) is not None]
+    if len(noisy) <= 1:
+        return noisy_timing(noisy[0][0], device) if noisy else ""
+    low, high = min(e for _, e in noisy), max(e for _, e in noisy)
+    specs = list(dict.fromkeys(case.spec for case, _ in noisy))
+    return (f"noisy timing in {len(noisy)} timed cases ({', '.join(specs)}): the mean is {low * 100:.0f}–"
+            f"{high * 100:.0f}% above the median; {_noise_cause(device)} (--json lists each)")
 
 
 @dataclass(frozen=True)
@@ -332,8 +364,15 @@ class RunReport:
     def warnings(self) -> tuple[str, ...]:
         """Timings whose mean a few slow calls pulled well above the median. (A time that beats physics is
         no warning: it fails its case, judge_physics.)"""
-        found = [noisy_timing(case) for run in self.runs for case in run.benchmarks]
+        device = (self.system or {}).get("device")
+        found = [noisy_timing(case, device) for run in self.runs for case in run.benchmarks]
         return tuple(dict.fromkeys(w for w in found if w))
+
+    @property
+    def folded_warnings(self) -> tuple[str, ...]:
+        """`warnings` as a report prints them: the noisy cases of all runs folded into one line."""
+        line = folded_noise([case for run in self.runs for case in run.benchmarks], (self.system or {}).get("device"))
+        return (line,) if line else ()
 
     def to_json(self) -> dict:
         data = asdict(self)

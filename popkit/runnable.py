@@ -85,15 +85,21 @@ class Machine:
 
 @dataclass(frozen=True)
 class Verdict:
+    """Whether a task runs here: `runnable` for a pure-PyTorch submission, `build_runnable` for one that builds a
+    CUDA or HIP extension (load_inline), which also needs a GPU of the task's vendor."""
+
     task: str
     leaderboard: str | None
     runnable: bool
     reasons: tuple[str, ...]
     notes: tuple[str, ...] = ()
+    build_runnable: bool = False
+    build_reasons: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
         return {"task": self.task, "leaderboard": self.leaderboard, "runnable": self.runnable,
-                "reasons": list(self.reasons), "notes": list(self.notes)}
+                "reasons": list(self.reasons), "notes": list(self.notes), "build_runnable": self.build_runnable,
+                "build_reasons": list(self.build_reasons)}
 
 
 # ------------------------------------------------------------------------------ what a task needs
@@ -389,6 +395,20 @@ def blockers(need: Needs, here: Machine, world_size: int | None = None) -> list[
     return reasons
 
 
+def build_blockers(need: Needs, here: Machine) -> list[str]:
+    """Why a submission that builds a CUDA or HIP extension cannot run the task here, beyond `blockers`: its
+    kernels need a GPU of the task's vendor (either vendor when its GPU list names both)."""
+    vendor = need.vendor or need.leaderboard_vendor
+    kind = {"nvidia": "a CUDA", "amd": "a HIP"}.get(vendor, "a CUDA or HIP")
+    gpu = f"an {_VENDOR[vendor]} GPU" if vendor else "a GPU"
+    if not here.vendor:
+        return [f"{kind} build needs {gpu} to run; this machine has none (`popkit compile` checks the build)"]
+    if vendor and here.vendor != vendor:
+        also = " (`popkit test --hip-on-cuda` checks a HIP file's logic on it)" if vendor == "amd" else ""
+        return [f"{kind} build needs {gpu}; this one is {here.device}{also}"]
+    return []
+
+
 def notes(need: Needs, here: Machine) -> list[str]:
     if need.leaderboard_vendor and here.vendor and need.leaderboard_vendor != here.vendor:
         return [f"the leaderboard runs it on {_VENDOR[need.leaderboard_vendor]} GPUs: times here are not comparable"]
@@ -403,7 +423,9 @@ def check_tasks(tasks: Sequence[Task], python: str | None = None, system: Mappin
     out = []
     for task, need in found:
         reasons = blockers(need, here)
-        out.append(Verdict(task.name, task.leaderboard, not reasons, tuple(reasons), tuple(notes(need, here))))
+        build = reasons + [r for r in build_blockers(need, here) if r not in reasons]
+        out.append(Verdict(task.name, task.leaderboard, not reasons, tuple(reasons), tuple(notes(need, here)),
+                           build_runnable=not build, build_reasons=tuple(build)))
     return out
 
 

@@ -65,9 +65,10 @@ class SandboxExecutor(Executor):
         super().__init__(gpu)
         self.unshare = unshare or shutil.which("unshare") or "unshare"
 
-    def argv(self, workspace: Workspace, python: str, script: str, args: Sequence[str]) -> list[str]:
+    def argv(self, workspace: Workspace, python: str, script: str, args: Sequence[str],
+             env: Mapping[str, str]) -> list[str]:
         spec = {"files": str(workspace.files.resolve()), "cwd": str(workspace.cwd.resolve()),
-                "writable": build_caches(os.environ)}
+                "writable": build_caches(env)}
         return [self.unshare, *UNSHARE_ARGS, "--", sys.executable or "python3", "-I", "-S", str(SANDBOX_SCRIPT),
                 json.dumps(spec), "--", python, str(workspace.files.resolve() / script), *args]
 

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from popkit import system
+from popkit import cputorch, system
 from popkit.directives import cli_directives, server_directives
 from popkit.errors import EnvironmentProblem, SubmissionError, TaskError, UsageError
+from popkit.hipcheck import detect_target
 from popkit.lint import read_bytes
 from popkit.tasks import Task, resolve_task
 
@@ -120,10 +121,8 @@ def check_runnable(task: Task, submission: Path, data: bytes, mode: str) -> None
     check_language(task, submission)
     if needs_gpu(data) and not system.has_gpu():
         command = "test" if mode == "test" else "bench"
-        raise EnvironmentProblem(
-            f"this machine has no CUDA GPU: `popkit compile` builds it, `popkit {command}` needs a GPU",
-            f"`popkit compile {submission}` checks the build here; run `popkit {command}` on a machine with a GPU "
-            "(a pure-PyTorch submission runs on the CPU)")
+        target = detect_target(data.decode("utf-8", "replace"))
+        raise EnvironmentProblem(*cputorch.no_gpu_message(submission, command, cputorch.is_cpu_only(), target))
 
 
 def task_spec_for(path: Path, content: bytes, explicit: str | None) -> str:

@@ -13,9 +13,20 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 CONFIDENCE = 0.95
+
+
+def quantile(samples: Sequence[float], q: float) -> float:
+    """The q-quantile (0..1) of the samples, linear between order statistics."""
+    if not samples:
+        raise ValueError("quantile of no samples")
+    ordered = sorted(samples)
+    pos = q * (len(ordered) - 1)
+    low = math.floor(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
 
 def mean(samples: Sequence[float]) -> float:
@@ -293,3 +304,50 @@ def geomean_ratio_ci95(pairs: Sequence[tuple[Summary, Summary]]) -> Interval:
     var = math.fsum(scaled)
     denom = math.fsum(v ** 2 / p.df for v, p in zip(scaled, parts) if v and math.isfinite(p.df))  # type: ignore
     return _interval(value, var, var ** 2 / denom if denom else math.inf)
+
+
+def sum_ratio_ci95(pairs: Sequence[tuple[Summary, Summary]]) -> Interval:
+    """95% interval of sum(mean(a_i)) / sum(mean(b_i)): the ratio of two `ranking_by: mean` scores.
+
+    Delta method on the log of each sum: var(log Σ) ≈ Σ var(mean_i) / (Σ mean_i)², with var(mean_i) = std²/n;
+    the two sides add, with Satterthwaite's degrees of freedom over every shape of both sides.
+    """
+    if not pairs:
+        raise ValueError("ratio of no sums")
+    a_sum = math.fsum(a.mean for a, _ in pairs)
+    b_sum = math.fsum(b.mean for _, b in pairs)
+    if a_sum <= 0 or b_sum <= 0:
+        raise ValueError("ratios need positive means")
+    estimate = math.log(a_sum / b_sum)
+    if any(s.n < 2 for pair in pairs for s in pair):
+        return Interval(math.exp(estimate), None, None)
+    parts = [(s.std ** 2 / s.n / total ** 2, s.n - 1)
+             for pair in pairs for s, total in zip(pair, (a_sum, b_sum))]
+    var = math.fsum(v for v, _ in parts)
+    denom = math.fsum(v ** 2 / df for v, df in parts if v)
+    return _interval(estimate, var, var ** 2 / denom if denom else math.inf)
+
+
+def score_ratio_ci95(pairs: Sequence[tuple[Summary, Summary]], ranking_by: str) -> Interval:
+    """95% interval of score(a) / score(b) for a task's `ranking_by`, from per-shape (a_i, b_i) summaries in the
+    task's order: the geometric mean of the ratios (geom), the ratio of sums (mean), the last shape's (last)."""
+    if ranking_by == "last":
+        return ratio_ci95_summary(*pairs[-1])
+    if ranking_by == "mean":
+        return sum_ratio_ci95(pairs)
+    return geomean_ratio_ci95(pairs)
+
+
+# Statistics popkit derives from a case's raw timed calls (CaseResult.samples_ns, ns), never asked of the harness:
+# every report's JSON carries them per case (`derived`). A new one is one entry here (docs/design.md, extension points).
+DERIVED: dict[str, Callable[[Sequence[float]], float]] = {
+    "median": lambda s: median(s),
+    "p10": lambda s: quantile(s, 0.10),
+    "p90": lambda s: quantile(s, 0.90),
+    "trimmed_mean": lambda s: mean(sorted(s)[len(s) // 10:len(s) - len(s) // 10] or list(s)),
+}
+
+
+def derived(samples: Sequence[float]) -> dict[str, float]:
+    """Every DERIVED statistic of the samples ({} without samples)."""
+    return {name: float(f(samples)) for name, f in DERIVED.items()} if samples else {}

@@ -11,7 +11,6 @@ original name, so the user's file is never touched and a later edit cannot slip 
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
@@ -95,8 +94,9 @@ def _resolve(check: LintReport, path: Path) -> tuple[str, str]:
 
 
 def plan_submission(path: Path, content: bytes, *, mode: str, gpu: str | None, leaderboard: str | None,
-                    gate: str, exe: str, roots: Sequence[Path] = (), guard: bool = True) -> SubmitPlan:
-    """Check the bytes, resolve leaderboard and GPU (flags, then directives), stage the copy, build argv.
+                    gate: str, exe: str, folder: Path, roots: Sequence[Path] = (), guard: bool = True) -> SubmitPlan:
+    """Check the bytes, resolve leaderboard and GPU (flags, then directives), stage the copy in `folder`
+    (a proc.WorkDir: its guard removes it if popkit dies), build argv.
 
     Raises RefusedError when the check finds errors: the server would refuse the file.
     """
@@ -112,7 +112,7 @@ def plan_submission(path: Path, content: bytes, *, mode: str, gpu: str | None, l
         raise RefusedError(f"{path}{where}: {first.message} ({len(check.errors)} error(s); nothing submitted)",
                            f"`popkit check {path}` lists them all")
     board, chosen_gpu = _resolve(check, path)
-    staged = popcorn.stage_copy(content, path.name, check.sha256)
+    staged = popcorn.stage_copy(content, path.name, check.sha256, folder)
     output = staged.parent / "popcorn-result.txt"
     argv = popcorn.build_argv(exe, staged, gpu=chosen_gpu, leaderboard=board, mode=mode, output=output)
     return SubmitPlan(path=str(path), sha256=check.sha256, leaderboard=board, gpu=chosen_gpu, mode=mode, gate=gate,
@@ -209,16 +209,17 @@ def submit(path: Path | str, *, mode: str = "leaderboard", gpu: str | None = Non
     content = read_bytes(path)
     exe, missing = _find_tool()
     unregistered = popcorn.registration_problem()
-    plan = plan_submission(path, content, mode=mode, gpu=gpu, leaderboard=leaderboard, gate=gate, exe=exe,
-                           roots=roots, guard=guard)
-    warnings: list[str] = []
-    local = _latest_local(plan.sha256, warnings) if record else None
-    if dry_run:
-        warnings += _tool_warnings(missing, unregistered)
-    elif missing is not None or unregistered:
-        shutil.rmtree(Path(plan.staged).parent, ignore_errors=True)
-        _require_tool(missing, unregistered)
-    try:
+    # The staging folder is removed when the block ends (a dry run's too: a real submit stages a fresh copy,
+    # the view says so), and by its guard if popkit is killed while popcorn-cli runs.
+    with proc.WorkDir("popkit-submit-") as folder:
+        plan = plan_submission(path, content, mode=mode, gpu=gpu, leaderboard=leaderboard, gate=gate, exe=exe,
+                               folder=folder, roots=roots, guard=guard)
+        warnings: list[str] = []
+        local = _latest_local(plan.sha256, warnings) if record else None
+        if dry_run:
+            warnings += _tool_warnings(missing, unregistered)
+        else:
+            _require_tool(missing, unregistered)
         gate_report = None
         if gate != "none":
             gate_report = run_gate(plan, path, content, task, roots, run_options, progress)
@@ -228,8 +229,6 @@ def submit(path: Path | str, *, mode: str = "leaderboard", gpu: str | None = Non
             return SubmitResult(plan=plan, dry_run=dry_run, gate_report=gate_report, local=local,
                                 warnings=tuple(warnings))
         remote = hand_off(plan, content, timeout_s, record, progress)
-    finally:  # a dry run too: a real submit stages a fresh copy (the view says so)
-        shutil.rmtree(Path(plan.staged).parent, ignore_errors=True)
     history_id = None
     if record:
         recorded = _record_submission(plan, remote, content)

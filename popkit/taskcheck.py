@@ -5,7 +5,10 @@
 2. The reference as the submission, through test → benchmark → leaderboard: each mode's time against
    its timeout.
 3. The checker: a submission returning zeros shaped like the reference's output, and one returning
-   the unmodified input, must both fail the tests; a checker that passes either is flagged.
+   the unmodified input, must both fail the tests; a checker that passes either is flagged. A probe
+   counts as rejected only when a case failed, and the probes run only once the reference passes.
+An eval that writes `check: pass` with fewer results than its cases (none at all, or tests where
+benchmarks were asked for) is an error: a pass no case result backs.
 Runs go through runner.run_submission, so a task this machine cannot run stops at its preflight.
 """
 
@@ -15,10 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from popkit import runner
+from popkit import protocol, runner
 from popkit.contract import entry_points
 from popkit.source import reference_submission
 from popkit.errors import EnvironmentProblem
+from popkit.results import ModeRun, RunReport
 from popkit.tasks import Task, load_task
 
 SLOW_SHARE = 0.5  # a mode that uses more than this share of its timeout is flagged
@@ -121,12 +125,36 @@ def check_task_dir(directory: Path | str, *, root: Path | None = None, python: s
     system = _run_reference(task, options, result, progress)
     if result.skipped:
         return result
+    if result.errors or any(m.outcome != "passed" for m in result.modes):
+        # A probe the eval fails proves nothing about the checker while the reference does not pass either.
+        result.lax = dict.fromkeys(LAX_PROBES, "not run: the reference's own runs have problems (above)")
+        return result
     for label, content in LAX_PROBES.items():
         (progress or (lambda _m: None))(f"checker: {label}")
         report = runner.run_submission(task, Path(f"<{label}>"), "test", options, system=system, content=content)
-        result.lax[label] = "passed" if report.outcome == "passed" else (
-            "rejected" if report.outcome == "failed" else f"did not run ({report.outcome})")
+        result.lax[label] = _probe_verdict(report)
     return result
+
+
+def _probe_verdict(report: RunReport) -> str:
+    """`rejected` only when the checker failed a case; a run that failed for another reason (no case
+    results, a crash, a timeout) did not put the checker to the test."""
+    if report.outcome == "passed":
+        return "passed"
+    if report.outcome == "failed" and any(not c.passed for r in report.runs for c in r.tests + r.benchmarks):
+        return "rejected"
+    summary = next((r.summary for r in report.runs if r.outcome != "passed"), "") or report.outcome
+    return f"did not run ({summary})"
+
+
+def _unreported(run: ModeRun) -> str:
+    """The error for a run the runner failed because its eval wrote `check: pass` without a result for every case
+    (protocol.judge): the task's eval is broken, not the reference."""
+    where = protocol.where(run)
+    prefix = f"check failed: {where} wrote `check: pass`"
+    if run.outcome != "failed" or not run.summary.startswith(prefix):
+        return ""
+    return f"{where}: the eval wrote `check: pass`{run.summary[len(prefix):]}"
 
 
 def _check_templates(task: Task, result: TaskCheck) -> None:
@@ -148,6 +176,9 @@ def _run_reference(task: Task, options: runner.RunOptions, result: TaskCheck, pr
         return {}
     for run in report.runs:
         result.modes.append(ModeTime(run.mode, run.duration_s, run.timeout_s, run.outcome, run.summary))
+        unreported = _unreported(run)
+        if unreported:
+            result.errors.append(unreported)
         if run.passed and run.duration_s > SLOW_SHARE * run.timeout_s:
             result.warnings.append(f"{run.mode}: the reference used {run.duration_s:.0f} s of {run.timeout_s:g} s; "
                                    "a submission slower than the reference may time out")

@@ -16,6 +16,7 @@ import yaml
 
 from popkit.errors import TaskError, UsageError
 from popkit.resources import data_dir
+from popkit.yamlfile import display_path, read_yaml
 
 SUBMISSION_SOURCE = "@SUBMISSION@"
 MODES = ("test", "benchmark", "leaderboard", "profile")
@@ -95,6 +96,7 @@ class Problem:
     name: str  # leaderboard name
     deadline: str | None = None
     gpus: tuple[str, ...] = ()
+    index: int = 0  # its place in the set's `problems` list
 
 
 @dataclass(frozen=True)
@@ -106,56 +108,18 @@ class ProblemSet:
     deadline: str | None = None
 
     def task_dir(self, problem: Problem) -> Path:
-        return (self.path.parent / problem.directory).resolve()
+        """The entry's task folder, which must lie inside the set's folder, symlinks resolved (as a task's
+        `files` must): a set cannot point popkit at `/etc`, `../x` or a link out. TaskError (exit 3) otherwise."""
+        root = self.path.parent.resolve()
+        directory = (root / problem.directory).resolve()
+        if not directory.is_relative_to(root):
+            raise TaskError(f"{display_path(self.path)}: problems[{problem.index}] (`{problem.name}`): directory "
+                            f"`{problem.directory}` resolves outside the set's folder ({root})",
+                            "a problem set names task folders inside its own folder; move the task there")
+        return directory
 
 
 # ---------------------------------------------------------------------------------------- loading
-
-
-def display_path(path: Path) -> str:
-    """A path as the user would write it: relative to the current directory when under it."""
-    try:
-        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
-
-
-def _read_yaml(path: Path, what: str) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise TaskError(f"{display_path(path)}: {what} not found", "check the path") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TaskError(f"{display_path(path)}: cannot read {what} ({exc})") from None
-    try:
-        raw = yaml.safe_load(text)
-    except RecursionError:
-        raise TaskError(f"{display_path(path)}: nested too deeply to read", "a task needs a few levels at most") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}: " if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise TaskError(f"{display_path(path)}: {where}invalid YAML ({problem})", "fix the YAML syntax") from None
-    _check_size(raw, path)
-    return raw
-
-
-MAX_YAML_VALUES = 100_000  # a task or problem set holds hundreds; YAML aliases can expand to billions
-MAX_YAML_DEPTH = 20
-
-
-def _check_size(raw: Any, path: Path) -> None:
-    """Refuse a document that expands (through YAML aliases) past MAX_YAML_VALUES or nests past MAX_YAML_DEPTH."""
-    pending, count = [(raw, 1)], 0
-    while pending:
-        value, depth = pending.pop()
-        count += 1
-        if count > MAX_YAML_VALUES or depth > MAX_YAML_DEPTH:
-            what = f"over {MAX_YAML_VALUES:,} values" if count > MAX_YAML_VALUES else f"nested over {MAX_YAML_DEPTH} deep"
-            raise TaskError(f"{display_path(path)}: {what} (YAML aliases counted as expanded)",
-                            "a task or problem set needs far less; remove the aliases or the generated part")
-        children = value.values() if isinstance(value, Mapping) else value if isinstance(value, list) else ()
-        pending.extend((child, depth + 1) for child in children)
 
 
 def _kind(value: Any) -> str:
@@ -221,7 +185,7 @@ def load_task(path: Path | str, *, leaderboard: str | None = None, gpus: Sequenc
     if not directory.is_dir():
         raise TaskError(f"{directory}: not a task directory", "give a directory that holds task.yml")
     yml = directory / "task.yml"
-    raw = _read_yaml(yml, "task.yml")
+    raw = read_yaml(yml, "task.yml")
     check = _Checker(yml)
     if not isinstance(raw, Mapping):
         raise check.fail(f"must be a mapping of keys (got {_kind(raw)})")
@@ -338,14 +302,14 @@ def _set_root(directory: Path) -> Path:
 def _task_dir_of(pset: ProblemSet, problem: Problem) -> Path | None:
     try:
         return pset.task_dir(problem)
-    except (OSError, ValueError):  # a NUL in the directory, a loop of links
+    except (OSError, ValueError, TaskError):  # a NUL in the directory, a loop of links, a folder outside the set
         return None
 
 
 def load_problem_set(path: Path | str) -> ProblemSet:
     """Load a problem-set yaml (`name`, `deadline`, `description`, `problems: [...]`)."""
     path = Path(path)
-    raw = _read_yaml(path, "problem set")
+    raw = read_yaml(path, "problem set")
     check = _Checker(path)
     if not isinstance(raw, Mapping) or "problems" not in raw:
         raise check.fail("not a problem set (no `problems` key)")
@@ -361,7 +325,7 @@ def load_problem_set(path: Path | str) -> ProblemSet:
         check.expect(isinstance(gpus, list), f"problems[{i}].gpus", "a list", gpus)
         deadline = entry.get("deadline")
         problems.append(Problem(entry["directory"], entry["name"], str(deadline) if deadline else None,
-                                tuple(str(g) for g in gpus)))
+                                tuple(str(g) for g in gpus), index=i))
     deadline = raw.get("deadline")
     return ProblemSet(path=path.resolve(), name=str(raw.get("name") or path.stem), problems=tuple(problems),
                       description=str(raw.get("description") or ""), deadline=str(deadline) if deadline else None)
@@ -433,10 +397,8 @@ def problem_sets(roots: Sequence[Path], skipped: list[Skipped] | None = None) ->
 
 
 def _from_problem(pset: ProblemSet, problem: Problem, bundled: bool = False) -> Task:
-    task_dir = pset.task_dir(problem)
-    inside = task_dir.is_relative_to(pset.path.parent)  # else a set naming a task elsewhere: that one's rule
-    return load_task(task_dir, leaderboard=problem.name, gpus=problem.gpus, bundled=bundled,
-                     set_root=pset.path.parent if inside else None)
+    return load_task(pset.task_dir(problem), leaderboard=problem.name, gpus=problem.gpus, bundled=bundled,
+                     set_root=pset.path.parent.resolve())
 
 
 def resolve_task(spec: str, roots: Sequence[Path] = ()) -> Task:
@@ -477,7 +439,8 @@ def shadowed_tasks(spec: str, roots: Sequence[Path] = ()) -> list[Path]:
     """Task directories under `roots` whose leaderboard name `spec` a bundled task of that name hides."""
     if Path(spec).expanduser().is_dir() or not any(p.name == spec for p in bundled_problem_set().problems):
         return []
-    return [ps.task_dir(p) for ps in problem_sets(roots, []) for p in ps.problems if p.name == spec]
+    found = [_task_dir_of(ps, p) for ps in problem_sets(roots, []) for p in ps.problems if p.name == spec]
+    return [d for d in found if d is not None]
 
 
 def list_tasks(roots: Sequence[Path] = (), skipped: list[Skipped] | None = None) -> list[Task]:

@@ -18,7 +18,7 @@ from popkit import ab, history, runner, sandbox, sizing, stats, system
 from popkit.contract import entry_points
 from popkit.errors import EnvironmentProblem, PopkitError, UsageError
 from popkit.executor import Executor
-from popkit.results import RunReport
+from popkit.results import CaseResult, RunReport
 from popkit.source import Source, check_runnable, reference_submission, task_spec_for
 from popkit.tasks import Task, resolve_task, shadowed_tasks, task_roots
 
@@ -73,9 +73,8 @@ class RunOutcome:
     def speedup_interval(self) -> stats.Interval | None:
         """The speed-up's 95% interval from both runs' timed calls (a single process each: how well each
         measured its own mean, not how the next process will differ)."""
-        if self.baseline is None:
-            return None
-        return speedup_interval(self.report, self.baseline)
+        found = speedup_intervals(self.report, self.baseline) if self.baseline is not None else None
+        return found[1] if found is not None else None
 
     def to_json(self) -> dict:
         payload = self.report.to_json()
@@ -130,22 +129,38 @@ class SpreadRun:
         return data
 
 
-def speedup_interval(report: RunReport, baseline: RunReport) -> stats.Interval | None:
-    """95% interval of (reference time / submission time) on the score's shapes, from each run's summaries:
-    the last shape under `ranking_by: last`, else the geometric mean of the per-shape ratios."""
+def case_summary(case: CaseResult) -> stats.Summary | None:
+    """What an interval needs from one case: its raw samples, else runs, mean and std (or err · √runs)."""
+    if len(case.samples_ns) >= 2:
+        return stats.Summary.of(list(case.samples_ns))
+    if not case.mean_ns or case.runs < 2:
+        return None
+    std = case.std_ns if case.std_ns is not None else (case.err_ns or 0.0) * case.runs ** 0.5
+    return stats.Summary(n=case.runs, mean=float(case.mean_ns), std=float(std))
+
+
+def speedup_intervals(report: RunReport, baseline: RunReport) -> tuple[list[tuple[str, float, float, stats.Interval | None]],
+                                                                        stats.Interval | None] | None:
+    """Per shape (spec, submission mean, reference mean, speedup interval) and the score's speedup interval:
+    time of the reference / time of the submission, 95%, from each run's timed calls (one process each); None
+    when either run has no passed timed run."""
     mode = "leaderboard" if report.runs_of("leaderboard") else "benchmark"
     mine = next((r for r in report.runs_of(mode, secret=False) if r.passed), None)
     ref = next((r for r in baseline.runs_of(mode, secret=False) if r.passed), None)
     if mine is None or ref is None:
         return None
-    pairs = [(stats.Summary(n=max(b.runs, 1), mean=b.mean_ns, std=b.std_ns or 0.0),
-              stats.Summary(n=max(a.runs, 1), mean=a.mean_ns, std=a.std_ns or 0.0))
-             for a, b in zip(mine.benchmarks, ref.benchmarks) if a.mean_ns and b.mean_ns]
-    if not pairs:
-        return None
-    if report.ranking_by == "last":
-        return stats.ratio_ci95_summary(*pairs[-1])
-    return stats.geomean_ratio_ci95(pairs)
+    rows, pairs = [], []
+    for a, b in zip(mine.benchmarks, ref.benchmarks):
+        if a.mean_ns and b.mean_ns:
+            sa, sb = case_summary(a), case_summary(b)
+            interval = stats.ratio_ci95_summary(sb, sa) if sa and sb else None
+            rows.append((a.spec, float(a.mean_ns), float(b.mean_ns), interval))
+            if sa and sb:
+                pairs.append((sb, sa))
+    complete = len(pairs) == len(rows) == len(mine.benchmarks)
+    score = stats.score_ratio_ci95(pairs, report.ranking_by) if pairs and complete else None
+    return rows, score
+
 
 
 def with_notes(report: RunReport, notes: Sequence[str], skipped: Sequence[str], total: int) -> RunReport:

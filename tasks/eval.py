@@ -89,6 +89,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import dataclasses
 import hmac
 import json
 import math
@@ -627,9 +628,9 @@ class Session:
 
     def write_stats(self, prefix: str, loop: LoopResult) -> None:
         stats = summarize(loop.samples)
-        self.pipe.write(f"{prefix}.runs", stats.runs)
-        for name in ("mean", "std", "err", "best", "worst", "median"):
-            self.pipe.write(f"{prefix}.{name}", format_number(getattr(stats, name)))
+        for field in dataclasses.fields(Stats):  # popkit.protocol's CASE_STATISTICS + HARNESS_STATISTICS, in order
+            value = getattr(stats, field.name)
+            self.pipe.write(f"{prefix}.{field.name}", value if field.name == "runs" else format_number(value))
         self.pipe.write(f"{prefix}.samples", ",".join(format_number(s) for s in loop.samples))
         self.pipe.write(f"{prefix}.stop", loop.stop)
         self.pipe.write(f"{prefix}.timer", self.timer)

@@ -1,4 +1,4 @@
-"""Shared pytest setup: GPU and nvcc markers skip where the machine cannot run them."""
+"""Shared pytest setup: slow tests run with --run-slow (CI); GPU and nvcc markers skip where the machine cannot run them."""
 
 from __future__ import annotations
 
@@ -24,16 +24,25 @@ def _has_nvcc_build() -> bool:
     return torch.version.cuda is not None and shutil.which("nvcc") is not None
 
 
+def pytest_addoption(parser):
+    parser.addoption("--run-slow", action="store_true", default=False,
+                     help="also run the tests marked slow (each starts evals that import torch); CI runs them all")
+
+
 def pytest_collection_modifyitems(config, items):
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
     skip_nvcc = pytest.mark.skip(reason="needs nvcc and a CUDA build of torch")
     has_cuda, has_nvcc = _has_cuda(), _has_nvcc_build()
+    run_slow = config.getoption("--run-slow") or os.environ.get("POPKIT_TEST_ALL") == "1"
+    skip_slow = pytest.mark.skip(reason="slow: run with --run-slow (CI does)")
     from popkit import hipbuild
 
     missing = hipbuild.find_tools().missing
     # CI installs the packages and sets POPKIT_REQUIRE_HIP=1, so there a missing one fails instead of skipping.
     skip_hip = pytest.mark.skip(reason="needs " + ", ".join(missing.values())) if missing else None
     for item in items:
+        if "slow" in item.keywords and not run_slow:
+            item.add_marker(skip_slow)
         if "gpu" in item.keywords and not has_cuda:
             item.add_marker(skip_gpu)
         if "nvcc" in item.keywords and not has_nvcc:

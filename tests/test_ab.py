@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from popkit import shapes
 from popkit import ab, runner, stats
-from popkit.ab import ABReport, Comparison, compare_shapes
+from popkit.ab import ABReport
+from popkit.shapes import Comparison, compare_shapes
 from popkit.cli import app
 from popkit.errors import ExitCode
 from popkit.results import CaseResult, CompileStep, ModeRun
@@ -39,11 +41,11 @@ def _case(spec, samples=(), mean=None, std=None, runs=0, passed=True):
 
 
 @pytest.mark.parametrize("ci, expected", [
-    (Interval(0.5, 0.4, 0.6), ab.B_FASTER), (Interval(2.0, 1.5, 2.5), ab.A_FASTER),
-    (Interval(1.0, 0.9, 1.1), ab.SAME), (Interval(0.8, 0.6, 1.0), ab.SAME), (Interval(0.5, None, None), ab.UNKNOWN),
+    (Interval(0.5, 0.4, 0.6), shapes.B_FASTER), (Interval(2.0, 1.5, 2.5), shapes.A_FASTER),
+    (Interval(1.0, 0.9, 1.1), shapes.SAME), (Interval(0.8, 0.6, 1.0), shapes.SAME), (Interval(0.5, None, None), shapes.UNKNOWN),
 ])
 def test_verdict(ci, expected):
-    assert ab.verdict(ci) == expected
+    assert shapes.verdict(ci) == expected
 
 
 def test_compare_shapes_pools_raw_samples_over_rounds():
@@ -53,8 +55,8 @@ def test_compare_shapes_pools_raw_samples_over_rounds():
     (shape,) = comparison.shapes
     assert shape.from_samples and shape.a_samples_ns == (100.0, 110.0, 120.0) * 2
     assert shape.ratio == stats.ratio_ci95([50.0, 55.0, 60.0] * 2, [100.0, 110.0, 120.0] * 2)
-    assert shape.ratio.estimate == pytest.approx(0.5) and shape.verdict == ab.B_FASTER
-    assert comparison.score.estimate == pytest.approx(0.5) and comparison.verdict == ab.B_FASTER
+    assert shape.ratio.estimate == pytest.approx(0.5) and shape.verdict == shapes.B_FASTER
+    assert comparison.score.estimate == pytest.approx(0.5) and comparison.verdict == shapes.B_FASTER
 
 
 def test_compare_shapes_falls_back_to_mean_std_n():
@@ -64,7 +66,7 @@ def test_compare_shapes_falls_back_to_mean_std_n():
     assert not shape.from_samples and shape.a_samples_ns == ()
     assert shape.a == stats.pooled_summary([Summary(10, 100.0, 10.0)] * 2)
     assert shape.ratio == stats.ratio_ci95_summary(shape.b, shape.a)
-    assert shape.verdict == ab.SAME
+    assert shape.verdict == shapes.SAME
 
 
 def test_compare_shapes_geomean_score_and_unmatched_shapes():
@@ -74,7 +76,7 @@ def test_compare_shapes_geomean_score_and_unmatched_shapes():
     comparison = compare_shapes(a, b)
     assert [s.spec for s in comparison.shapes] == ["n: 1", "n: 2"]
     assert comparison.score.estimate == pytest.approx((2.0 * 0.25) ** 0.5)
-    assert comparison.missing == ("n: 3",) and comparison.verdict == ab.INCOMPLETE  # no silent hole
+    assert comparison.missing == ("n: 3",) and comparison.verdict == shapes.INCOMPLETE  # no silent hole
     assert Comparison.from_json(json.loads(json.dumps(comparison.to_json()))) == comparison
 
 
@@ -161,8 +163,8 @@ def test_abba_order_puts_each_side_first_equally_often_per_shape(tmp_path):
     assert (side, sizes, name) == ("A", [10, 20, 40], "ab-warmup.txt")  # the discarded warm-up
     rounds = [fake.calls[i:i + 2] for i in range(1, len(fake.calls), 2)]
     assert len(rounds) == report.rounds == 8 and report.stopped == "max_rounds"
-    for (first, shapes, _), (second, shapes2, _) in rounds:
-        assert {first, second} == {"A", "B"} and shapes == shapes2
+    for (first, sizes_a, _), (second, sizes_b, _) in rounds:
+        assert {first, second} == {"A", "B"} and sizes_a == sizes_b
     for size in (10, 20, 40):
         firsts = [r[0][0] for r in rounds if size in r[0][1]]
         assert firsts.count("A") == firsts.count("B") > 0
@@ -173,7 +175,7 @@ def test_clear_difference_settles_at_the_first_look(tmp_path):
     fake = FakeEval({"A": 2.0, "B": 1.0}, jitter=_noisy(0.01))
     report = _ab(tmp_path, fake)
     assert report.stopped == "settled" and report.rounds == 4 and len(fake.calls) == 8
-    assert [s.verdict for s in report.shapes] == [ab.B_FASTER] * 3 and report.verdict == ab.B_FASTER
+    assert [s.verdict for s in report.shapes] == [shapes.B_FASTER] * 3 and report.verdict == shapes.B_FASTER
     assert all(s.ratio.low < 0.5 < s.ratio.high and s.alpha == pytest.approx(0.025) for s in report.shapes)
     assert report.statistic == "median" and report.shapes[0].a_ns[0] == pytest.approx(2.0 * 10_000 * 0.99, rel=0.05)
     assert ABReport.from_json(json.loads(json.dumps(report.to_json()))) == report
@@ -182,7 +184,7 @@ def test_clear_difference_settles_at_the_first_look(tmp_path):
 def test_identical_quiet_candidates_settle_as_the_same(tmp_path):
     report = _ab(tmp_path, FakeEval({"A": 1.0, "B": 1.0}, median=False))
     assert report.stopped == "settled" and report.rounds == 4 and report.statistic == "mean"
-    assert all(s.verdict == ab.SAME and (s.ratio.low, s.ratio.high) == (1.0, 1.0) for s in report.shapes)
+    assert all(s.verdict == shapes.SAME and (s.ratio.low, s.ratio.high) == (1.0, 1.0) for s in report.shapes)
 
 
 def test_settled_shapes_leave_only_once_the_score_is_settled(tmp_path):
@@ -200,9 +202,9 @@ def test_settled_shapes_leave_only_once_the_score_is_settled(tmp_path):
 
     fake = Mixed({"A": 1.0, "B": 1.0})
     report = _ab(tmp_path, fake, max_rounds=8, budget_s=0)
-    assert report.score.verdict == ab.SAME and report.rounds == 8
+    assert report.score.verdict == shapes.SAME and report.rounds == 8
     assert all(sizes == [10, 20, 40] for _, sizes, _ in fake.calls)
-    assert report.shapes[0].verdict == ab.B_FASTER and report.shapes[0].rounds == 8
+    assert report.shapes[0].verdict == shapes.B_FASTER and report.shapes[0].rounds == 8
 
 
 def replace_time(case, factor):
@@ -227,10 +229,10 @@ def test_a_failed_shape_is_shown_and_the_score_is_incomplete(tmp_path):
     assert report.stopped == "failed" and report.failed_side == "B" and report.rounds == 2
     assert report.exit_code == ExitCode.FAILED and report.failure_mode == "benchmark"
     failed = report.shapes[1]
-    assert (failed.status, failed.status_side, failed.verdict) == ("failed", "B", ab.INCOMPLETE)
+    assert (failed.status, failed.status_side, failed.verdict) == ("failed", "B", shapes.INCOMPLETE)
     assert [s.status for s in report.shapes] == ["ok", "failed", "ok"]
     assert report.shapes[0].rounds == 2 and report.shapes[0].ratio is None  # too few rounds for an interval
-    assert report.verdict == ab.INCOMPLETE and report.score.missing == (SPECS[1],)
+    assert report.verdict == shapes.INCOMPLETE and report.score.missing == (SPECS[1],)
     assert ABReport.from_json(json.loads(json.dumps(report.to_json()))) == report
 
 
@@ -259,7 +261,7 @@ def test_compile_failure_names_the_side_and_the_mode(tmp_path, monkeypatch, caps
     report = ab.run_ab(load_task(TASK_DIR), _tmp_sub(tmp_path, "a.py"), _tmp_sub(tmp_path, "b.py"),
                        runner.RunOptions(), system=SYSTEM, run_eval=fake)
     assert fake.calls == [] and report.failed_side == "B" and report.failure_mode == "compile"
-    assert report.exit_code == ExitCode.COMPILE_FAILED and report.verdict == ab.INCOMPLETE
+    assert report.exit_code == ExitCode.COMPILE_FAILED and report.verdict == shapes.INCOMPLETE
     record = ab.side_report(report, "B", load_task(TASK_DIR))
     assert record.outcome == "compile_failed" and ab.side_report(report, "A", load_task(TASK_DIR)) is None
     monkeypatch.setenv("POPKIT_WIDTH", "300")
@@ -307,11 +309,11 @@ def _simulate(trials, ratio, process_sd, shape_sd, order=0.01, drift=0.001, seed
                 runs[side] = ModeRun(mode="benchmark", secret=False, seed=None, exit_code=0, duration_s=0.0,
                                      timeout_s=1.0, check="pass", benchmarks=benches)
             state.add(runs)
-        shapes, score = state.final()
-        for series in shapes + (score,):
+        series_list, score = state.final()
+        for series in series_list + (score,):
             total += 1
             covered += series.ratio.contains(ratio)
-            named += series.verdict in (ab.A_FASTER, ab.B_FASTER)
+            named += series.verdict in (shapes.A_FASTER, shapes.B_FASTER)
     return covered, total, named
 
 
@@ -341,13 +343,13 @@ def test_run_ab_for_real_on_the_tiny_task(tmp_path):
     assert report.failed_side == "" and report.stopped == "settled" and report.rounds == 4
     assert [s.spec for s in report.shapes] == SPECS
     assert report.shapes[0].a_ns == (10000.0,) * 4 and report.statistic == "mean"
-    assert all(s.verdict == ab.SAME for s in report.shapes) and report.verdict == ab.SAME
+    assert all(s.verdict == shapes.SAME for s in report.shapes) and report.verdict == shapes.SAME
 
 
 def test_run_ab_for_real_with_a_wrong_b(tmp_path):
     report = ab.run_ab(load_task(TASK_DIR), GOOD, WRONG, OPTIONS, system=SYSTEM, warmup=False)
     assert report.failed_side == "B" and report.failure.outcome == "failed" and report.rounds == 0
-    assert report.verdict == ab.INCOMPLETE and all(s.status == "failed" for s in report.shapes)
+    assert report.verdict == shapes.INCOMPLETE and all(s.status == "failed" for s in report.shapes)
 
 
 CLI_ENV = {"POPKIT_WIDTH": "200", "NO_COLOR": "1"}

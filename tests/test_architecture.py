@@ -212,3 +212,50 @@ def test_the_cli_starts_without_the_template_engine():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+MAX_MODULE_LINES = 500
+SCRIPTS = ROOT / "scripts"
+
+
+def test_no_module_is_over_500_lines():
+    long = {name: n for name, path in module_files().items()
+            if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
+    assert not long, f"modules over {MAX_MODULE_LINES} lines (split them by what they own): {long}"
+
+
+def private_uses(path: Path) -> list[str]:
+    """`_private` names of popkit modules that `path` reaches: `from popkit.x import _y`, `x._y` on a popkit
+    module bound by an import (dunder names and the private modules' own public names are fine)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    modules: set[str] = set()
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("popkit"):
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__") and \
+                        not (ROOT / (node.module or "").replace(".", "/") / f"{alias.name}.py").exists():
+                    found.append(f"{path.name}:{node.lineno}: from {node.module} import {alias.name}")
+                else:
+                    modules.add(alias.asname or alias.name)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("popkit"):
+                    modules.add(alias.asname or alias.name.split(".")[0])
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__") \
+                and isinstance(node.value, ast.Name) and node.value.id in modules:
+            found.append(f"{path.name}:{node.lineno}: {node.value.id}.{node.attr}")
+    return found
+
+
+def test_no_private_name_is_imported_across_modules_or_by_scripts():
+    paths = list(module_files().values()) + sorted(SCRIPTS.glob("*.py"))
+    found = [use for path in paths for use in private_uses(path)]
+    assert not found, "private names used outside their module (make them public or move the code):\n" + "\n".join(found)
+
+
+def test_the_private_name_finder_finds_both_forms(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("from popkit.runner import _cases\nfrom popkit import runner as r\nr._where(1)\nr.__doc__\n")
+    assert private_uses(bad) == ["bad.py:1: from popkit.runner import _cases", "bad.py:3: r._where"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -100,8 +101,17 @@ def test_errors_are_json_in_json_mode(cli):
     assert doc["schema"] == "popkit/error/1" and doc["exit_code"] == 4 and "no such file" in doc["message"]
 
 
+def _double_in(root: Path) -> str:
+    """The fixture task `double` (and the eval it names, ../common) copied into `root`: a problem set names
+    task folders inside its own folder. Returns the folder name a set's `directory` gives."""
+    shutil.copytree(DOUBLE, root / "double")
+    shutil.copytree(Path(DOUBLE).parent / "common", root / "common")
+    return "double"
+
+
 def test_tasks_list_and_show(cli, tmp_path):
-    (tmp_path / "set.yaml").write_text(f"name: s\nproblems:\n  - {{directory: {DOUBLE}, name: dbl, gpus: [H100]}}\n")
+    double = _double_in(tmp_path)
+    (tmp_path / "set.yaml").write_text(f"name: s\nproblems:\n  - {{directory: {double}, name: dbl, gpus: [H100]}}\n")
     result = cli("tasks", "--tasks-root", str(tmp_path / "set.yaml"), "--json")
     assert result.exit_code == 0, result.output
     rows = {r["leaderboard"]: r for r in json.loads(result.stdout)["tasks"]}
@@ -191,8 +201,9 @@ def test_a_bad_popkit_width_falls_back_with_one_warning(cli, monkeypatch, width)
 
 
 def test_one_bad_problem_set_entry_hides_no_other_task(cli, tmp_path):
+    double = _double_in(tmp_path)
     (tmp_path / "set.yaml").write_text(
-        f"name: s\nproblems:\n  - {{directory: {DOUBLE}, name: dbl}}\n  - {{directory: nowhere, name: ghost}}\n")
+        f"name: s\nproblems:\n  - {{directory: {double}, name: dbl}}\n  - {{directory: nowhere, name: ghost}}\n")
     (tmp_path / "broken.yaml").write_text("name: b\nproblems: 5\n")
     result = cli("tasks", "--tasks-root", str(tmp_path))
     assert result.exit_code == 0, result.output
@@ -206,7 +217,8 @@ def test_one_bad_problem_set_entry_hides_no_other_task(cli, tmp_path):
 
 
 def test_a_broken_problem_set_hides_no_name_of_another(cli, tmp_path):
-    (tmp_path / "set.yaml").write_text(f"name: s\nproblems:\n  - {{directory: {DOUBLE}, name: dbl}}\n")
+    double = _double_in(tmp_path)
+    (tmp_path / "set.yaml").write_text(f"name: s\nproblems:\n  - {{directory: {double}, name: dbl}}\n")
     (tmp_path / "broken.yaml").write_text('name: b\nproblems:\n  - {directory: "a\\0b", name: x}\n')
     result = cli("test", sub("good.py"), "--task", "dbl", "--tasks-root", str(tmp_path), "--no-history")
     assert result.exit_code == 0, result.output

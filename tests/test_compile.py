@@ -120,8 +120,9 @@ def test_map_generated_lines_back_to_the_submission(tmp_path, monkeypatch):
     main = (gen_dir / "main.cpp").read_text().splitlines()
     cu_line = next(n for n, s in enumerate(cuda, 1) if "c[i]" in s)
     def_line = next(n for n, s in enumerate(main, 1) if 'm.def("vector_add"' in s)
+    source = cuda[cu_line - 1]  # nvcc quotes the line, two spaces in, with a caret under the column
     log = (f"{gen_dir}/cuda.cu({cu_line}): error: identifier \"c\" is undefined\n"
-           f"          out[i] = __hadd(a[i], c[i]);\n                                ^\n"
+           f"  {source}\n{' ' * (source.index('c[i]') + 2)}^\n"
            f"{gen_dir}/main.cpp:{def_line}:50: error: 'vector_add' was not declared in this scope\n")
     diags = map_diagnostics(parse_log(log), SourceMap(sub, text), build)
     assert [(d.line, d.column, d.file) for d in diags] == [
@@ -129,7 +130,7 @@ def test_map_generated_lines_back_to_the_submission(tmp_path, monkeypatch):
         (line_of(sub, 'functions=["vector_add"]'), 16, str(sub)),
     ]
     assert diags[0].source_line.strip() == "out[i] = __hadd(a[i], c[i]);"
-    assert diags[0].generated == f"cuda.cu:{cu_line}:31"
+    assert diags[0].generated == f"cuda.cu:{cu_line}:{source.index('c[i]') + 1}"
     assert "functions= names `vector_add`" in diags[1].hint
 
 
@@ -138,7 +139,7 @@ def test_symbols_point_at_the_kernel_or_declaration(tmp_path):
     smap = SourceMap(sub, sub.read_text())
     ptxas, ld = [d for d in parse_log(NVCC_LOG) if d.tool in ("ptxas", "ld")]
     [d] = map_diagnostics([ptxas], smap, None)
-    assert d.line == line_of(sub, "__global__ void softmax_kernel(")
+    assert d.line == line_of(sub, "__global__ void __launch_bounds__(BLOCK) softmax_kernel(")
     assert "softmax_kernel" in d.message
     [d] = map_diagnostics([ld], smap, None)
     assert d.message == "cannot find -lcudart: No such file or directory" and d.line is None
@@ -167,6 +168,8 @@ def cuda_tools(**kw) -> compiler.Toolchain:
 def fake_cuda(monkeypatch):
     monkeypatch.setattr(compiler, "toolchain", lambda python=None, timeout_s=30.0: cuda_tools())
     monkeypatch.setattr(compiler, "cuda_home_problem", lambda: None)
+    monkeypatch.setattr(compiler, "local_gpu_archs", lambda: (None, False))  # as on a machine without a GPU
+    monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
 
 
 def test_built_report_with_times_record_and_cache(tmp_path, monkeypatch, fake_cuda):
@@ -180,8 +183,10 @@ def test_built_report_with_times_record_and_cache(tmp_path, monkeypatch, fake_cu
     assert report.arch_list == "9.0a" and calls[0]["env"]["TORCH_CUDA_ARCH_LIST"] == "9.0a"  # from `#!POPCORN gpu H100`
     assert calls[0]["name"] == "submission.py" and "reference.py" in calls[0]["files"]  # the task's files beside it
     assert Path(report.build_dir).parent == tmp_path / "home" / "build"
-    assert report.notes == ("warning: the cold build took 100 s, 83% of the task's test_timeout (120 s): a first run "
-                            "that must build may time out",)
+    assert report.notes == (
+        "architecture: TORCH_CUDA_ARCH_LIST=9.0a, no GPU here: from `#!POPCORN gpu H100` (line 2)",
+        "warning: the cold build took 100 s, 83% of the task's test_timeout (120 s): a first run that must build may "
+        "time out")
     assert compiler.CompileReport.from_json(json.loads(json.dumps(report.to_json()))) == report
 
     fake, calls = fake_import([{"ok": True, "seconds": 1.2, "has_custom_kernel": True}])
@@ -233,7 +238,7 @@ def test_undefined_symbol_on_load_points_at_the_declaration(tmp_path, monkeypatc
     report = compiler.compile_submission(sub)
     [d] = report.errors
     assert report.exit_code == ExitCode.COMPILE_FAILED and d.tool == "loader"
-    assert d.line == line_of(sub, "torch::Tensor vectoradd(torch::Tensor a, torch::Tensor b) {")
+    assert d.line == line_of(sub, "torch::Tensor vectoradd(torch::Tensor a, torch::Tensor b, int64_t BLOCK, int64_t VEC) {")
     assert "declared but never defined" in d.hint
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from popkit import ab
+from popkit import shapes
 
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("gpu_ab", ROOT / "scripts" / "gpu_ab.py")
@@ -48,10 +48,10 @@ def _run(kind, step, verdicts, spec="size: 8192; seed: 1", wall=30.0):
 
 def test_summary_applies_the_issue_criteria():
     results = {"device": "NVIDIA H100", "started_at": "2026-11-26T15:00:00+00:00", "runs": [
-        _run("self", "calibrate", [ab.SAME] * 36 + [ab.A_FASTER] * 2 + [ab.B_FASTER] * 2),
-        _run("slow", "calibrate", [ab.A_FASTER] * 9 + [ab.SAME]),
-        _run("slow", "calibrate", [ab.SAME] * 5, spec="size: 1024; seed: 2"),  # small shapes do not count
-        _run("self", "speed", [ab.SAME] * 4, wall=55.0)]}
+        _run("self", "calibrate", [shapes.SAME] * 36 + [shapes.A_FASTER] * 2 + [shapes.B_FASTER] * 2),
+        _run("slow", "calibrate", [shapes.A_FASTER] * 9 + [shapes.SAME]),
+        _run("slow", "calibrate", [shapes.SAME] * 5, spec="size: 1024; seed: 2"),  # small shapes do not count
+        _run("self", "speed", [shapes.SAME] * 4, wall=55.0)]}
     s = gpu_ab.summary(results)
     assert (s["self_verdicts"], s["self_winners"], s["self_ok"]) == (44, 4, True)
     assert (s["slow_large_verdicts"], s["slow_large_named"], s["slow_ok"]) == (10, 9, True)
@@ -59,7 +59,7 @@ def test_summary_applies_the_issue_criteria():
     text = gpu_ab.markdown(results)
     assert "NVIDIA H100, 2026-11-26" in text and "4 of 44 shape verdicts" in text
     assert "Calibration PASS · sensitivity PASS · speed PASS" in text
-    results["runs"].append(_run("self", "speed", [ab.B_FASTER] * 4, wall=61.0))
+    results["runs"].append(_run("self", "speed", [shapes.B_FASTER] * 4, wall=61.0))
     s = gpu_ab.summary(results)
     assert not s["self_ok"] and not s["speed_ok"]
 

@@ -287,3 +287,24 @@ def test_without_the_sdk_mcp_stops_with_the_install_line(monkeypatch):
     assert result.exit_code == 11
     assert "popkit mcp needs the MCP Python SDK 2 or later, which is not installed" in result.output
     assert "pip install 'popkit[mcp]'" in result.output
+
+
+@pytest.mark.slow
+def test_tune_writes_the_fastest_variant_and_says_so(place):
+    found = {}
+    submission = FIX / "tune" / "chunksum.py"
+
+    async def scenario(client):
+        steps: list[str] = []
+        found["tune"] = await call(client, "tune", steps, submission=str(submission),
+                                   task=str(FIX / "tasks" / "chunksum"), output=str(place / "tuned.py"), rounds=4,
+                                   history=False)
+        found["steps"] = steps
+
+    drive(place, scenario)
+    result = found["tune"]
+    doc = result.structured_content
+    assert not result.is_error and doc["schema"] == "popkit/tune/1" and result.meta == {"popkit/exit_code": 0}
+    variants = {v["label"]: v for v in doc["variants"]}
+    assert variants["CHUNK=1000"]["outcome"] == "failed" and doc["winner_label"] not in ("CHUNK=1", "CHUNK=1000")
+    assert (place / "tuned.py").is_file() and found["steps"]

@@ -82,8 +82,10 @@ def test_an_unknown_tool_names_the_tools():
 
 def test_runs_hold_their_gpu_or_every_device():
     held = slots.Slots(("0", "1"))
-    assert held.wanted(None) == ("0", "1") and held.wanted("1") == ("1",)
-    assert tools.tool("test").device({}) and tools.tool("bench").device({})
+    assert held.wanted(None) == ("0", "1") and held.wanted(["1"]) == ("1",)
+    assert server.pinned_gpus({"gpu": "1"}) == ["1"] and server.pinned_gpus({"gpus": "0,1"}) == ["0", "1"]
+    assert server.pinned_gpus({}) == []
+    assert tools.tool("test").device({}) and tools.tool("bench").device({}) and tools.tool("tune").device({})
     assert not tools.tool("compile").device({}) and not tools.tool("check").device({})
     assert tools.tool("submit").device({"gate": "test"}) and not tools.tool("submit").device({})
 

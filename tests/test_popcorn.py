@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -192,16 +195,16 @@ def test_plan_refuses_check_errors_and_needs_a_target(tmp_path):
     path = tmp_path / "v7.py"
     with pytest.raises(RefusedError, match="stream"):
         submit.plan_submission(path, (SOURCE + "# stream\n").encode(), mode="test", gpu=None, leaderboard=None,
-                                gate="none", exe="p", guard=False)
+                                gate="none", exe="p", folder=tmp_path, guard=False)
     with pytest.raises(UsageError, match="no leaderboard"):
         submit.plan_submission(path, BODY.encode(), mode="test", gpu="H100", leaderboard=None, gate="none",
-                                exe="p", guard=False)
+                                exe="p", folder=tmp_path, guard=False)
     with pytest.raises(UsageError, match="no GPU"):
         submit.plan_submission(path, BODY.encode(), mode="test", gpu=None, leaderboard="x", gate="none",
-                                exe="p", guard=False)
+                                exe="p", folder=tmp_path, guard=False)
     with pytest.raises(UsageError, match="unknown gate"):
         submit.plan_submission(path, SOURCE.encode(), mode="test", gpu=None, leaderboard=None, gate="full",
-                                exe="p", guard=False)
+                                exe="p", folder=tmp_path, guard=False)
 
 
 # --------------------------------------------------------------------------------- the command
@@ -455,3 +458,44 @@ def test_submit_timeout_kills_the_children_of_a_popcorn_cli_wrapper(env, sub, tm
     while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+# ------------------------------------------------------------------- popkit killed during the hand-off
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _wait_until(condition, within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()
+
+
+def test_sigkill_of_popkit_during_submit_leaves_no_staging_folder_and_no_popcorn(env, sub):
+    """The staged copy lives in a proc.WorkDir: its guard removes it when popkit dies, SIGKILL included, and
+    the watchdog takes the hanging popcorn-cli with it."""
+    root = Path(popcorn.__file__).resolve().parents[1]  # the popkit under test
+    env = {**os.environ, **env, "FAKE_POPCORN": "slow",
+           "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    popkit = subprocess.Popen([sys.executable, "-m", "popkit", "submit", str(sub), "--no-guard"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert _wait_until(lambda: _calls(env), 60), "popcorn-cli was not called"
+        call = _calls(env)[0]
+        staged = Path(call["argv"][-1])
+        assert staged.is_file() and staged.read_bytes() == sub.read_bytes()
+    finally:
+        popkit.kill()
+        popkit.wait(10)
+    assert _wait_until(lambda: not staged.parent.exists(), 10), f"{staged.parent} left behind"
+    assert _wait_until(lambda: not _alive(call["pid"]), 10), "popcorn-cli outlived popkit"
+    assert sub.read_text() == SOURCE

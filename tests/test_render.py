@@ -15,7 +15,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from popkit import render
+from popkit import render, tunespec
+from popkit.kernelspec import TUNABLE, TUNE_IF
 from popkit.cli import app
 from popkit.directives import server_directives
 from popkit.errors import ExitCode, PopkitError, TaskError, UsageError
@@ -131,6 +132,29 @@ def test_rendered_submission_is_well_formed(task, target, style):
         assert "hip" not in text.lower()
 
 
+@pytest.mark.parametrize("target,style", TEMPLATES)
+@pytest.mark.parametrize("task", BUNDLED)
+def test_rendered_geometry_is_tunable_and_every_grid_point_is_compiled(task, target, style):
+    """`#!POPKIT tune` lines for the geometry's parameters, a default inside the grid, one dispatch line per
+    point, and variants that differ in their assignments only: the source load_inline builds is the same."""
+    out = rendered(task, target, style)
+    spec = tunespec.parse(out.text, "t.py")
+    kind = render.load_spec(task_dir(task) / "kernel.yml").geometry.kind
+    assert [(p.name, p.values) for p in spec.parameters] == [(t.name, t.values) for t in TUNABLE[kind]]
+    assert [c.text for c in spec.constraints] == ([TUNE_IF[kind]] if kind in TUNE_IF else [])
+    points = list(spec.points())
+    assert spec.default in points and len(points) >= 10
+    dispatch = re.findall(r"^    if \((.*)\) \{ \*err = \w+_launch<(.*)>\(", out.text, re.M)
+    assert dispatch == [(" && ".join(f"{k} == {v}" for k, v in p.items()), ", ".join(map(str, p.values())))
+                        for p in points]
+    assert f"template <{', '.join(f'int {n}' for n in spec.names)}>" in out.text  # real template parameters
+    for point in (points[0], points[-1]):
+        text = tunespec.variant_text(out.text, spec, point)
+        changed = [b for a, b in zip(out.text.splitlines(), text.splitlines()) if a != b]
+        assert [line.split(" = ")[0] for line in changed] == [n for n in spec.names if point[n] != spec.default[n]]
+    assert tunespec.read_time_uses(out.text, spec.names) == {}  # read at call time: a per-shape file may set them
+
+
 def test_hip_arch_and_gpu_choice():
     out = rendered("softmax", "hip", "inline", arch="gfx950", gpu="MI355X")
     assert '"PYTORCH_ROCM_ARCH"] = "gfx950"' in out.text and "--offload-arch=gfx950" in out.text
@@ -157,7 +181,7 @@ def test_render_refuses_bad_options(kwargs, message):
 def test_skeleton_unpacks_what_task_py_says(skeleton_task):
     out = rendered(skeleton_task, "cuda", "inline")
     assert out.skeleton and "in0, in1, in2 = data" in out.text
-    assert "return _module.mystery(in0, in1, in2)" in out.text
+    assert "return _module.mystery(in0, in1, in2, BLOCK, VEC)" in out.text
     assert "int64_t in2" in out.text  # the int in the tuple is passed to the kernel
     assert "# Fill in:" in out.text and "TODO" not in out.text
 

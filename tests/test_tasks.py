@@ -6,8 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from typer.testing import CliRunner
+
+from popkit.cli import app
 from popkit.errors import TaskError
-from popkit.tasks import load_task, problem_sets, resolve_task, task_roots
+from popkit.tasks import list_tasks, load_task, problem_sets, resolve_task, shadowed_tasks, task_roots
 
 FIX = Path(__file__).parent / "fixtures" / "tasks"
 GOOD = """\
@@ -157,6 +160,58 @@ def test_a_symlink_out_of_the_problem_set_is_refused(tmp_path):
     (task_dir / "link.py").symlink_to(secret)
     with pytest.raises(TaskError, match=r"key `files\[1\].source`: `link.py` is outside the problem set"):
         load_task(task_dir)
+
+
+@pytest.mark.parametrize("escape", ["../outside/escaped", "absolute", "link", "fine/../../outside/escaped"])
+def test_a_problem_set_entry_outside_the_sets_folder_is_refused(tmp_path, escape):
+    """As a task's `files` are: a set cannot point popkit at a task folder outside its own folder."""
+    outside = write_task(tmp_path / "outside", name="escaped")  # a valid task, just not the set's
+    sets = tmp_path / "sets"
+    write_task(sets, name="fine")
+    directory = {"absolute": str(outside), "link": "link"}.get(escape, escape)
+    if escape == "link":
+        (sets / "link").symlink_to(outside, target_is_directory=True)
+    yml = sets / "mine.yaml"
+    yml.write_text(f"name: s\nproblems:\n  - {{directory: fine, name: fine}}\n"
+                   f"  - {{directory: '{directory}', name: escaped}}\n")
+    with pytest.raises(TaskError) as info:
+        resolve_task("escaped", [sets])
+    assert info.value.message == (f"{yml}: problems[1] (`escaped`): directory `{directory}` resolves outside the"
+                                  f" set's folder ({sets.resolve()})")
+    assert info.value.exit_code == 3
+    skipped: list = []
+    listed = list_tasks([sets], skipped)  # the set's other entry still lists; this one is skipped, named
+    assert "fine" in [t.leaderboard for t in listed] and "escaped" not in [t.leaderboard for t in listed]
+    assert [(s.problem_set, s.leaderboard) for s in skipped] == [(yml.resolve(), "escaped")]
+    assert shadowed_tasks("escaped", [sets]) == []
+
+
+def test_a_problem_set_entry_outside_its_folder_stops_the_cli_with_exit_3(tmp_path):
+    write_task(tmp_path / "outside", name="escaped")
+    sets = tmp_path / "sets"
+    sets.mkdir()
+    (sets / "mine.yaml").write_text("name: s\nproblems:\n  - {directory: ../outside/escaped, name: escaped}\n")
+    sub = tmp_path / "sub.py"
+    sub.write_text("def custom_kernel(data):\n    return data\n")
+    result = CliRunner().invoke(app, ["test", str(sub), "--task", "escaped", "--tasks-root", str(sets), "--no-history"],
+                                env={"POPKIT_WIDTH": "300", "NO_COLOR": "1"})
+    assert result.exit_code == 3, result.output
+    assert (f"error: {sets / 'mine.yaml'}: problems[0] (`escaped`): directory `../outside/escaped` resolves outside"
+            f" the set's folder ({sets.resolve()})") in result.output
+
+
+def _public_problems() -> Path | None:
+    for candidate in (Path("/work/refk/problems"), Path(__file__).resolve().parents[1] / ".refk" / "problems"):
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
+@pytest.mark.skipif(_public_problems() is None, reason="no checkout of the public problem sets")
+def test_every_public_task_still_loads():
+    skipped: list = []
+    public = [t for t in list_tasks([_public_problems()], skipped) if not t.bundled]
+    assert skipped == [] and len(public) == 42
 
 
 def test_popkits_own_task_files_may_be_named_from_anywhere(tmp_path):

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import os
 import signal
+from typing import Annotated
 
 import typer
 from typer.core import TyperGroup
 
 from typer import _click
 
+from popkit import __version__
 from popkit.errors import ExitCode, Interrupted, PopkitError, UsageError
 from popkit.views import common
 
@@ -77,4 +79,17 @@ app = typer.Typer(
     add_completion=False,
     rich_markup_mode=None,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},  # -h on popkit and on every command
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"popkit {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(version: Annotated[bool, typer.Option("--version", "-V", is_eager=True, callback=_version,
+                                                help="Print popkit's version and exit.")] = False) -> None:
+    """Run GPU MODE leaderboard tasks locally, exactly as the leaderboard runner does."""

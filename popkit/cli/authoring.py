@@ -9,7 +9,8 @@ from typing import Annotated, List, Optional
 import typer
 
 from popkit import compile as compiler
-from popkit import render, system
+from popkit import doctor as environment
+from popkit import render
 from popkit.cli.app import app
 from popkit.errors import ExitCode
 from popkit.tasks import MAX_TIMEOUT_S, task_roots
@@ -98,6 +99,6 @@ def doctor(
     Example: popkit doctor
     """
     common.set_json(json)
-    report = system.doctor(python)
+    report = environment.doctor(python)
     view.show_doctor(report, json)
     raise typer.Exit(0 if report.ok else int(ExitCode.ENVIRONMENT))

@@ -8,10 +8,10 @@ from typing import Annotated, List, Optional
 import typer
 
 from popkit import history as ledger
-from popkit import lint, popcorn, submit as workflow
+from popkit import lint, popcorn, runcompare, submit as workflow
 from popkit.source import check_language_for
 from popkit.cli.app import app
-from popkit.errors import ExitCode
+from popkit.errors import ExitCode, UsageError
 from popkit.resources import popkit_home_source
 from popkit.tasks import MAX_TIMEOUT_S, task_roots
 from popkit.views import common
@@ -31,21 +31,28 @@ def _json_opt(kind: str):
 
 @app.command()
 def check(
-    submission: SubmissionArg,
+    submission: Annotated[Optional[Path], typer.Argument(help="The submission file, exactly as it would be submitted.")] = None,
     leaderboard: LeaderboardOpt = None,
     gpu: GpuOpt = None,
     mode: Annotated[Optional[str], typer.Option("--mode", "-m", help="Mode to check: test, benchmark, leaderboard or profile.")] = None,
     tasks_root: RootsOpt = None,
     guard: GuardOpt = True,
+    rules: Annotated[bool, typer.Option("--rules", "--list-rules", help="Print every rule (id, severity, what it finds, why) instead of checking a file (--json: schema popkit/rules/1).")] = False,
     json: _json_opt("check") = False,
 ) -> None:
     """Check SUBMISSION for everything the leaderboard server refuses, and for reward-hack patterns.
 
     Errors (exit 8) mean the server would refuse or disqualify the file; warnings inform.
+    `--rules` lists the rules instead.
 
     Example: popkit check submissions/vectoradd/cuda.py --gpu H100
     """
     common.set_json(json)
+    if rules:
+        view.show_rules(json=json)
+        raise typer.Exit(int(ExitCode.OK))
+    if submission is None:
+        raise UsageError("missing the submission file to check", "popkit check FILE (or `popkit check --rules`)")
     roots = task_roots(tasks_root or [])
     report = lint.check_file(submission, leaderboard=leaderboard, gpu=gpu, mode=mode, roots=roots, guard=guard)
     check_language_for(submission, report.leaderboard, roots)
@@ -88,16 +95,30 @@ def submit(
 @app.command()
 def history(
     task: Annotated[Optional[str], typer.Option("--task", "-t", help="Only runs of this task or leaderboard.")] = None,
+    file: Annotated[Optional[Path], typer.Option("--file", "-f", help="Only runs of this submission file, or of every file under this folder.")] = None,
     limit: Annotated[int, typer.Option("-n", "--limit", min=1, help="How many runs, newest first.")] = 20,
     json: _json_opt("history") = False,
 ) -> None:
     """List recorded test, bench and submit runs (your per-user ledger, or POPKIT_HOME, or ./.popkit where it exists).
 
-    Example: popkit history --task vectoradd -n 5
+    Paths are shown relative to the current folder (under ~ otherwise); --json has them whole.
+
+    \b
+    Examples:
+      popkit history --task vectoradd -n 5
+      popkit history --file kernels/          (every file under kernels/)
     """
     common.set_json(json)
     db = ledger.History()
-    view.show_history(db.list_runs(task, limit), db.path, json=json, source=popkit_home_source())
+    view.show_history(db.list_runs(task, limit, file), db.path, json=json, source=popkit_home_source(),
+                      filtered=_filter_words(task, file))
+
+
+def _filter_words(task: Optional[str], file: Optional[Path]) -> str:
+    said = [f"task {task}"] if task else []
+    if file is not None:
+        said.append(f"{'files under' if file.is_dir() else 'file'} {file}")
+    return " and ".join(said)
 
 
 @app.command()
@@ -124,10 +145,11 @@ def compare(
 ) -> None:
     """Compare two recorded bench runs shape by shape: B / A time ratio with 95% intervals.
 
+    Both runs are compared in one mode (leaderboard mode when both timed it, else benchmark mode), each
+    shape by its mean, the score as `popkit history` shows it. Two runs of identical bytes get no winner.
     For a fair A/B on one machine in one session, prefer `popkit bench A.py B.py`.
 
     Example: popkit compare 12 15
     """
     common.set_json(json)
-    a, b, comparison = ledger.compare_runs(run_a, run_b)
-    comparison_view.show_compare(a, b, comparison, json=json)
+    comparison_view.show_compare(runcompare.compare_runs(run_a, run_b), json=json)

@@ -42,7 +42,8 @@ INSTRUCTIONS = (
     "popkit runs GPU MODE leaderboard submissions locally as the leaderboard's runner does. The loop: "
     "`new` writes a correct starting file; `check` says what the server would refuse (no run); `compile` "
     "builds it; `test` runs the task's tests; `bench` times it (leaderboard=true: the ranked score; "
-    "submission_b: an A/B of two files); `history` lists runs; `submit` is a dry run unless confirm=true. "
+    "submission_b: an A/B of two files); `tune` searches the file's `#!POPKIT tune` parameters; `history` lists "
+    "runs; `submit` is a dry run unless confirm=true. "
     "A submission is a path (`submission`) or text (`source`). A run's document says `outcome` "
     "(passed, failed, compile_failed, timed_out, crashed) and, for a failed case, what was wrong, a reward hack "
     "by its class. Runs wait for the GPU while another run holds it. AGENTS.md in popkit's repository has more.")
@@ -68,6 +69,13 @@ def describe(name: str, arguments: Mapping[str, Any]) -> str:
     return f"`{name}`" + (f" of {what}" if what else "")
 
 
+def pinned_gpus(arguments: Mapping[str, Any]) -> list[str]:
+    """The GPUs a call names (`gpu`, or tune's `gpus` list "0,1"); none: it may use every GPU."""
+    if arguments.get("gpu") is not None:
+        return [str(arguments["gpu"])]
+    return [g for g in str(arguments.get("gpus") or "").split(",") if g]
+
+
 def error_text(doc: Mapping[str, Any]) -> str:
     text = f"error: {doc.get('message', '')}"
     return text + (f"\nhint: {doc['hint']}" if doc.get("hint") else "")
@@ -88,7 +96,7 @@ class Calls:
         try:
             spec = tool(name)
             check_arguments(spec, arguments)
-            wanted = self.slots.wanted(arguments.get("gpu")) if spec.device(arguments) else ()
+            wanted = self.slots.wanted(pinned_gpus(arguments)) if spec.device(arguments) else ()
         except PopkitError as exc:
             return {"error": document(exc)}
         async with self.slots.hold(wanted, describe(name, arguments), say):

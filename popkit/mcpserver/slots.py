@@ -50,9 +50,9 @@ class Slots:
         self.queue: list[_Ticket] = []
         self._changed = asyncio.Event()
 
-    def wanted(self, gpu: str | None) -> tuple[str, ...]:
-        """What a run holds: the GPU it is pinned to, else every device."""
-        return (str(gpu),) if gpu is not None else self.devices
+    def wanted(self, gpus: Sequence[str] | None) -> tuple[str, ...]:
+        """What a run holds: the GPUs it is pinned to, else every device."""
+        return tuple(str(g) for g in gpus) if gpus else self.devices
 
     def _ahead(self, ticket: _Ticket) -> list[_Ticket]:
         """Holders of a device the ticket wants, and earlier waiters for one."""

@@ -114,6 +114,19 @@ def _test(args: Args, progress: Any) -> Any:
                     hip_on_cuda=args.get("hip_on_cuda", False), progress=progress, **_run_kwargs(args))
 
 
+def _tune(args: Args, progress: Any) -> Any:
+    against = args.get("against")
+    return api.tune(submission_of(args), args["output"], task=args.get("task"), roots=args.get("tasks_root") or (),
+                    against=against, engine=args.get("engine", "grid"), max_variants=args.get("max_variants", 64),
+                    seed=args.get("seed", 0), budget_s=args.get("budget", 900.0), confirm=args.get("confirm", 2),
+                    rounds=args.get("rounds", 8), ab_budget_s=args.get("ab_budget", 60.0), jobs=args.get("jobs", 0),
+                    per_shape=args.get("per_shape", True), resume=args.get("resume", False),
+                    force=args.get("force", False), allow_cpu=args.get("allow_cpu", False),
+                    gpus=[g for g in str(args.get("gpus") or "").split(",") if g] or None, python=args.get("python"),
+                    harness=args.get("harness", "task"), world_size=args.get("world_size"),
+                    record=args.get("history", True), progress=progress)
+
+
 def _bench(args: Args, progress: Any) -> Any:
     files = [submission_of(args)]
     other = submission_of(args, "submission_b", "source_b", required=False)
@@ -196,6 +209,33 @@ TOOLS: tuple[Tool, ...] = (
                      "description": "A/B: seconds after which no new pair of rounds starts (0: no limit)."},
           "allow_cpu": _flag("Without a GPU: run the benchmark shapes that fit the timeout on the CPU.")},
          _bench, device=lambda _a: True),
+    Tool("tune", "Search the launch parameters the file's `#!POPKIT tune` lines allow: every variant built, "
+         "checked on the tests (wrong ones dropped), raced on the benchmarks, the finalists confirmed by A/Bs "
+         "against the incumbent; the fastest is written to output with its values frozen. Long: reports progress, "
+         "can be cancelled; holds the GPUs it uses. Returns popkit/tune/1.",
+         {"submission": SUBMISSION, "source": SOURCE, "output": _string("Where to write the tuned file (never the "
+                                                                          "input)."),
+          "task": TASK, "tasks_root": ROOTS,
+          "against": _string("Confirm the finalists against this file instead of the input with its own values."),
+          "engine": _string("grid (every point, or a sample) or optuna.", enum=["grid", "optuna"], default="grid"),
+          "max_variants": _integer("The most points tried.", minimum=1, maximum=10_000, default=64),
+          "seed": _integer("Seed of the grid's sample and of optuna's sampler.", minimum=0, default=0),
+          "budget": {"type": "number", "minimum": 0, "default": 900,
+                     "description": "Seconds after which no new check, race round or A/B starts (0: no limit)."},
+          "confirm": _integer("Finalists confirmed by an A/B.", minimum=1, maximum=8, default=2),
+          "rounds": _integer("Most rounds of each A/B (even).", minimum=4, default=8),
+          "ab_budget": {"type": "number", "minimum": 0, "default": 60,
+                        "description": "Seconds of each A/B after which no new pair of rounds starts."},
+          "jobs": _integer("Builds and checks at once (0: up to 8).", minimum=0, maximum=64, default=0),
+          "per_shape": _flag("Also try a file that picks the best values by the input's shapes.", True),
+          "resume": _flag("Reuse checks and race times of the same variant bytes from the history."),
+          "force": _flag("Replace output if it exists."),
+          "allow_cpu": _flag("Time a GPU task's benchmarks on a machine without a GPU (slow)."),
+          "gpus": _string("Spread checks and race evals over these GPUs, e.g. \"0,1\"; the call holds them all.",
+                          pattern=r"^[0-9]+(,[0-9]+)*$"),
+          "python": PYTHON, "harness": RUN_OPTIONS["harness"], "world_size": RUN_OPTIONS["world_size"],
+          "history": _flag("Record every eval in the history (needed by a later resume).", True)},
+         _tune, required=("output",), device=lambda _a: True),
     Tool("history", "The recorded runs, newest first. Returns popkit/history/1.",
          {"task": _string("Only runs of this task or leaderboard."),
           "limit": _integer("How many runs.", minimum=1, default=20)},

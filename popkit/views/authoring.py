@@ -5,7 +5,7 @@ from __future__ import annotations
 
 
 from popkit.compile import CompileReport
-from popkit.system import DoctorReport
+from popkit.doctor import DoctorReport
 from popkit.views.common import console, emit_json, escape, table as common_table
 
 LOG_TAIL_LINES = 20  # lines of a failed build's log shown when no diagnostic explains it
@@ -130,5 +130,14 @@ def show_doctor(report: DoctorReport, json: bool) -> None:
     fixes = [c for c in report.checks if c.fix and c.status in ("problem", "warn", "info")]
     for c in fixes:
         con.print(f"{_STATUS[c.status]} {escape(c.name)}: {escape(c.fix)}")
-    problems = len(report.problems)
-    con.print("[green]no problems[/]" if not problems else f"[bold red]{problems} problem{'s' * (problems != 1)}[/]")
+    con.print(doctor_summary(report))
+
+
+def doctor_summary(report: DoctorReport) -> str:
+    """The closing line: problems block (exit 11); warnings name what will not work here (exit 0)."""
+    problems, warnings = len(report.problems), report.warnings
+    said = [f"[bold red]{problems} problem{'s' * (problems != 1)}[/]"] if problems else []
+    if warnings:
+        names = ", ".join(escape(c.name) for c in warnings)
+        said.append(f"[yellow]{len(warnings)} warning{'s' * (len(warnings) != 1)}[/] ({names}: see above)")
+    return ", ".join(said) if said else "[green]no problems[/]"

@@ -9,7 +9,7 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from rich.console import Console
 from rich.markup import escape
@@ -69,6 +69,21 @@ def table(columns, *, right=(), no_wrap=(), **options) -> Table:
         out.add_column(name, justify="right" if name in right else "left", overflow="ellipsis",
                        no_wrap=name in no_wrap, min_width=max(len(w) for w in name.split()))
     return out
+
+
+def keep_whole(table: Table, values: dict[str, Sequence[str]]) -> None:
+    """Never cut or wrap the named columns (names a user must type): each is as wide as its longest value."""
+    for column in table.columns:
+        if column.header in values:
+            column.no_wrap, column.overflow = True, "ignore"
+            column.min_width = max([column.min_width or 0] + [len(v) for v in values[column.header]])
+
+
+def fold(table: Table, *headers: str) -> None:
+    """Let the named columns (paths) break anywhere onto more lines instead of losing their end to `…`."""
+    for column in table.columns:
+        if column.header in headers:
+            column.overflow = "fold"
 
 
 def emit_json(kind: str, payload: dict[str, Any]) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from rich.table import Table
 
 from popkit import stats
-from popkit.ab import A_FASTER, B_FASTER, INCOMPLETE, SAME, ABReport, Comparison, Series
-from popkit.documents import RunComparison
-from popkit.history import RunRecord
+from popkit.ab import ABReport, Series
+from popkit.shapes import A_FASTER, B_FASTER, INCOMPLETE, SAME, Comparison
+from popkit.runcompare import SAME_BYTES, RunComparison
 from popkit.stats import Interval
 from popkit.views.common import console, emit_json, escape, format_time, table as common_table
 from popkit.views.running import isolation_line, system_line
@@ -15,6 +15,10 @@ from popkit.views.running import isolation_line, system_line
 
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _score(seconds: float | None) -> str:
+    return format_time(seconds * 1e9) if seconds is not None else "-"
 
 
 def _interval(ci: Interval) -> str:
@@ -30,22 +34,29 @@ def _verdict_text(code: str, a_label: str, b_label: str) -> str:
         return f"[red]{escape(a_label)} faster[/]"
     if code == SAME:
         return "no significant difference"
+    if code == SAME_BYTES:
+        return "same bytes: no winner"
     if code == INCOMPLETE:
         return "[yellow]incomplete[/]"
     return "[dim]too few samples to tell[/]"
 
 
-def _comparison_table(comparison: Comparison) -> Table:
+def _comparison_table(comparison: Comparison, verdict_of=lambda code: code,
+                      scores: tuple[float | None, float | None] | None = None, score_name: str = "geomean",
+                      statistic: str = "") -> Table:
     a, b = comparison.a_label, comparison.b_label
-    table = common_table(("shape", "A", "B", "B / A (95% CI)", "verdict", "n (A/B)"),
-                         right=("A", "B", "B / A (95% CI)", "n (A/B)"), show_edge=False)
+    suffix = f" {statistic}" if statistic else ""
+    table = common_table(("shape", f"A{suffix}", f"B{suffix}", "B / A (95% CI)", "verdict", "n (A/B)"),
+                         right=(f"A{suffix}", f"B{suffix}", "B / A (95% CI)", "n (A/B)"), show_edge=False)
     for s in comparison.shapes:
         n = f"{s.a.n}/{s.b.n}" + ("" if s.from_samples else "*")
         table.add_row(escape(s.spec), format_time(s.a.mean), format_time(s.b.mean), _interval(s.ratio),
-                      _verdict_text(s.verdict, a, b), n)
+                      _verdict_text(verdict_of(s.verdict), a, b), n)
     if comparison.score is not None:
-        table.add_row("[bold]score (geomean)[/]", "", "", f"[bold]{_interval(comparison.score)}[/]",
-                      _verdict_text(comparison.verdict, a, b), "")
+        a_score, b_score = scores or (None, None)
+        table.add_row(f"[bold]score ({escape(score_name)})[/]", _score(a_score) if scores else "",
+                      _score(b_score) if scores else "", f"[bold]{_interval(comparison.score)}[/]",
+                      _verdict_text(verdict_of(comparison.verdict), a, b), "")
     return table
 
 
@@ -53,8 +64,8 @@ def _comparison_footer(comparison: Comparison) -> list[str]:
     lines = [f"[dim]A = {escape(comparison.a_label)}, B = {escape(comparison.b_label)}; B / A below 1 means B"
              " takes less time[/]"]
     if any(not s.from_samples for s in comparison.shapes):
-        lines.append("[dim]* no raw samples reported (task's own eval): interval from runs/mean/std;"
-                     " --harness popkit keeps every sample[/]")
+        lines.append("[dim]* no raw samples reported (task's own eval, or an A/B side: its rounds' means): interval "
+                     "from runs/mean/std; --harness popkit keeps every sample[/]")
     if comparison.missing:
         lines.append("[yellow]incomplete:[/] timed in one run only, left out of the score: "
                      + escape(", ".join(comparison.missing)))
@@ -63,19 +74,31 @@ def _comparison_footer(comparison: Comparison) -> list[str]:
     return lines
 
 
-def show_compare(a: RunRecord, b: RunRecord, comparison: Comparison, *, json: bool = False) -> None:
+def show_compare(rc: RunComparison, *, json: bool = False) -> None:
     if json:
-        emit_json("compare", RunComparison(a, b, comparison).to_json())
+        emit_json("compare", rc.to_json())
         return
     con = console()
-    for label, r in (("A", a), ("B", b)):
+    for label, r in (("A", rc.a), ("B", rc.b)):
         con.print(f"{label}: run {r.id} · {escape(r.submission)} · {escape(r.created_at)} · "
                   f"{escape(r.device or '-')} · sha256 {r.sha256[:8]}")
-    if a.device != b.device:
-        con.print("[yellow]warning:[/] the runs were on different devices; the ratio mixes code and hardware")
-    con.print(_comparison_table(comparison))
-    for line in _comparison_footer(comparison):
+    if not rc.same_device:
+        con.print(f"[yellow]warning:[/] the runs were on different devices ({escape(rc.a_device or '?')}, "
+                  f"{escape(rc.b_device or '?')}); the ratio mixes code and hardware")
+    con.print(f"{rc.mode} mode on both sides; each shape: the {rc.statistic} of its timed calls (what the leaderboard "
+              f"ranks); score: {escape(rc.ranking_by)} of those means, as `popkit history` shows it")
+    con.print(_comparison_table(rc.comparison, rc.shape_verdict, (rc.a_score_s, rc.b_score_s),
+                                _RANKING_NAME.get(rc.ranking_by, rc.ranking_by), rc.statistic))
+    for line in _comparison_footer(rc.comparison):
         con.print(line)
+    if rc.same_bytes:
+        con.print("[yellow]same bytes:[/] both runs are of the same file (sha256 "
+                  f"{rc.a.sha256[:8]}); their difference is the machine's run-to-run spread, not the code's")
+    for note in rc.notes:
+        con.print(f"[dim]note: {escape(note)}[/]")
+
+
+_RANKING_NAME = {"geom": "geomean", "mean": "mean", "last": "last shape"}
 
 
 _STOPPED = {"settled": "every verdict settled", "max_rounds": "out of rounds", "budget": "time budget reached",
@@ -93,9 +116,16 @@ def _series_verdict(s: Series, report: ABReport) -> str:
     return text
 
 
+AB_FOOTER = ("A = {a}, B = {b}. A and B columns: per shape, the median over rounds of the statistic the column names "
+             "(each eval's median of its timed calls, or its mean where the eval reports no median); B / A below 1 "
+             "means B takes less time. Intervals: Student t over rounds on log ratios, 95% wherever the A/B stopped "
+             "(docs/design.md)")  # one wording for every A/B: only the column headers name the statistic
+
+
 def _ab_table(report: ABReport) -> Table:
-    table = common_table(("shape", "A", "B", "B / A [95% CI]", "verdict", "rounds"),
-                         right=("A", "B", "B / A [95% CI]", "rounds"), show_edge=False)
+    a_col, b_col = f"A ({report.statistic})", f"B ({report.statistic})"
+    table = common_table(("shape", a_col, b_col, "B / A [95% CI]", "verdict", "rounds"),
+                         right=(a_col, b_col, "B / A [95% CI]", "rounds"), show_edge=False)
     rows = list(report.shapes) + ([report.score] if report.score is not None else [])
     for s in rows:
         name = f"[bold]score ({escape(report.ranking_by)})[/]" if s is report.score else escape(s.spec)
@@ -120,9 +150,7 @@ def show_ab(report: ABReport, *, json: bool = False) -> None:
               + (f" · [dim]isolation:[/] {escape(isolation)}" if isolation else ""))
     if any(s.a_ns or s.status != "ok" for s in report.shapes):
         con.print(_ab_table(report))
-        con.print(f"[dim]A = {escape(report.a_path)}, B = {escape(report.b_path)}; A and B: median over rounds of"
-                  f" each eval's {escape(report.statistic)}; B / A below 1 means B takes less time. Intervals:"
-                  " Student t over rounds on log ratios, 95% wherever the A/B stopped (docs/design.md)[/]")
+        con.print(f"[dim]{escape(AB_FOOTER.format(a=report.a_path, b=report.b_path))}[/]")
     if report.failed_side:
         side = report.failed_side
         path = escape(report.path(side))

@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Sequence
 
 from popkit.documents import HistoryList, RunDetail
-from popkit.history import RunRecord
+from popkit.history import RunRecord, shown_path
 from popkit.lint import LintReport
+from popkit.lint_rules import GUARD_INSTALL, RULES, RULES_SCHEMA
 from popkit.results import RemoteResult
 from popkit.submit import SubmitResult
 from popkit.tasks import Task
@@ -39,7 +40,7 @@ def _check_lines(report: LintReport, guard_absent_note: bool = True) -> list[str
     guard = report.guard
     if guard is None:
         if guard_absent_note:
-            lines.append("[dim]KernelGuard: not installed (`pip install kernelguard` to run the server's"
+            lines.append(f"[dim]KernelGuard: not installed (`{escape(GUARD_INSTALL)}` to run the server's"
                          " screening here too)[/]")
     elif guard.error:
         lines.append(f"[yellow]KernelGuard failed:[/] {escape(guard.error)}")
@@ -71,6 +72,19 @@ def show_check(report: LintReport, *, json: bool = False) -> None:
                   " — the server would refuse or disqualify this file")
     else:
         con.print("[bold green]OK[/]: no errors" + (f", {_plural(warnings, 'warning')}" if warnings else ""))
+
+
+def show_rules(*, json: bool = False) -> None:
+    """`popkit check --rules`: the rule table (popkit.lint_rules), each rule with its fixture in --json."""
+    if json:
+        emit_json(RULES_SCHEMA.split("/")[1], {"rules": [rule.to_json() for rule in RULES]})
+        return
+    grid = common_table(["rule", "severity", "finds", "why, what to do"], no_wrap=("rule",))
+    for rule in RULES:
+        grid.add_row(rule.id, rule.severity, escape(rule.summary), escape(rule.doc))
+    con = console()
+    con.print(grid)
+    con.print(f"{len(RULES)} rules; errors block a submission (exit 8), warnings inform.")
 
 
 # ------------------------------------------------------------------------------------ submit
@@ -143,7 +157,7 @@ def show_submit(result: SubmitResult, *, json: bool = False) -> None:
 # ----------------------------------------------------------------------------------- history
 
 
-def _record_row(r: RunRecord) -> list[str]:
+def _record_row(r: RunRecord, path_width: int = 1000) -> list[str]:
     where = r.device or (f"remote {r.gpu}" if r.gpu else "-")
     outcome = r.outcome or "-"
     color = "green" if outcome == "passed" else "red"
@@ -151,13 +165,7 @@ def _record_row(r: RunRecord) -> list[str]:
     if r.remote_id is not None:
         what += f" #{r.remote_id}"
     return [str(r.id), escape(r.created_at.replace("T", " ")[:16]), escape(what), escape(r.task or "-"),
-            f"[{color}]{escape(outcome)}[/]", _score(r.score_s), escape(where), escape(_short_path(r.submission))]
-
-
-def _short_path(path: str, keep: int = 24) -> str:
-    """A long path as `…/name`: the file name is what tells runs apart (`popkit show` and --json have it all)."""
-    name = path.rsplit("/", 1)[-1]
-    return path if len(path) <= keep or name == path else f"…/{name}"
+            f"[{color}]{escape(outcome)}[/]", _score(r.score_s), escape(where), escape(_path_cell(r.submission, path_width))]
 
 
 _LEDGER_SOURCE = {
@@ -167,7 +175,18 @@ _LEDGER_SOURCE = {
 }
 
 
-def show_history(records: Sequence[RunRecord], path: Path, *, json: bool = False, source: str = "") -> None:
+HISTORY_OTHERS = 66  # columns the history's other cells take at 80 (when and device wrapped), separators included
+
+
+def _path_cell(stored: str, width: int) -> str:
+    """The submission relative to the current folder; one too long for `width` keeps its end (`…ls/v7.py`), the
+    file's name first of all (--json has it whole)."""
+    shown = shown_path(stored)
+    return shown if len(shown) <= width else "…" + shown[-(width - 1):]
+
+
+def show_history(records: Sequence[RunRecord], path: Path, *, json: bool = False, source: str = "",
+                 filtered: str = "") -> None:
     if json:
         emit_json("history", HistoryList(tuple(records), path, source).to_json())
         return
@@ -175,12 +194,18 @@ def show_history(records: Sequence[RunRecord], path: Path, *, json: bool = False
     if source:
         con.print(f"ledger: {escape(str(path))} ({escape(_LEDGER_SOURCE.get(source, source))})", soft_wrap=True)
     if not records:
-        con.print(f"no runs recorded in {escape(str(path))} (`popkit test` and `popkit bench` record them)")
+        which = f" of {escape(filtered)}" if filtered else ""
+        con.print(f"no runs{which} recorded in {escape(str(path))} (`popkit test` and `popkit bench` record them)")
         return
     table = common_table(("run", "when (UTC)", "what", "task", "outcome", "score", "device", "submission"),
                          right=("run", "score"), no_wrap=("run", "outcome", "score"), box=None, header_style="bold")
-    for r in records:
-        table.add_row(*_record_row(r))
+    width = max(14, (con.width - HISTORY_OTHERS) // 2 + 7)  # the rest of a wider screen goes to the other cells
+    table.columns[1].min_width = len("2026-11-02")  # the date stays whole; the time wraps under it
+    rows = [_record_row(r, width) for r in records]
+    table.columns[-1].min_width = max(len(row[-1]) for row in rows)
+    table.columns[-1].no_wrap = True
+    for row in rows:
+        table.add_row(*row)
     con.print(table)
     con.print(f"[dim]{escape(str(path))}: `popkit show RUN` for one run, `popkit compare A B` for two[/]")
 

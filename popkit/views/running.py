@@ -9,12 +9,13 @@ from rich.table import Table
 
 from popkit import stats
 from popkit.documents import SpreadOutcome, TaskChecks, TaskDetail, TaskList
+from popkit.diagnostics import submission_frame
 from popkit.ncu import NcuReport
 from popkit.results import CaseResult, ModeRun, RunReport
-from popkit.stats import Interval
+from popkit.taskhints import other_task_hint
 from popkit.tasks import Skipped, Task, display_path
-from popkit.workflows import RunOutcome, SpreadRun
-from popkit.views.common import (console, emit_json, err_console, escape, format_interval, format_time,
+from popkit.workflows import RunOutcome, SpreadRun, speedup_intervals
+from popkit.views.common import (console, emit_json, err_console, escape, fold, format_interval, format_time, keep_whole,
                                   table as common_table)
 
 TAIL_LINES = 25  # lines of a log shown on screen; the JSON keeps the whole log
@@ -57,13 +58,31 @@ def _ci95(case: CaseResult) -> str:
     return f"95% CI {format_interval(ci.low, ci.high)}"
 
 
-def _case_lines(case: CaseResult) -> list[str]:
+def where_it_raised(case: CaseResult, submission: str, name: str = "submission.py") -> str:
+    """`at mine.py:6 in helper`: the submission's deepest frame in the case's traceback, at the user's file
+    (the eval runs it as `name`); "" when the traceback never entered the submission."""
+    frame = submission_frame(case.message, name)
+    return f"at {submission or name}:{frame[0]} in {frame[1]}" if frame else ""
+
+
+def _name_in_workdir(task: Task) -> str:
+    """The name the eval gave the user's file (`submission.py` for a task rebuilt from the history)."""
+    try:
+        return task.submission_name
+    except StopIteration:
+        return "submission.py"
+
+
+def _case_lines(case: CaseResult, submission: str = "", name: str = "submission.py") -> list[str]:
     if case.kind == "test":
         mark = "✅" if case.passed else "❌"
         lines = [f"  {mark} {escape(case.spec)}"]
         if not case.passed:
             detail = case.error or case.message
             lines += [f"     [red]{escape(line)}[/]" for line in _tail(detail, 8).splitlines()]
+            where = where_it_raised(case, submission, name)
+            if where:
+                lines.append(f"     [red]{escape(where)}[/]")
         return lines
     lines = [f"  {escape(case.spec)}"]
     profiled = [f"   {escape(line)}" for line in case.report.rstrip().splitlines()]
@@ -71,7 +90,9 @@ def _case_lines(case: CaseResult) -> list[str]:
         return lines + profiled
     if not case.passed or case.mean_ns is None:
         detail = case.error or case.message or "no timing reported"
-        return lines + [f"   ❌ [red]{escape(line)}[/]" for line in _tail(detail, 8).splitlines()]
+        where = where_it_raised(case, submission, name)
+        return lines + [f"   ❌ [red]{escape(line)}[/]" for line in _tail(detail, 8).splitlines()] + (
+            [f"   [red]{escape(where)}[/]"] if where else [])
     lines.append(f"   ⏱ {format_time(case.mean_ns, case.err_ns)}")
     lines.append(f"   ⚡ {format_time(case.best_ns)} 🐌 {format_time(case.worst_ns)}")
     extra = [f"n={case.runs}"]
@@ -147,22 +168,27 @@ def _compile_failure(step, system=None) -> list[str]:
     return lines
 
 
-def _speedups(report: RunReport, baseline: RunReport, interval: Interval | None = None) -> Table | None:
-    mode = "leaderboard" if report.runs_of("leaderboard") else "benchmark"
-    mine = next((r for r in report.runs_of(mode, secret=False) if r.passed), None)
-    ref = next((r for r in baseline.runs_of(mode, secret=False) if r.passed), None)
-    if mine is None or ref is None:
+def _speedup_text(estimate: float, interval: stats.Interval | None) -> str:
+    if interval is None or not interval.defined:
+        return f"{estimate:.2f}× [dim](no interval: too few calls)[/]"
+    return f"{estimate:.2f}× [{interval.low:.2f}, {interval.high:.2f}]"
+
+
+def _speedups(report: RunReport, baseline: RunReport) -> Table | None:
+    found = speedup_intervals(report, baseline)
+    if found is None:
         return None
-    table = common_table(("shape", "submission", "reference", "speedup"), right=("submission", "reference", "speedup"),
-                         title="speedup over the reference", title_justify="left", show_edge=False)
-    for a, b in zip(mine.benchmarks, ref.benchmarks):
-        if a.mean_ns and b.mean_ns:
-            table.add_row(escape(a.spec), format_time(a.mean_ns), format_time(b.mean_ns), f"{b.mean_ns / a.mean_ns:.2f}×")
+    rows, score = found
+    table = common_table(("shape", "submission", "reference", "speedup (95% CI)"),
+                         right=("submission", "reference", "speedup (95% CI)"),
+                         title="speedup over the reference: its mean / yours", title_justify="left",
+                         show_edge=False)
+    for spec, mine, ref, interval in rows:
+        table.add_row(escape(spec), format_time(mine), format_time(ref), _speedup_text(ref / mine, interval))
     if report.score_public_s and baseline.score_public_s:
-        ci = (f" [{interval.low:.2f}, {interval.high:.2f}]" if interval is not None and interval.defined else "")
         table.add_row("[bold]score[/]", format_time(report.score_public_s * 1e9),
                       format_time(baseline.score_public_s * 1e9),
-                      f"[bold]{baseline.score_public_s / report.score_public_s:.2f}×[/]{ci}")
+                      f"[bold]{_speedup_text(baseline.score_public_s / report.score_public_s, score)}[/]")
     return table
 
 
@@ -176,12 +202,11 @@ def show_outcome(outcome: RunOutcome, *, json: bool = False, total_s: float | No
     if json:
         emit_json("run", outcome.to_json())
         return
-    show_run(outcome.report, outcome.task, baseline=outcome.baseline, warning=outcome.warning, total_s=total_s,
-             speedup=outcome.speedup_interval())
+    show_run(outcome.report, outcome.task, baseline=outcome.baseline, warning=outcome.warning, total_s=total_s)
 
 
 def show_run(report: RunReport, task: Task, *, baseline: RunReport | None = None, warning: str = "",
-             total_s: float | None = None, speedup: Interval | None = None) -> None:
+             total_s: float | None = None) -> None:
     """The report; the footer's time is `total_s` (the whole command) when given, else the run's."""
     con = console()
     board = f" (leaderboard {task.leaderboard})" if task.leaderboard and task.leaderboard != task.name else ""
@@ -205,12 +230,15 @@ def show_run(report: RunReport, task: Task, *, baseline: RunReport | None = None
         con.print()
         con.print(_run_title(run))
         for case in run.tests + run.benchmarks:
-            for line in _case_lines(case):
+            for line in _case_lines(case, report.submission, _name_in_workdir(task)):
                 con.print(line)
         if run.outcome != "passed":
             con.print()
             for line in _failure_details(report, run):
                 con.print(line)
+    other_task = other_task_hint(report, task.name, task.bundled)
+    if other_task:
+        con.print(f"[yellow]hint:[/] {escape(other_task)}")
     con.print()
     if report.score_public_s is not None and report.mode in ("benchmark", "leaderboard"):
         label = "score" if report.mode == "leaderboard" else "benchmark score"
@@ -219,27 +247,49 @@ def show_run(report: RunReport, task: Task, *, baseline: RunReport | None = None
             state = f"passed, {format_time(score * 1e9)}" if score is not None else "did not pass"
             con.print(f"  secret seed {seed}: {state}")
     if baseline is not None:
-        table = _speedups(report, baseline, speedup)
+        table = _speedups(report, baseline)
         if table is None:
             con.print(f"[yellow]no speedup: the reference run did not pass ({escape(baseline.outcome)})[/]")
         else:
             con.print(table)
-    for text in report.warnings + ((warning,) if warning else ()):
+    for text in report.folded_warnings + ((warning,) if warning else ()):
         con.print(f"[yellow]warning:[/] {escape(text)}")
     verdict = "[bold green]PASSED[/]" if report.outcome == "passed" else f"[bold red]{report.outcome.upper().replace('_', ' ')}[/]"
     con.print(f"{verdict} in {total_s if total_s is not None else report.duration_s:.1f} s")
 
 
+TASK_TABLE_OTHERS = 62  # what a readable task row needs beside its name: gpus, ranking, tests, benchmarks, folder
+
+
+def task_folder(task: Task) -> str:
+    """Where a task lives, short: `bundled`, or its problem set's folder and its own (`pmpp_v2/grayscale_py`);
+    --json has the whole path."""
+    return "bundled" if task.bundled else f"{task.path.parent.name}/{task.path.name}"
+
+
 def show_task_list(tasks: Sequence[Task], skipped: Sequence[Skipped] = (), *, json: bool = False) -> None:
+    """One row per task, named by what `--task` takes (the leaderboard name), never cut: where the longest name
+    leaves no room for a table, each task gets two lines instead."""
     if json:
         emit_json("tasks", TaskList(tuple(tasks), tuple(skipped)).to_json())
         return
     show_skipped(skipped)
-    table = common_table(("task", "leaderboard", "gpus", "ranking", "tests", "benchmarks", "source"), show_edge=False)
-    for t in tasks:
-        table.add_row(escape(t.name), escape(t.leaderboard or "-"), escape(", ".join(t.gpus) or "-"), t.ranking_by,
-                      str(len(t.tests)), str(len(t.benchmarks)), "bundled" if t.bundled else escape(str(t.path)))
-    console().print(table)
+    con = console()
+    names = [t.display_name for t in tasks]
+    if names and max(map(len, names)) + TASK_TABLE_OTHERS > con.width:
+        for t, name in zip(tasks, names):
+            con.print(f"[bold]{escape(name)}[/]", soft_wrap=True)
+            con.print(f"    {escape(', '.join(t.gpus) or '-')} · {t.ranking_by} · {len(t.tests)} tests · "
+                      f"{len(t.benchmarks)} benchmarks · {escape(task_folder(t))}")
+        return
+    table = common_table(("task", "gpus", "ranking", "tests", "benchmarks", "folder"), show_edge=False)
+    keep_whole(table, {"task": names})
+    fold(table, "folder")
+    for t, name in zip(tasks, names):
+        table.add_row(escape(name), escape(", ".join(t.gpus) or "-"), t.ranking_by, str(len(t.tests)),
+                      str(len(t.benchmarks)), escape(task_folder(t)))
+    con.print(table)
+    con.print("[dim]task: the name --task takes (a problem set's leaderboard name); --json has every path[/]")
 
 
 def show_skipped(skipped: Sequence[Skipped]) -> None:
@@ -258,7 +308,7 @@ def show_task(task: Task, *, json: bool = False) -> None:
     con.print(f"[bold]{escape(task.name)}[/]" + (f" · leaderboard {escape(task.leaderboard)}" if task.leaderboard else ""))
     con.print(f"[dim]{escape(str(task.path))}[/]")
     con.print()
-    con.print(escape(task.description))
+    con.print(escape(task.description.rstrip()), soft_wrap=True)  # the author's line breaks, not Rich's re-wrap
     con.print()
     con.print(f"ranking: {task.ranking_by} · GPUs: {escape(', '.join(task.gpus) or '-')} · "
               f"timeouts: test {task.test_timeout:g} s, benchmark {task.benchmark_timeout:g} s, "
@@ -279,14 +329,20 @@ def show_task_check(tasks: Sequence[Task], verdicts: Sequence, system: dict, *, 
         return
     con = console()
     con.print(f"[dim]this machine:[/] {escape(system_line(system))}")
-    table = common_table(("task", "leaderboard", "runnable here", "reason"), show_edge=False)
+    table = common_table(("task", "PyTorch file", "CUDA/HIP build", "why not"), show_edge=False)
+    keep_whole(table, {"task": [t.display_name for t in tasks]})
     for t, v in zip(tasks, verdicts):
-        why = "; ".join(v.reasons) if v.reasons else "; ".join(v.notes)
-        table.add_row(escape(t.name), escape(t.leaderboard or "-"), "[green]yes[/]" if v.runnable else "[red]no[/]",
-                      escape(why))
+        why = list(v.reasons) or list(v.notes)
+        why += [r for r in v.build_reasons if r not in v.reasons]
+        table.add_row(escape(t.display_name), _yes(v.runnable), _yes(v.build_runnable), escape("; ".join(why)))
     con.print(table)
-    runnable = sum(v.runnable for v in verdicts)
-    con.print(f"{runnable} of {len(verdicts)} tasks can run here")
+    plain, built = sum(v.runnable for v in verdicts), sum(v.build_runnable for v in verdicts)
+    con.print(f"{plain} of {len(verdicts)} tasks can run a PyTorch file here, {built} a file that builds a CUDA or "
+              "HIP kernel (load_inline)")
+
+
+def _yes(ok: bool) -> str:
+    return "[green]yes[/]" if ok else "[red]no[/]"
 
 
 def show_taskcheck(result, *, json: bool = False) -> None:
@@ -306,7 +362,7 @@ def show_taskcheck(result, *, json: bool = False) -> None:
                           f"{m.seconds:.1f} s", f"{m.timeout_s:g} s", f"{m.seconds / m.timeout_s:.0%}")
         con.print(table)
     for label, verdict in result.lax.items():
-        mark = "✅" if verdict == "rejected" else "❌"
+        mark = "✅" if verdict == "rejected" else "❌" if verdict == "passed" else "–"
         says = ("the checker rejects it" if verdict == "rejected" else
                 "[red]the checker passes it: too lax[/]" if verdict == "passed" else escape(verdict))
         con.print(f"  {mark} {label}: {says}")

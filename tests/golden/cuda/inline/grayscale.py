@@ -1,10 +1,14 @@
 #!POPCORN leaderboard grayscale
 #!POPCORN gpu H100
+#!POPKIT tune BLOCK=64,128,256,512,1024
+#!POPKIT tune ROWS=1,2,4
 #
 # grayscale: a simple, correct CUDA kernel, rendered by `popkit new` (style: inline)
 # from grayscale/kernel.yml.
 # The extension builds once, when this module is imported; custom_kernel(data) is the entry point.
-# Check the build with `popkit compile FILE`, the output with `popkit test FILE`.
+# Check the build with `popkit compile FILE`, the output with `popkit test FILE`; `popkit tune FILE -o OUT`
+# times every launch geometry the `#!POPKIT tune` lines list (all compiled into this one extension) and
+# writes OUT with the fastest.
 
 import torch
 from torch.utils.cpp_extension import load_inline
@@ -12,25 +16,74 @@ from torch.utils.cpp_extension import load_inline
 CUDA_SRC = r"""
 #include <cuda_runtime.h>
 #include <torch/types.h>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
-__global__ void grayscale_kernel(const float* __restrict__ rgb,
-                                 float* __restrict__ gray,
-                                 int64_t rows,
-                                 int64_t cols) {
-    // One thread per (row, col), idx = row * cols + col; the loop over rows goes past 65535 blocks.
-    const int64_t col = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+// The launch geometry (BLOCK, ROWS) is a template parameter: each grid point is its own kernel.
+template <int BLOCK, int ROWS>
+__global__ void __launch_bounds__(BLOCK) grayscale_kernel(const float* __restrict__ rgb,
+                                                          float* __restrict__ gray,
+                                                          int64_t rows,
+                                                          int64_t cols) {
+    // Blocks of 32 columns by BLOCK/32 rows of threads; a thread takes ROWS rows, BLOCK/32 apart, per step of
+    // the loop over rows (which goes past 65535 blocks); idx = row * cols + col.
+    const int64_t col = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
     if (col >= cols) return;
-    for (int64_t row = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y; row < rows;
-         row += static_cast<int64_t>(gridDim.y) * blockDim.y) {
-        const int64_t idx = row * cols + col;
-        const float* px = rgb + idx * 3;
-        gray[idx] = 0.2989f * px[0] + 0.5870f * px[1] + 0.1140f * px[2];
+    const int64_t stride = static_cast<int64_t>(gridDim.y) * (BLOCK / 32) * ROWS;
+    for (int64_t base = static_cast<int64_t>(blockIdx.y) * (BLOCK / 32) * ROWS + threadIdx.y; base < rows;
+         base += stride) {
+#pragma unroll
+        for (int v = 0; v < ROWS; ++v) {
+            const int64_t row = base + static_cast<int64_t>(v) * (BLOCK / 32);
+            if (row < rows) {
+                const int64_t idx = row * cols + col;
+                const float* px = rgb + idx * 3;
+                gray[idx] = 0.2989f * px[0] + 0.5870f * px[1] + 0.1140f * px[2];
+            }
+        }
     }
 }
 
-torch::Tensor grayscale(torch::Tensor rgb) {
+// One grid point's launch.
+template <int BLOCK, int ROWS>
+cudaError_t grayscale_launch(const float* __restrict__ rgb,
+                             float* __restrict__ gray,
+                             int64_t rows,
+                             int64_t cols) {
+    const dim3 block(32, BLOCK / 32);
+    const int64_t blocks_y = std::min<int64_t>((rows + BLOCK / 32 * ROWS - 1) / (BLOCK / 32 * ROWS), 65535);
+    const dim3 grid(static_cast<unsigned int>((cols + 31) / 32), static_cast<unsigned int>(blocks_y));
+    grayscale_kernel<BLOCK, ROWS><<<grid, block>>>(rgb, gray, rows, cols);
+    return cudaGetLastError();
+}
+
+// Every point of the `#!POPKIT tune` grid is compiled here, so the source is the same whatever values the
+// Python file passes, and all the variants `popkit tune` times share this one build. false: not a grid point.
+bool grayscale_dispatch(int64_t BLOCK, int64_t ROWS, cudaError_t* err,
+                        const float* __restrict__ rgb,
+                        float* __restrict__ gray,
+                        int64_t rows,
+                        int64_t cols) {
+    if (BLOCK == 64 && ROWS == 1) { *err = grayscale_launch<64, 1>(rgb, gray, rows, cols); return true; }
+    if (BLOCK == 64 && ROWS == 2) { *err = grayscale_launch<64, 2>(rgb, gray, rows, cols); return true; }
+    if (BLOCK == 64 && ROWS == 4) { *err = grayscale_launch<64, 4>(rgb, gray, rows, cols); return true; }
+    if (BLOCK == 128 && ROWS == 1) { *err = grayscale_launch<128, 1>(rgb, gray, rows, cols); return true; }
+    if (BLOCK == 128 && ROWS == 2) { *err = grayscale_launch<128, 2>(rgb, gray, rows, cols); return true; }
+    if (BLOCK == 128 && ROWS == 4) { *err = grayscale_launch<128, 4>(rgb, gray, rows, cols); return true; }
+    if (BLOCK == 256 && ROWS == 1) { *err = grayscale_launch<256, 1>(rgb, gray, rows, cols); return true; }
+    if (BLOCK == 256 && ROWS == 2) { *err = grayscale_launch<256, 2>(rgb, gray, rows, cols); return true; }
+    if (BLOCK == 256 && ROWS == 4) { *err = grayscale_launch<256, 4>(rgb, gray, rows, cols); return true; }
+    if (BLOCK == 512 && ROWS == 1) { *err = grayscale_launch<512, 1>(rgb, gray, rows, cols); return true; }
+    if (BLOCK == 512 && ROWS == 2) { *err = grayscale_launch<512, 2>(rgb, gray, rows, cols); return true; }
+    if (BLOCK == 512 && ROWS == 4) { *err = grayscale_launch<512, 4>(rgb, gray, rows, cols); return true; }
+    if (BLOCK == 1024 && ROWS == 1) { *err = grayscale_launch<1024, 1>(rgb, gray, rows, cols); return true; }
+    if (BLOCK == 1024 && ROWS == 2) { *err = grayscale_launch<1024, 2>(rgb, gray, rows, cols); return true; }
+    if (BLOCK == 1024 && ROWS == 4) { *err = grayscale_launch<1024, 4>(rgb, gray, rows, cols); return true; }
+    return false;
+}
+
+torch::Tensor grayscale(torch::Tensor rgb, int64_t BLOCK, int64_t ROWS) {
     TORCH_CHECK(rgb.is_cuda(), "grayscale: `rgb` must be a GPU tensor");
     TORCH_CHECK(rgb.scalar_type() == at::kFloat, "grayscale: `rgb` must be float32, got ", rgb.scalar_type());
     rgb = rgb.contiguous();
@@ -43,14 +96,13 @@ torch::Tensor grayscale(torch::Tensor rgb) {
     }
     torch::Tensor gray = torch::empty(gray_sizes, rgb.options().dtype(at::kFloat));
     if (rows > 0 && cols > 0) {
-        const dim3 block(32, 8);
-        const int64_t blocks_y = std::min<int64_t>((rows + 7) / 8, 65535);
-        const dim3 grid(static_cast<unsigned int>((cols + 31) / 32), static_cast<unsigned int>(blocks_y));
-        grayscale_kernel<<<grid, block>>>(static_cast<const float*>(rgb.data_ptr()),
-                                          static_cast<float*>(gray.data_ptr()),
-                                          rows,
-                                          cols);
-        const cudaError_t err = cudaGetLastError();
+        cudaError_t err = cudaSuccess;
+        const bool found = grayscale_dispatch(BLOCK, ROWS, &err,
+                                              static_cast<const float*>(rgb.data_ptr()),
+                                              static_cast<float*>(gray.data_ptr()),
+                                              rows,
+                                              cols);
+        TORCH_CHECK(found, "grayscale: no kernel compiled for BLOCK=", BLOCK, ", ROWS=", ROWS, ": the `#!POPKIT tune` lines list the values compiled");
         TORCH_CHECK(err == cudaSuccess, "grayscale_kernel failed to launch: ", cudaGetErrorString(err));
     }
     return gray;
@@ -58,7 +110,7 @@ torch::Tensor grayscale(torch::Tensor rgb) {
 """
 
 CPP_SRC = r"""
-torch::Tensor grayscale(torch::Tensor rgb);
+torch::Tensor grayscale(torch::Tensor rgb, int64_t BLOCK, int64_t ROWS);
 """
 
 # Built once, at import: the leaderboard's compile step warms the cache for every later process.
@@ -72,7 +124,12 @@ _module = load_inline(
 )
 
 
+# The launch geometry, passed to the kernel at every call (`popkit tune` rewrites these values).
+BLOCK = 256  # threads per block: 32 columns by BLOCK/32 rows
+ROWS = 1  # rows per thread per step, BLOCK/32 apart
+
+
 def custom_kernel(data):
     """data: rgb (float32); returns a new float32 tensor: rgb without dims [-1]."""
     rgb = data
-    return _module.grayscale(rgb)
+    return _module.grayscale(rgb, BLOCK, ROWS)

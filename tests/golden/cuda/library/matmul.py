@@ -1,10 +1,15 @@
 #!POPCORN leaderboard matmul
 #!POPCORN gpu H100
+#!POPKIT tune TILE=8,16,32
+#!POPKIT tune WPT=1,2,4,8
+#!POPKIT tune-if TILE * TILE // WPT >= 32
 #
 # matmul: a simple, correct CUDA kernel, rendered by `popkit new` (style: library)
 # from matmul/kernel.yml.
 # The extension builds once, when this module is imported; custom_kernel(data) is the entry point.
-# Check the build with `popkit compile FILE`, the output with `popkit test FILE`.
+# Check the build with `popkit compile FILE`, the output with `popkit test FILE`; `popkit tune FILE -o OUT`
+# times every launch geometry the `#!POPKIT tune` lines list (all compiled into this one extension) and
+# writes OUT with the fastest.
 
 import torch
 from torch.utils.cpp_extension import load_inline
@@ -14,38 +19,93 @@ CUDA_SRC = r"""
 #include <cuda_fp16.h>
 #include <torch/types.h>
 #include <torch/library.h>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
-__global__ void matmul_kernel(const __half* __restrict__ a,
-                              const __half* __restrict__ b,
-                              __half* __restrict__ c,
-                              int64_t m,
-                              int64_t n,
-                              int64_t k) {
-    // One thread per output element; 16x16 tiles of a and b pass through shared
+// The launch geometry (TILE, WPT) is a template parameter: each grid point is its own kernel.
+template <int TILE, int WPT>
+__global__ void __launch_bounds__(TILE * TILE / WPT) matmul_kernel(const __half* __restrict__ a,
+                                                                   const __half* __restrict__ b,
+                                                                   __half* __restrict__ c,
+                                                                   int64_t m,
+                                                                   int64_t n,
+                                                                   int64_t k) {
+    // A block computes a TILE x TILE tile of the output with TILE x TILE/WPT threads; a thread computes WPT
+    // outputs of one column, TILE/WPT rows apart. TILE x TILE tiles of a and b pass through shared
     // memory along k, accumulating in float32.
-    __shared__ float tile_a[16][16];
-    __shared__ float tile_b[16][16];
-    const int64_t row = static_cast<int64_t>(blockIdx.y) * 16 + threadIdx.y;
-    const int64_t col = static_cast<int64_t>(blockIdx.x) * 16 + threadIdx.x;
-    float acc = 0.0f;
-    for (int64_t k0 = 0; k0 < k; k0 += 16) {
-        const int64_t ak = k0 + threadIdx.x;
-        const int64_t bk = k0 + threadIdx.y;
-        tile_a[threadIdx.y][threadIdx.x] = (row < m && ak < k) ? __half2float(a[row * k + ak]) : 0.0f;
-        tile_b[threadIdx.y][threadIdx.x] = (bk < k && col < n) ? __half2float(b[bk * n + col]) : 0.0f;
+    __shared__ float tile_a[TILE][TILE];
+    __shared__ float tile_b[TILE][TILE];
+    const int64_t col = static_cast<int64_t>(blockIdx.x) * TILE + threadIdx.x;
+    float accs[WPT];
+#pragma unroll
+    for (int w = 0; w < WPT; ++w) accs[w] = 0.0f;
+    for (int64_t k0 = 0; k0 < k; k0 += TILE) {
+#pragma unroll
+        for (int w = 0; w < WPT; ++w) {
+            const int ty = threadIdx.y + w * (TILE / WPT);
+            const int64_t row = static_cast<int64_t>(blockIdx.y) * TILE + ty;
+            const int64_t ak = k0 + threadIdx.x;
+            const int64_t bk = k0 + ty;
+            tile_a[ty][threadIdx.x] = (row < m && ak < k) ? __half2float(a[row * k + ak]) : 0.0f;
+            tile_b[ty][threadIdx.x] = (bk < k && col < n) ? __half2float(b[bk * n + col]) : 0.0f;
+        }
         __syncthreads();
 #pragma unroll
-        for (int kk = 0; kk < 16; ++kk) acc += tile_a[threadIdx.y][kk] * tile_b[kk][threadIdx.x];
+        for (int kk = 0; kk < TILE; ++kk) {
+            const float bv = tile_b[kk][threadIdx.x];
+#pragma unroll
+            for (int w = 0; w < WPT; ++w) accs[w] += tile_a[threadIdx.y + w * (TILE / WPT)][kk] * bv;
+        }
         __syncthreads();
     }
-    if (row < m && col < n) {
-        c[row * n + col] = __float2half(acc);
+#pragma unroll
+    for (int w = 0; w < WPT; ++w) {
+        const int64_t row = static_cast<int64_t>(blockIdx.y) * TILE + threadIdx.y + w * (TILE / WPT);
+        const float acc = accs[w];
+        if (row < m && col < n) {
+            c[row * n + col] = __float2half(acc);
+        }
     }
 }
 
-torch::Tensor matmul(torch::Tensor a, torch::Tensor b) {
+// One grid point's launch.
+template <int TILE, int WPT>
+cudaError_t matmul_launch(const __half* __restrict__ a,
+                          const __half* __restrict__ b,
+                          __half* __restrict__ c,
+                          int64_t m,
+                          int64_t n,
+                          int64_t k) {
+    const dim3 block(TILE, TILE / WPT);
+    const dim3 grid(static_cast<unsigned int>((n + TILE - 1) / TILE), static_cast<unsigned int>((m + TILE - 1) / TILE));
+    matmul_kernel<TILE, WPT><<<grid, block>>>(a, b, c, m, n, k);
+    return cudaGetLastError();
+}
+
+// Every point of the `#!POPKIT tune` grid is compiled here, so the source is the same whatever values the
+// Python file passes, and all the variants `popkit tune` times share this one build. false: not a grid point.
+bool matmul_dispatch(int64_t TILE, int64_t WPT, cudaError_t* err,
+                     const __half* __restrict__ a,
+                     const __half* __restrict__ b,
+                     __half* __restrict__ c,
+                     int64_t m,
+                     int64_t n,
+                     int64_t k) {
+    if (TILE == 8 && WPT == 1) { *err = matmul_launch<8, 1>(a, b, c, m, n, k); return true; }
+    if (TILE == 8 && WPT == 2) { *err = matmul_launch<8, 2>(a, b, c, m, n, k); return true; }
+    if (TILE == 16 && WPT == 1) { *err = matmul_launch<16, 1>(a, b, c, m, n, k); return true; }
+    if (TILE == 16 && WPT == 2) { *err = matmul_launch<16, 2>(a, b, c, m, n, k); return true; }
+    if (TILE == 16 && WPT == 4) { *err = matmul_launch<16, 4>(a, b, c, m, n, k); return true; }
+    if (TILE == 16 && WPT == 8) { *err = matmul_launch<16, 8>(a, b, c, m, n, k); return true; }
+    if (TILE == 32 && WPT == 1) { *err = matmul_launch<32, 1>(a, b, c, m, n, k); return true; }
+    if (TILE == 32 && WPT == 2) { *err = matmul_launch<32, 2>(a, b, c, m, n, k); return true; }
+    if (TILE == 32 && WPT == 4) { *err = matmul_launch<32, 4>(a, b, c, m, n, k); return true; }
+    if (TILE == 32 && WPT == 8) { *err = matmul_launch<32, 8>(a, b, c, m, n, k); return true; }
+    return false;
+}
+
+torch::Tensor matmul(torch::Tensor a, torch::Tensor b, int64_t TILE, int64_t WPT) {
     TORCH_CHECK(a.is_cuda(), "matmul: `a` must be a GPU tensor");
     TORCH_CHECK(a.scalar_type() == at::kHalf, "matmul: `a` must be float16, got ", a.scalar_type());
     a = a.contiguous();
@@ -58,15 +118,15 @@ torch::Tensor matmul(torch::Tensor a, torch::Tensor b) {
     const int64_t n = b.size(1);
     torch::Tensor c = torch::empty({a.size(0), b.size(1)}, a.options().dtype(at::kHalf));
     if (m > 0 && n > 0) {
-        const dim3 block(16, 16);
-        const dim3 grid(static_cast<unsigned int>((n + 15) / 16), static_cast<unsigned int>((m + 15) / 16));
-        matmul_kernel<<<grid, block>>>(static_cast<const __half*>(a.data_ptr()),
-                                       static_cast<const __half*>(b.data_ptr()),
-                                       static_cast<__half*>(c.data_ptr()),
-                                       m,
-                                       n,
-                                       k);
-        const cudaError_t err = cudaGetLastError();
+        cudaError_t err = cudaSuccess;
+        const bool found = matmul_dispatch(TILE, WPT, &err,
+                                           static_cast<const __half*>(a.data_ptr()),
+                                           static_cast<const __half*>(b.data_ptr()),
+                                           static_cast<__half*>(c.data_ptr()),
+                                           m,
+                                           n,
+                                           k);
+        TORCH_CHECK(found, "matmul: no kernel compiled for TILE=", TILE, ", WPT=", WPT, ": the `#!POPKIT tune` lines list the values compiled");
         TORCH_CHECK(err == cudaSuccess, "matmul_kernel failed to launch: ", cudaGetErrorString(err));
     }
     return c;
@@ -81,7 +141,7 @@ CPP_SRC = r"""
 #include <torch/library.h>
 
 TORCH_LIBRARY(popkit_matmul, m) {
-    m.def("matmul(Tensor a, Tensor b) -> Tensor");
+    m.def("matmul(Tensor a, Tensor b, int TILE, int WPT) -> Tensor");
 }
 """
 
@@ -99,12 +159,17 @@ load_inline(
 
 
 @torch.library.register_fake("popkit_matmul::matmul")
-def _matmul_fake(a, b):
+def _matmul_fake(a, b, TILE, WPT):
     # torch.compile traces with fake tensors: say what the output looks like, without running anything.
     return a.new_empty((a.shape[0], b.shape[1]), dtype=torch.float16)
+
+
+# The launch geometry, passed to the kernel at every call (`popkit tune` rewrites these values).
+TILE = 16  # output tile per block: TILE x TILE, k in steps of TILE
+WPT = 1  # outputs per thread, TILE/WPT rows apart (TILE x TILE/WPT threads)
 
 
 def custom_kernel(data):
     """data: (a (float16), b (float16)); returns a new float16 tensor of shape (a.size(0), b.size(1))."""
     a, b = data
-    return torch.ops.popkit_matmul.matmul(a, b)
+    return torch.ops.popkit_matmul.matmul(a, b, TILE, WPT)

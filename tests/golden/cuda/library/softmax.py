@@ -1,10 +1,14 @@
 #!POPCORN leaderboard softmax
 #!POPCORN gpu H100
+#!POPKIT tune BLOCK=64,128,256,512,1024
+#!POPKIT tune ROWS=1,2,4,8
 #
 # softmax: a simple, correct CUDA kernel, rendered by `popkit new` (style: library)
 # from softmax/kernel.yml.
 # The extension builds once, when this module is imported; custom_kernel(data) is the entry point.
-# Check the build with `popkit compile FILE`, the output with `popkit test FILE`.
+# Check the build with `popkit compile FILE`, the output with `popkit test FILE`; `popkit tune FILE -o OUT`
+# times every launch geometry the `#!POPKIT tune` lines list (all compiled into this one extension) and
+# writes OUT with the fastest.
 
 import torch
 from torch.utils.cpp_extension import load_inline
@@ -13,6 +17,7 @@ CUDA_SRC = r"""
 #include <cuda_runtime.h>
 #include <torch/types.h>
 #include <torch/library.h>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -36,33 +41,80 @@ __device__ float block_reduce(float value, float* smem, Op op) {
     return result;
 }
 
-__global__ void softmax_kernel(const float* __restrict__ x,
-                               float* __restrict__ y,
-                               int64_t cols) {
-    // One block per row: x, y point at this block's row of `cols` elements.
-    __shared__ float smem[256];
-    const int64_t row = blockIdx.x;
-    x += row * cols;
-    y += row * cols;
+// The launch geometry (BLOCK, ROWS) is a template parameter: each grid point is its own kernel.
+template <int BLOCK, int ROWS>
+__global__ void __launch_bounds__(BLOCK) softmax_kernel(const float* __restrict__ x,
+                                                        float* __restrict__ y,
+                                                        int64_t rows,
+                                                        int64_t cols) {
+    // ROWS rows per block, one after another, each by the whole block: x, y point at the
+    // current row of `cols` elements.
+    __shared__ float smem[BLOCK];
+    const int64_t first = static_cast<int64_t>(blockIdx.x) * ROWS;
+    x += first * cols;
+    y += first * cols;
+    for (int64_t row = first; row < rows && row < first + ROWS; ++row, x += cols, y += cols) {
+        float row_max = -INFINITY;
+        for (int64_t j = threadIdx.x; j < cols; j += BLOCK) {
+            row_max = fmaxf(row_max, x[j]);
+        }
+        row_max = block_reduce(row_max, smem, MaxOp());
 
-    float row_max = -INFINITY;
-    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-        row_max = fmaxf(row_max, x[j]);
-    }
-    row_max = block_reduce(row_max, smem, MaxOp());
+        float row_sum = 0.0f;
+        for (int64_t j = threadIdx.x; j < cols; j += BLOCK) {
+            row_sum += expf(x[j] - row_max);
+        }
+        row_sum = block_reduce(row_sum, smem, SumOp());
 
-    float row_sum = 0.0f;
-    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-        row_sum += expf(x[j] - row_max);
-    }
-    row_sum = block_reduce(row_sum, smem, SumOp());
-
-    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-        y[j] = expf(x[j] - row_max) / row_sum;
+        for (int64_t j = threadIdx.x; j < cols; j += BLOCK) {
+            y[j] = expf(x[j] - row_max) / row_sum;
+        }
     }
 }
 
-torch::Tensor softmax(torch::Tensor x) {
+// One grid point's launch.
+template <int BLOCK, int ROWS>
+cudaError_t softmax_launch(const float* __restrict__ x,
+                           float* __restrict__ y,
+                           int64_t rows,
+                           int64_t cols) {
+    const dim3 block(BLOCK);
+    const dim3 grid(static_cast<unsigned int>((rows + ROWS - 1) / ROWS));
+    softmax_kernel<BLOCK, ROWS><<<grid, block>>>(x, y, rows, cols);
+    return cudaGetLastError();
+}
+
+// Every point of the `#!POPKIT tune` grid is compiled here, so the source is the same whatever values the
+// Python file passes, and all the variants `popkit tune` times share this one build. false: not a grid point.
+bool softmax_dispatch(int64_t BLOCK, int64_t ROWS, cudaError_t* err,
+                      const float* __restrict__ x,
+                      float* __restrict__ y,
+                      int64_t rows,
+                      int64_t cols) {
+    if (BLOCK == 64 && ROWS == 1) { *err = softmax_launch<64, 1>(x, y, rows, cols); return true; }
+    if (BLOCK == 64 && ROWS == 2) { *err = softmax_launch<64, 2>(x, y, rows, cols); return true; }
+    if (BLOCK == 64 && ROWS == 4) { *err = softmax_launch<64, 4>(x, y, rows, cols); return true; }
+    if (BLOCK == 64 && ROWS == 8) { *err = softmax_launch<64, 8>(x, y, rows, cols); return true; }
+    if (BLOCK == 128 && ROWS == 1) { *err = softmax_launch<128, 1>(x, y, rows, cols); return true; }
+    if (BLOCK == 128 && ROWS == 2) { *err = softmax_launch<128, 2>(x, y, rows, cols); return true; }
+    if (BLOCK == 128 && ROWS == 4) { *err = softmax_launch<128, 4>(x, y, rows, cols); return true; }
+    if (BLOCK == 128 && ROWS == 8) { *err = softmax_launch<128, 8>(x, y, rows, cols); return true; }
+    if (BLOCK == 256 && ROWS == 1) { *err = softmax_launch<256, 1>(x, y, rows, cols); return true; }
+    if (BLOCK == 256 && ROWS == 2) { *err = softmax_launch<256, 2>(x, y, rows, cols); return true; }
+    if (BLOCK == 256 && ROWS == 4) { *err = softmax_launch<256, 4>(x, y, rows, cols); return true; }
+    if (BLOCK == 256 && ROWS == 8) { *err = softmax_launch<256, 8>(x, y, rows, cols); return true; }
+    if (BLOCK == 512 && ROWS == 1) { *err = softmax_launch<512, 1>(x, y, rows, cols); return true; }
+    if (BLOCK == 512 && ROWS == 2) { *err = softmax_launch<512, 2>(x, y, rows, cols); return true; }
+    if (BLOCK == 512 && ROWS == 4) { *err = softmax_launch<512, 4>(x, y, rows, cols); return true; }
+    if (BLOCK == 512 && ROWS == 8) { *err = softmax_launch<512, 8>(x, y, rows, cols); return true; }
+    if (BLOCK == 1024 && ROWS == 1) { *err = softmax_launch<1024, 1>(x, y, rows, cols); return true; }
+    if (BLOCK == 1024 && ROWS == 2) { *err = softmax_launch<1024, 2>(x, y, rows, cols); return true; }
+    if (BLOCK == 1024 && ROWS == 4) { *err = softmax_launch<1024, 4>(x, y, rows, cols); return true; }
+    if (BLOCK == 1024 && ROWS == 8) { *err = softmax_launch<1024, 8>(x, y, rows, cols); return true; }
+    return false;
+}
+
+torch::Tensor softmax(torch::Tensor x, int64_t BLOCK, int64_t ROWS) {
     TORCH_CHECK(x.is_cuda(), "softmax: `x` must be a GPU tensor");
     TORCH_CHECK(x.scalar_type() == at::kFloat, "softmax: `x` must be float32, got ", x.scalar_type());
     x = x.contiguous();
@@ -71,12 +123,13 @@ torch::Tensor softmax(torch::Tensor x) {
     const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
     torch::Tensor y = torch::empty_like(x);
     if (rows > 0) {
-        const dim3 block(256);
-        const dim3 grid(static_cast<unsigned int>(rows));
-        softmax_kernel<<<grid, block>>>(static_cast<const float*>(x.data_ptr()),
-                                        static_cast<float*>(y.data_ptr()),
-                                        cols);
-        const cudaError_t err = cudaGetLastError();
+        cudaError_t err = cudaSuccess;
+        const bool found = softmax_dispatch(BLOCK, ROWS, &err,
+                                            static_cast<const float*>(x.data_ptr()),
+                                            static_cast<float*>(y.data_ptr()),
+                                            rows,
+                                            cols);
+        TORCH_CHECK(found, "softmax: no kernel compiled for BLOCK=", BLOCK, ", ROWS=", ROWS, ": the `#!POPKIT tune` lines list the values compiled");
         TORCH_CHECK(err == cudaSuccess, "softmax_kernel failed to launch: ", cudaGetErrorString(err));
     }
     return y;
@@ -91,7 +144,7 @@ CPP_SRC = r"""
 #include <torch/library.h>
 
 TORCH_LIBRARY(popkit_softmax, m) {
-    m.def("softmax(Tensor x) -> Tensor");
+    m.def("softmax(Tensor x, int BLOCK, int ROWS) -> Tensor");
 }
 """
 
@@ -109,12 +162,17 @@ load_inline(
 
 
 @torch.library.register_fake("popkit_softmax::softmax")
-def _softmax_fake(x):
+def _softmax_fake(x, BLOCK, ROWS):
     # torch.compile traces with fake tensors: say what the output looks like, without running anything.
     return torch.empty_like(x)
+
+
+# The launch geometry, passed to the kernel at every call (`popkit tune` rewrites these values).
+BLOCK = 256  # threads per block, all on one row at a time
+ROWS = 1  # rows per block, one after another
 
 
 def custom_kernel(data):
     """data: x (float32); returns a new float32 tensor shaped like x."""
     x = data
-    return torch.ops.popkit_softmax.softmax(x)
+    return torch.ops.popkit_softmax.softmax(x, BLOCK, ROWS)

@@ -1,10 +1,14 @@
 #!POPCORN leaderboard mystery
 #!POPCORN gpu MI300
+#!POPKIT tune BLOCK=64,128,256,512,1024
+#!POPKIT tune VEC=1,2,4,8
 #
 # mystery: a skeleton of a HIP kernel, rendered by `popkit new` (style: library)
 # from task.py (no kernel.yml).
 # The extension builds once, when this module is imported; custom_kernel(data) is the entry point.
-# Check the build with `popkit compile FILE`, the output with `popkit test FILE`.
+# Check the build with `popkit compile FILE`, the output with `popkit test FILE`; `popkit tune FILE -o OUT`
+# times every launch geometry the `#!POPKIT tune` lines list (all compiled into this one extension) and
+# writes OUT with the fastest.
 # Skeleton: mystery has no kernel.yml; input_t is a tuple (tuple[torch.Tensor, torch.Tensor, int]).
 # Fill in: each tensor's dtype (assumed float32; the wrapper checks it), the output's shape and
 # dtype (now those of in0), the launch geometry, and the kernel body (now a copy of in0).
@@ -24,19 +28,73 @@ from torch.utils.cpp_extension import load_inline  # noqa: E402
 # machine, and `popkit test --hip-on-cuda` runs it on an NVIDIA GPU.
 DEVICE_SRC = r"""
 #include <hip/hip_runtime.h>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
-__global__ void mystery_kernel(const float* __restrict__ in0,
-                               const float* __restrict__ in1,
-                               int64_t in2,
-                               float* __restrict__ out,
-                               int64_t n) {
-    // One element per thread; the grid-stride loop covers sizes beyond the grid.
-    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-        out[i] = in0[i];  // Fill in: compute out[i] from the inputs.
+// The launch geometry (BLOCK, VEC) is a template parameter: each grid point is its own kernel.
+template <int BLOCK, int VEC>
+__global__ void __launch_bounds__(BLOCK) mystery_kernel(const float* __restrict__ in0,
+                                                        const float* __restrict__ in1,
+                                                        int64_t in2,
+                                                        float* __restrict__ out,
+                                                        int64_t n) {
+    // A block covers BLOCK * VEC elements: thread t takes t, t + BLOCK, ... (VEC of them, so every load stays
+    // coalesced); the grid-stride loop covers sizes beyond the grid.
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * BLOCK * VEC;
+    for (int64_t base = static_cast<int64_t>(blockIdx.x) * BLOCK * VEC + threadIdx.x; base < n; base += stride) {
+#pragma unroll
+        for (int v = 0; v < VEC; ++v) {
+            const int64_t i = base + static_cast<int64_t>(v) * BLOCK;
+            if (i < n) {
+                out[i] = in0[i];  // Fill in: compute out[i] from the inputs.
+            }
+        }
     }
+}
+
+// One grid point's launch.
+template <int BLOCK, int VEC>
+hipError_t mystery_launch(const float* __restrict__ in0,
+                          const float* __restrict__ in1,
+                          int64_t in2,
+                          float* __restrict__ out,
+                          int64_t n) {
+    const dim3 block(BLOCK);
+    const dim3 grid(static_cast<unsigned int>(std::min<int64_t>((n + BLOCK * VEC - 1) / (BLOCK * VEC), 65536)));
+    mystery_kernel<BLOCK, VEC><<<grid, block>>>(in0, in1, in2, out, n);
+    return hipGetLastError();
+}
+
+// Every point of the `#!POPKIT tune` grid is compiled here, so the source is the same whatever values the
+// Python file passes, and all the variants `popkit tune` times share this one build. false: not a grid point.
+bool mystery_dispatch(int64_t BLOCK, int64_t VEC, hipError_t* err,
+                      const float* __restrict__ in0,
+                      const float* __restrict__ in1,
+                      int64_t in2,
+                      float* __restrict__ out,
+                      int64_t n) {
+    if (BLOCK == 64 && VEC == 1) { *err = mystery_launch<64, 1>(in0, in1, in2, out, n); return true; }
+    if (BLOCK == 64 && VEC == 2) { *err = mystery_launch<64, 2>(in0, in1, in2, out, n); return true; }
+    if (BLOCK == 64 && VEC == 4) { *err = mystery_launch<64, 4>(in0, in1, in2, out, n); return true; }
+    if (BLOCK == 64 && VEC == 8) { *err = mystery_launch<64, 8>(in0, in1, in2, out, n); return true; }
+    if (BLOCK == 128 && VEC == 1) { *err = mystery_launch<128, 1>(in0, in1, in2, out, n); return true; }
+    if (BLOCK == 128 && VEC == 2) { *err = mystery_launch<128, 2>(in0, in1, in2, out, n); return true; }
+    if (BLOCK == 128 && VEC == 4) { *err = mystery_launch<128, 4>(in0, in1, in2, out, n); return true; }
+    if (BLOCK == 128 && VEC == 8) { *err = mystery_launch<128, 8>(in0, in1, in2, out, n); return true; }
+    if (BLOCK == 256 && VEC == 1) { *err = mystery_launch<256, 1>(in0, in1, in2, out, n); return true; }
+    if (BLOCK == 256 && VEC == 2) { *err = mystery_launch<256, 2>(in0, in1, in2, out, n); return true; }
+    if (BLOCK == 256 && VEC == 4) { *err = mystery_launch<256, 4>(in0, in1, in2, out, n); return true; }
+    if (BLOCK == 256 && VEC == 8) { *err = mystery_launch<256, 8>(in0, in1, in2, out, n); return true; }
+    if (BLOCK == 512 && VEC == 1) { *err = mystery_launch<512, 1>(in0, in1, in2, out, n); return true; }
+    if (BLOCK == 512 && VEC == 2) { *err = mystery_launch<512, 2>(in0, in1, in2, out, n); return true; }
+    if (BLOCK == 512 && VEC == 4) { *err = mystery_launch<512, 4>(in0, in1, in2, out, n); return true; }
+    if (BLOCK == 512 && VEC == 8) { *err = mystery_launch<512, 8>(in0, in1, in2, out, n); return true; }
+    if (BLOCK == 1024 && VEC == 1) { *err = mystery_launch<1024, 1>(in0, in1, in2, out, n); return true; }
+    if (BLOCK == 1024 && VEC == 2) { *err = mystery_launch<1024, 2>(in0, in1, in2, out, n); return true; }
+    if (BLOCK == 1024 && VEC == 4) { *err = mystery_launch<1024, 4>(in0, in1, in2, out, n); return true; }
+    if (BLOCK == 1024 && VEC == 8) { *err = mystery_launch<1024, 8>(in0, in1, in2, out, n); return true; }
+    return false;
 }
 """
 
@@ -45,7 +103,7 @@ HOST_SRC = r"""
 #include <torch/types.h>
 #include <torch/library.h>
 
-torch::Tensor mystery(torch::Tensor in0, torch::Tensor in1, int64_t in2) {
+torch::Tensor mystery(torch::Tensor in0, torch::Tensor in1, int64_t in2, int64_t BLOCK, int64_t VEC) {
     TORCH_CHECK(in0.is_cuda(), "mystery: `in0` must be a GPU tensor");
     TORCH_CHECK(in0.scalar_type() == at::kFloat, "mystery: `in0` must be float32, got ", in0.scalar_type());
     in0 = in0.contiguous();
@@ -55,14 +113,14 @@ torch::Tensor mystery(torch::Tensor in0, torch::Tensor in1, int64_t in2) {
     const int64_t n = in0.numel();
     torch::Tensor out = torch::empty_like(in0);
     if (n > 0) {
-        const dim3 block(256);
-        const dim3 grid(static_cast<unsigned int>(std::min<int64_t>((n + 255) / 256, 65536)));
-        mystery_kernel<<<grid, block>>>(static_cast<const float*>(in0.data_ptr()),
-                                        static_cast<const float*>(in1.data_ptr()),
-                                        in2,
-                                        static_cast<float*>(out.data_ptr()),
-                                        n);
-        const hipError_t err = hipGetLastError();
+        hipError_t err = hipSuccess;
+        const bool found = mystery_dispatch(BLOCK, VEC, &err,
+                                            static_cast<const float*>(in0.data_ptr()),
+                                            static_cast<const float*>(in1.data_ptr()),
+                                            in2,
+                                            static_cast<float*>(out.data_ptr()),
+                                            n);
+        TORCH_CHECK(found, "mystery: no kernel compiled for BLOCK=", BLOCK, ", VEC=", VEC, ": the `#!POPKIT tune` lines list the values compiled");
         TORCH_CHECK(err == hipSuccess, "mystery_kernel failed to launch: ", hipGetErrorString(err));
     }
     return out;
@@ -81,7 +139,7 @@ CPP_SRC = r"""
 #include <torch/library.h>
 
 TORCH_LIBRARY(popkit_mystery, m) {
-    m.def("mystery(Tensor in0, Tensor in1, int in2) -> Tensor");
+    m.def("mystery(Tensor in0, Tensor in1, int in2, int BLOCK, int VEC) -> Tensor");
 }
 """
 
@@ -99,12 +157,17 @@ load_inline(
 
 
 @torch.library.register_fake("popkit_mystery::mystery")
-def _mystery_fake(in0, in1, in2):
+def _mystery_fake(in0, in1, in2, BLOCK, VEC):
     # torch.compile traces with fake tensors: say what the output looks like, without running anything.
     return torch.empty_like(in0)
+
+
+# The launch geometry, passed to the kernel at every call (`popkit tune` rewrites these values).
+BLOCK = 256  # threads per block
+VEC = 1  # elements per thread per step, BLOCK apart (loads stay coalesced)
 
 
 def custom_kernel(data):
     """data: (in0 (float32), in1 (float32), in2 (int)); returns a new float32 tensor shaped like in0."""
     in0, in1, in2 = data
-    return torch.ops.popkit_mystery.mystery(in0, in1, in2)
+    return torch.ops.popkit_mystery.mystery(in0, in1, in2, BLOCK, VEC)

@@ -1,10 +1,14 @@
 #!POPCORN leaderboard identity
 #!POPCORN gpu MI300
+#!POPKIT tune BLOCK=64,128,256,512,1024
+#!POPKIT tune VEC=1,2,4,8
 #
 # identity: a simple, correct HIP kernel, rendered by `popkit new` (style: library)
 # from identity/kernel.yml.
 # The extension builds once, when this module is imported; custom_kernel(data) is the entry point.
-# Check the build with `popkit compile FILE`, the output with `popkit test FILE`.
+# Check the build with `popkit compile FILE`, the output with `popkit test FILE`; `popkit tune FILE -o OUT`
+# times every launch geometry the `#!POPKIT tune` lines list (all compiled into this one extension) and
+# writes OUT with the fastest.
 
 import os
 
@@ -20,17 +24,67 @@ from torch.utils.cpp_extension import load_inline  # noqa: E402
 # machine, and `popkit test --hip-on-cuda` runs it on an NVIDIA GPU.
 DEVICE_SRC = r"""
 #include <hip/hip_runtime.h>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
-__global__ void identity_kernel(const float* __restrict__ x,
-                                float* __restrict__ output,
-                                int64_t n) {
-    // One element per thread; the grid-stride loop covers sizes beyond the grid.
-    const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-        output[i] = x[i];
+// The launch geometry (BLOCK, VEC) is a template parameter: each grid point is its own kernel.
+template <int BLOCK, int VEC>
+__global__ void __launch_bounds__(BLOCK) identity_kernel(const float* __restrict__ x,
+                                                         float* __restrict__ output,
+                                                         int64_t n) {
+    // A block covers BLOCK * VEC elements: thread t takes t, t + BLOCK, ... (VEC of them, so every load stays
+    // coalesced); the grid-stride loop covers sizes beyond the grid.
+    const int64_t stride = static_cast<int64_t>(gridDim.x) * BLOCK * VEC;
+    for (int64_t base = static_cast<int64_t>(blockIdx.x) * BLOCK * VEC + threadIdx.x; base < n; base += stride) {
+#pragma unroll
+        for (int v = 0; v < VEC; ++v) {
+            const int64_t i = base + static_cast<int64_t>(v) * BLOCK;
+            if (i < n) {
+                output[i] = x[i];
+            }
+        }
     }
+}
+
+// One grid point's launch.
+template <int BLOCK, int VEC>
+hipError_t identity_launch(const float* __restrict__ x,
+                           float* __restrict__ output,
+                           int64_t n) {
+    const dim3 block(BLOCK);
+    const dim3 grid(static_cast<unsigned int>(std::min<int64_t>((n + BLOCK * VEC - 1) / (BLOCK * VEC), 65536)));
+    identity_kernel<BLOCK, VEC><<<grid, block>>>(x, output, n);
+    return hipGetLastError();
+}
+
+// Every point of the `#!POPKIT tune` grid is compiled here, so the source is the same whatever values the
+// Python file passes, and all the variants `popkit tune` times share this one build. false: not a grid point.
+bool identity_dispatch(int64_t BLOCK, int64_t VEC, hipError_t* err,
+                       const float* __restrict__ x,
+                       float* __restrict__ output,
+                       int64_t n) {
+    if (BLOCK == 64 && VEC == 1) { *err = identity_launch<64, 1>(x, output, n); return true; }
+    if (BLOCK == 64 && VEC == 2) { *err = identity_launch<64, 2>(x, output, n); return true; }
+    if (BLOCK == 64 && VEC == 4) { *err = identity_launch<64, 4>(x, output, n); return true; }
+    if (BLOCK == 64 && VEC == 8) { *err = identity_launch<64, 8>(x, output, n); return true; }
+    if (BLOCK == 128 && VEC == 1) { *err = identity_launch<128, 1>(x, output, n); return true; }
+    if (BLOCK == 128 && VEC == 2) { *err = identity_launch<128, 2>(x, output, n); return true; }
+    if (BLOCK == 128 && VEC == 4) { *err = identity_launch<128, 4>(x, output, n); return true; }
+    if (BLOCK == 128 && VEC == 8) { *err = identity_launch<128, 8>(x, output, n); return true; }
+    if (BLOCK == 256 && VEC == 1) { *err = identity_launch<256, 1>(x, output, n); return true; }
+    if (BLOCK == 256 && VEC == 2) { *err = identity_launch<256, 2>(x, output, n); return true; }
+    if (BLOCK == 256 && VEC == 4) { *err = identity_launch<256, 4>(x, output, n); return true; }
+    if (BLOCK == 256 && VEC == 8) { *err = identity_launch<256, 8>(x, output, n); return true; }
+    if (BLOCK == 512 && VEC == 1) { *err = identity_launch<512, 1>(x, output, n); return true; }
+    if (BLOCK == 512 && VEC == 2) { *err = identity_launch<512, 2>(x, output, n); return true; }
+    if (BLOCK == 512 && VEC == 4) { *err = identity_launch<512, 4>(x, output, n); return true; }
+    if (BLOCK == 512 && VEC == 8) { *err = identity_launch<512, 8>(x, output, n); return true; }
+    if (BLOCK == 1024 && VEC == 1) { *err = identity_launch<1024, 1>(x, output, n); return true; }
+    if (BLOCK == 1024 && VEC == 2) { *err = identity_launch<1024, 2>(x, output, n); return true; }
+    if (BLOCK == 1024 && VEC == 4) { *err = identity_launch<1024, 4>(x, output, n); return true; }
+    if (BLOCK == 1024 && VEC == 8) { *err = identity_launch<1024, 8>(x, output, n); return true; }
+    return false;
 }
 """
 
@@ -39,7 +93,7 @@ HOST_SRC = r"""
 #include <torch/types.h>
 #include <torch/library.h>
 
-void identity(torch::Tensor x, torch::Tensor output) {
+void identity(torch::Tensor x, torch::Tensor output, int64_t BLOCK, int64_t VEC) {
     TORCH_CHECK(x.is_cuda(), "identity: `x` must be a GPU tensor");
     TORCH_CHECK(x.scalar_type() == at::kFloat, "identity: `x` must be float32, got ", x.scalar_type());
     x = x.contiguous();
@@ -49,12 +103,12 @@ void identity(torch::Tensor x, torch::Tensor output) {
     TORCH_CHECK(output.numel() == x.numel(), "identity: `output` and `x` must have the same number of elements");
     const int64_t n = x.numel();
     if (n > 0) {
-        const dim3 block(256);
-        const dim3 grid(static_cast<unsigned int>(std::min<int64_t>((n + 255) / 256, 65536)));
-        identity_kernel<<<grid, block>>>(static_cast<const float*>(x.data_ptr()),
-                                         static_cast<float*>(output.data_ptr()),
-                                         n);
-        const hipError_t err = hipGetLastError();
+        hipError_t err = hipSuccess;
+        const bool found = identity_dispatch(BLOCK, VEC, &err,
+                                             static_cast<const float*>(x.data_ptr()),
+                                             static_cast<float*>(output.data_ptr()),
+                                             n);
+        TORCH_CHECK(found, "identity: no kernel compiled for BLOCK=", BLOCK, ", VEC=", VEC, ": the `#!POPKIT tune` lines list the values compiled");
         TORCH_CHECK(err == hipSuccess, "identity_kernel failed to launch: ", hipGetErrorString(err));
     }
 }
@@ -72,7 +126,7 @@ CPP_SRC = r"""
 #include <torch/library.h>
 
 TORCH_LIBRARY(popkit_identity, m) {
-    m.def("identity(Tensor x, Tensor(a!) output) -> ()");
+    m.def("identity(Tensor x, Tensor(a!) output, int BLOCK, int VEC) -> ()");
 }
 """
 
@@ -90,13 +144,18 @@ load_inline(
 
 
 @torch.library.register_fake("popkit_identity::identity")
-def _identity_fake(x, output):
+def _identity_fake(x, output, BLOCK, VEC):
     # torch.compile traces with fake tensors: say what the output looks like, without running anything.
     return None
+
+
+# The launch geometry, passed to the kernel at every call (`popkit tune` rewrites these values).
+BLOCK = 256  # threads per block
+VEC = 1  # elements per thread per step, BLOCK apart (loads stay coalesced)
 
 
 def custom_kernel(data):
     """data: (x (float32), output (float32)); returns output, filled in place."""
     x, output = data
-    torch.ops.popkit_identity.identity(x, output)
+    torch.ops.popkit_identity.identity(x, output, BLOCK, VEC)
     return output

@@ -1,0 +1,63 @@
+"""The protocol's declared extension points: the statistics tuple pinned to the harness, derived statistics,
+the eval convention."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from popkit import protocol, stats
+from popkit.results import CaseResult
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def harness():
+    spec = importlib.util.spec_from_file_location("popkit_harness_under_test", ROOT / "tasks" / "eval.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_statistics_tuple_is_what_the_harness_writes():
+    written = tuple(f.name for f in dataclasses.fields(harness().Stats))
+    assert written == protocol.CASE_STATISTICS + protocol.HARNESS_STATISTICS
+
+
+def test_decoding_reads_every_statistic_the_protocol_names():
+    raw = {"benchmark-count": "1", "benchmark.0.spec": "n: 1", **{
+        f"benchmark.0.{name}": str(10 + i) for i, name in enumerate(protocol.CASE_STATISTICS + protocol.HARNESS_STATISTICS)}}
+    case = protocol.decode_cases(raw, "benchmark", 1)[0]
+    assert (case.runs, case.mean_ns, case.std_ns, case.err_ns, case.best_ns, case.worst_ns, case.median_ns) == (
+        10, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0)
+
+
+def test_derived_statistics_come_from_the_samples_and_reach_the_json():
+    case = CaseResult(kind="benchmark", index=0, spec="n: 1", passed=True, samples_ns=(1.0, 2.0, 3.0, 4.0, 100.0))
+    derived = case.to_json()["derived"]
+    assert set(derived) == set(stats.DERIVED)
+    assert derived["median"] == 3.0 and derived["p10"] == pytest.approx(1.4) and derived["p90"] == pytest.approx(61.6)
+    assert CaseResult.from_json(case.to_json()) == case
+    assert CaseResult(kind="test", index=0, spec="", passed=True).to_json()["derived"] == {}
+
+
+def test_the_conventions_say_how_each_eval_is_run_and_read():
+    assert protocol.LEADERBOARD.argv("py", "eval.py", "test", "test.txt") == ["py", "eval.py", "test", "test.txt"]
+    assert protocol.LEADERBOARD.env(7, 2) == {"POPCORN_SEED": "7", "POPCORN_GPUS": "2"}
+    assert not protocol.LEADERBOARD.sealed and not protocol.LEADERBOARD.first_wins
+    assert protocol.POPKIT_HARNESS.sealed and protocol.POPKIT_HARNESS.first_wins
+    assert "POPKIT_KEY_FD" in protocol.POPKIT_HARNESS.reserved_env()
+
+
+def test_a_pass_with_no_case_results_fails_by_name():
+    from popkit.results import ModeRun
+
+    run = ModeRun(mode="test", secret=False, seed=None, exit_code=0, duration_s=0.1, timeout_s=10, check="pass")
+    judged = protocol.judge(run, 0)
+    assert judged.outcome == "failed"
+    assert judged.summary == "check failed: test wrote `check: pass` but no case results for its 0 case(s)"

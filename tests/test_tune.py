@@ -1,0 +1,388 @@
+"""`popkit tune`: the workflow over a stand-in backend (fast), the command's refusals, and real runs on the
+CPU fixture task (slow): a wrong value dropped by name, a slow one never chosen, the file written passing
+`popkit test`; a cheating variant failing like any submission under popkit's harness."""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import json
+import math
+import random
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from popkit import ab, history, lint, protocol, runner, tune, tunespec
+from popkit.cli import app
+from popkit.diagnostics import Diagnostic
+from popkit.errors import EnvironmentProblem, ExitCode, SubmissionError, UsageError
+from popkit.results import CaseResult, CompileStep, ModeRun, RunReport
+from popkit.tasks import load_task
+from popkit.tuneprobe import Identity
+from popkit.tunerace import SIDE_EXTENSIONS
+from popkit.tuneresult import PER_SHAPE, TuneReport
+
+ROOT = Path(__file__).resolve().parents[1]
+TASK_DIR = ROOT / "tests" / "fixtures" / "tasks" / "chunksum"
+SUBMISSION = ROOT / "tests" / "fixtures" / "tune" / "chunksum.py"
+CHEAT = ROOT / "tests" / "fixtures" / "tune" / "chunksum_cheat.py"
+SHAPES = [((4096,),), ((8192,),)]  # the fixture's benchmark inputs
+# ns per benchmark shape for each CHUNK; None: a wrong output
+TIMES = {1: (200e3, 400e3), 256: (20e3, 40e3), 1000: None, 4096: (5e3, 10e3)}
+
+
+def _table(text: str) -> tuple[dict | None, dict | None]:
+    """The per-shape file's table and default, read back from its text."""
+    found = {}
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+            if node.targets[0].id in ("_POPKIT_BY_SHAPE", "_POPKIT_DEFAULT"):
+                found[node.targets[0].id] = ast.literal_eval(node.value)
+    return found.get("_POPKIT_BY_SHAPE"), found.get("_POPKIT_DEFAULT")
+
+
+class Fake:
+    """A backend whose evals are decided by each file's CHUNK (`times`), with 1% noise per eval."""
+
+    def __init__(self, times=TIMES, identities=None, build=None):
+        self.times, self.calls, self.rng = times, Counter(), random.Random(5)
+        self.builds: list[str] = []
+        self.options: list[runner.RunOptions] = []
+        self.ab_options: list[runner.RunOptions] = []
+        self.backend = tune.Backend(run=self.run, compare=functools.partial(ab.run_ab, run_eval=self.run_eval),
+                                    identities=identities or tune.Backend.identities,
+                                    build=build or self.build, shapes=lambda task, options, content: (SHAPES, ""))
+
+    def per_shape(self, text: str) -> list[tuple[float, ...] | None]:
+        table, default = _table(text)
+        if table is None:
+            chunk = tunespec.parse(text, "v.py").default["CHUNK"]
+            return [self.times[chunk]] * len(SHAPES)
+        return [self.times[table.get(key, default)["CHUNK"]] for key in SHAPES]
+
+    def cases(self, text: str, kind: str, cases) -> tuple[CaseResult, ...]:
+        rows = self.per_shape(text)
+        out = []
+        for i, case in enumerate(cases):
+            spec = "; ".join(f"{k}: {v}" for k, v in case.items())
+            times = rows[i if i < len(rows) else 0]
+            if times is None:
+                out.append(CaseResult(kind, i, spec, False, error="sum 1.0, expected 2.0"))
+            elif kind == "test":
+                out.append(CaseResult(kind, i, spec, True))
+            else:
+                t = times[SHAPES.index(((case["size"],),))] * (1 + 0.01 * self.rng.random())
+                out.append(CaseResult(kind, i, spec, True, runs=10, mean_ns=t, median_ns=t))
+        return tuple(out)
+
+    def mode_run(self, text: str, mode: str, cases) -> ModeRun:
+        kind = "test" if mode == "test" else "benchmark"
+        found = self.cases(text, kind, cases)
+        ok = all(c.passed for c in found)
+        run = ModeRun(mode=mode, secret=False, seed=None, exit_code=0 if ok else 112, duration_s=0.5, timeout_s=60,
+                      check="pass" if ok else "fail", **{"tests" if kind == "test" else "benchmarks": found})
+        outcome, summary = protocol.classify(run)
+        return ModeRun(**{**run.__dict__, "outcome": outcome, "summary": summary})
+
+    def run(self, task, path, mode, options, progress=None, system=None, content=None) -> RunReport:
+        text = Path(path).read_text()
+        self.calls[(mode, options.label)] += 1
+        self.options.append(options)
+        run = self.mode_run(text, mode, task.cases_for(mode))
+        return RunReport(task=task.name, task_path=str(task.path), leaderboard=task.leaderboard,
+                         ranking_by=task.ranking_by, submission=str(path), sha256=hashlib.sha256(text.encode()).hexdigest(),
+                         mode=mode, harness=options.harness, started_at="2026-11-26T12:00:00+00:00", duration_s=0.5,
+                         system=dict(system or {}), runs=(run,), label=options.label)
+
+    def run_eval(self, workspace, main, mode, shapes, **kw) -> ModeRun:
+        text = (workspace.files / "submission.py").read_text()
+        self.calls[("ab", self.label(text))] += 1
+        self.ab_options.append(kw["options"])
+        return self.mode_run(text, mode, shapes)
+
+    def build(self, task, path, content, options, progress=None):
+        self.builds.append(options.env["TORCH_EXTENSIONS_DIR"])
+        return CompileStep(exit_code=0, duration_s=1.0), ""
+
+    @staticmethod
+    def label(text: str) -> str:
+        return "per shape" if "_POPKIT_BY_SHAPE" in text else tunespec.label(tunespec.parse(text, "v.py").default)
+
+
+@pytest.fixture
+def task():
+    return load_task(TASK_DIR)
+
+
+def settings(**kw) -> tune.TuneSettings:
+    return tune.TuneSettings(**{"ab_rounds": 4, "record": False, "per_shape": False, **kw})
+
+
+def by_label(report: TuneReport) -> dict:
+    return {v.label: v for v in report.variants}
+
+
+def run(task, tmp_path, fake, source=SUBMISSION, **kw) -> TuneReport:
+    return tune.run_tune(task, source, tmp_path / "out.py", runner.RunOptions(), kw.pop("settings", settings()),
+                         backend=fake.backend, **kw)
+
+
+# ------------------------------------------------------------------------------------ the workflow
+
+
+def test_drops_the_wrong_value_by_name_races_out_the_slow_one_and_writes_the_winner(task, tmp_path):
+    fake = Fake()
+    report = run(task, tmp_path, fake)
+    v = by_label(report)
+    assert report.exit_code == ExitCode.OK and report.grid_points == 4 and report.builds == 0
+    assert v["CHUNK=1000"].outcome == "failed"
+    assert v["CHUNK=1000"].message == "check failed: test, test size: 4096; seed: 1: sum 1.0, expected 2.0"
+    assert v["CHUNK=1"].left_after == 1 and v["CHUNK=1"].ab is None  # raced out: never a finalist
+    assert v["CHUNK=256"].incumbent and v["CHUNK=256"].ab is None  # the input itself: no A/B against itself
+    assert v["CHUNK=4096"].faster and v["CHUNK=4096"].ratio.high < 1
+    assert (report.winner, report.winner_label, report.confirmed) == (v["CHUNK=4096"].index, "CHUNK=4096", True)
+    text = (tmp_path / "out.py").read_text()
+    assert "\nCHUNK = 4096\n" in text and text.startswith("#!POPKIT tune CHUNK=1,256,1000,4096\n# popkit tune: "
+                                                           "CHUNK=4096 chosen on ")
+    assert report.output_sha256 == hashlib.sha256(text.encode()).hexdigest() and report.final_check == "passed"
+    assert lint.check_bytes(text.encode(), "out.py", guard=False).ok
+    assert fake.calls[("test", "tune CHUNK=1000")] == 1 and fake.calls[("benchmark", "tune CHUNK=1000")] == 0
+    assert fake.calls[("benchmark", "tune CHUNK=1")] == 1 and fake.calls[("ab", "CHUNK=1")] == 0
+    assert fake.calls[("test", "tune: written file")] == 1
+    assert TuneReport.from_json(json.loads(json.dumps(report.to_json()))) == report
+    assert SUBMISSION.read_text().count("\nCHUNK = 256\n") == 1  # the input is untouched
+
+
+def test_the_report_ranks_names_the_dropped_and_says_what_was_written(task, tmp_path, capsys, monkeypatch):
+    from popkit.views import tuning as view
+
+    monkeypatch.setenv("POPKIT_WIDTH", "200")
+    monkeypatch.setenv("NO_COLOR", "1")
+    report = run(task, tmp_path, Fake())
+    view.show_tune(report)
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].startswith(f"popkit tune · task chunksum · {SUBMISSION} · 4 variants (grid of 4) · 0 builds · "
+                               "1 race round(s) · harness task · ")
+    rows = [line.split()[0] for line in lines if line.startswith(" CHUNK=")]
+    assert rows == ["CHUNK=4096", "CHUNK=256", "CHUNK=1"]  # the winner, then by race score
+    assert "winner" in next(line for line in lines if line.startswith(" CHUNK=4096")) and "faster" in out
+    assert "dropped CHUNK=1000: check failed: test, test size: 4096; seed: 1: sum 1.0, expected 2.0" in out
+    assert f"wrote {tmp_path / 'out.py'}: CHUNK=4096: " in out and "the time of chunksum.py, confirmed by an A/B" in out
+    view.show_tune(report, json=True)
+    assert json.loads(capsys.readouterr().out)["schema"] == "popkit/tune/1"
+
+
+def test_no_faster_variant_keeps_the_inputs_values(task, tmp_path):
+    fake = Fake({**TIMES, 4096: (20e3, 40e3)})  # as fast as the input's 256, no faster
+    report = run(task, tmp_path, fake)
+    assert report.winner is None and report.confirmed and report.exit_code == ExitCode.OK
+    assert by_label(report)["CHUNK=4096"].ab is not None and not by_label(report)["CHUNK=4096"].faster
+    text = (tmp_path / "out.py").read_text()
+    assert "\nCHUNK = 256\n" in text and "# popkit tune: kept CHUNK=256: no variant was faster" in text
+
+
+def test_against_another_file_and_a_wrong_incumbent(task, tmp_path):
+    wrong = tmp_path / "wrong.py"
+    wrong.write_text(SUBMISSION.read_text().replace("\nCHUNK = 256\n", "\nCHUNK = 1000\n"))
+    report = run(task, tmp_path, Fake(), source=wrong)  # its own values fail: nothing to confirm against
+    assert report.winner_label == "CHUNK=4096" and not report.confirmed
+    assert any("the incumbent wrong.py did not pass its tests" in n for n in report.notes)
+    report = tune.run_tune(task, wrong, tmp_path / "o2.py", runner.RunOptions(), settings(), against=SUBMISSION,
+                           backend=Fake().backend)
+    assert report.incumbent == str(SUBMISSION) and report.confirmed and report.winner_label == "CHUNK=4096"
+
+
+def test_variants_with_one_build_key_build_once_and_a_failed_build_drops_its_own(task, tmp_path):
+    fake = Fake()
+    shared = lambda task, contents, options: [Identity("k" * 64, True, ("ext",)) for _ in contents]  # noqa: E731
+    fake.backend = tune.Backend(**{**fake.backend.__dict__, "identities": shared})
+    report = run(task, tmp_path, fake)
+    assert report.builds == 1 and len(fake.builds) == 1 and fake.builds[0].endswith("tune-" + "k" * 16)
+    checks = [o for o in fake.options if o.label.startswith("tune CHUNK")]
+    assert checks and all(o.precompile is False and o.env["TORCH_EXTENSIONS_DIR"] == fake.builds[0] for o in checks)
+
+    def per_value(task, contents, options):
+        return [Identity(hashlib.sha256(tunespec.label(tunespec.parse(c.decode(), "v").default).encode()).hexdigest(),
+                         True) for c in contents]
+
+    def failing(task, path, content, options, progress=None):
+        chunk = tunespec.parse(content.decode(), "v").default["CHUNK"]
+        if chunk != 4096:
+            return CompileStep(exit_code=0, duration_s=1.0), ""
+        bad = Diagnostic("error", "nvcc", 'identifier "q" is undefined', str(path), 12, 5)
+        return CompileStep(exit_code=1, duration_s=1.0, stderr="Error building extension 'ext'", diagnostics=(bad,)), ""
+
+    fake = Fake()
+    fake.backend = tune.Backend(**{**fake.backend.__dict__, "identities": per_value})
+    report = run(task, tmp_path / "a", fake)
+    assert report.builds == 4 and report.winner_label == "CHUNK=4096"
+    # The A/B's sides build differently: each builds into its own working folder, never one over the other.
+    assert {(o.env["TORCH_EXTENSIONS_DIR"], o.precompile) for o in fake.ab_options} == {(SIDE_EXTENSIONS, True)}
+
+    fake = Fake()
+    fake.backend = tune.Backend(**{**fake.backend.__dict__, "identities": per_value, "build": failing})
+    report = run(task, tmp_path / "b", fake)
+    v = by_label(report)
+    assert report.builds == 4 and v["CHUNK=4096"].outcome == "compile_failed"
+    assert v["CHUNK=4096"].message.startswith("compile failed: ") and v["CHUNK=4096"].message.endswith(
+        ':12:5: identifier "q" is undefined')
+    assert fake.calls[("test", "tune CHUNK=4096")] == 0 and report.winner is None  # 256 (the input) stays
+
+
+def test_the_best_differing_by_shape_writes_a_dispatch_that_wins_its_ab(task, tmp_path):
+    fake = Fake({1: (900e3, 900e3), 256: (5e3, 40e3), 1000: None, 4096: (20e3, 10e3)})
+    report = run(task, tmp_path, fake, settings=settings(per_shape=True))
+    assert report.winner == PER_SHAPE and report.winner_label == "per shape" and report.confirmed
+    assert [(c.spec, c.shapes, c.label) for c in report.per_shape] == [
+        ("size: 4096; seed: 3", ((4096,),), "CHUNK=256"), ("size: 8192; seed: 4", ((8192,),), "CHUNK=4096")]
+    text = (tmp_path / "out.py").read_text()
+    table, default = _table(text)
+    assert default["CHUNK"] in (256, 4096) and "#!POPKIT" not in text
+    assert all(values["CHUNK"] != default["CHUNK"] for values in table.values())
+    torch = pytest.importorskip("torch")
+    module: dict = {}
+    exec(compile(text, "out.py", "exec"), module)
+    for size in (4096, 8192, 12288):
+        x = torch.randn(size)
+        assert torch.allclose(module["custom_kernel"](x), x.double().sum().float(), atol=1e-3)
+
+
+def test_a_value_read_at_import_gets_one_set_for_every_shape(task, tmp_path):
+    source = tmp_path / "import_time.py"
+    source.write_text(SUBMISSION.read_text().replace("CHUNK = 256\n", "CHUNK = 256\nSTEP = CHUNK\n"))
+    fake = Fake({1: (900e3, 900e3), 256: (5e3, 40e3), 1000: None, 4096: (20e3, 10e3)})
+    report = run(task, tmp_path, fake, source=source, settings=settings(per_shape=True))
+    assert report.winner != PER_SHAPE and not report.per_shape
+    line = source.read_text().splitlines().index("STEP = CHUNK") + 1
+    assert any(f"CHUNK is read while the file is imported (line {line})" in n for n in report.notes)
+
+
+def test_gpus_spread_checks_and_race_evals_one_per_gpu_and_the_ab_on_the_first(task, tmp_path):
+    fake = Fake()
+    report = run(task, tmp_path, fake, gpus=("0", "3"))
+    assert report.exit_code == ExitCode.OK and report.winner_label == "CHUNK=4096"
+    assert {o.env["CUDA_VISIBLE_DEVICES"] for o in fake.options} == {"0", "3"}
+    assert {o.env["CUDA_VISIBLE_DEVICES"] for o in fake.ab_options} == {"0"}
+
+
+def test_budget_stops_new_work_and_says_so(task, tmp_path):
+    ticks = iter(range(0, 10**6, 400))  # every look at the clock: 400 s later
+    report = run(task, tmp_path, Fake(), settings=settings(budget_s=1000), clock=lambda: next(ticks))
+    assert report.stopped == "budget"
+    assert any(v.message == "not checked: the time budget ran out" for v in report.variants)
+
+
+def test_resume_reuses_checks_and_race_times_from_the_history(task, tmp_path):
+    first = Fake()
+    run(task, tmp_path, first, settings=settings(record=True))
+    assert len(history.local_runs(hashlib.sha256(SUBMISSION.read_bytes()).hexdigest(), task.name)) >= 2
+    again = Fake()
+    report = run(task, tmp_path / "2", again, settings=settings(record=True, resume=True))
+    assert {k: n for k, n in again.calls.items() if k[0] in ("test", "benchmark")} == {("test", "tune: written file"): 1}
+    assert {v.label: v.resumed for v in report.variants if v.resumed}["CHUNK=4096"] == ("check", "round 1")
+    assert report.winner_label == "CHUNK=4096"
+
+
+def test_optuna_engine_finds_the_winner_within_its_budget_of_variants(task, tmp_path):
+    pytest.importorskip("optuna")
+    fake = Fake()
+    report = run(task, tmp_path, fake, settings=settings(engine="optuna", max_variants=3, jobs=2))
+    assert report.engine == "optuna" and report.grid_points == 4 and report.exit_code == ExitCode.OK
+    labels = [v.label for v in report.variants]
+    assert len(labels) == len(set(labels)) == 3 and labels[0] == "CHUNK=256"  # the input's values first
+    assert report.winner_label not in ("CHUNK=1", "CHUNK=1000")
+    assert any(n.startswith("optuna proposed ") for n in report.notes)
+
+
+# ------------------------------------------------------------------------------------ refusals
+
+
+def test_refusals_before_anything_runs(task, tmp_path):
+    with pytest.raises(UsageError, match="is the input file: popkit tune never overwrites it"):
+        tune.run_tune(task, SUBMISSION, SUBMISSION, settings=settings())
+    existing = tmp_path / "there.py"
+    existing.write_text("x = 1\n")
+    with pytest.raises(UsageError, match="already exists; not overwriting it"):
+        tune.run_tune(task, SUBMISSION, existing, settings=settings())
+    with pytest.raises(UsageError, match="the tuned submission is Python"):
+        tune.run_tune(task, SUBMISSION, tmp_path / "o.cu", settings=settings())
+    plain = tmp_path / "plain.py"
+    plain.write_text("def custom_kernel(data):\n    return data.sum()\n")
+    with pytest.raises(SubmissionError, match="no `#!POPKIT tune NAME=V1,V2,...` line: nothing to tune"):
+        tune.run_tune(task, plain, tmp_path / "o.py", settings=settings())
+    with pytest.raises(UsageError, match="unknown engine `anneal`"):
+        tune.run_tune(task, SUBMISSION, tmp_path / "o.py", settings=settings(engine="anneal"))
+
+
+def test_the_optuna_engine_without_optuna_is_exit_11(task, tmp_path, monkeypatch):
+    import builtins
+
+    real = builtins.__import__
+
+    def no_optuna(name, *args, **kw):
+        if name == "optuna" or name.startswith("optuna."):
+            raise ImportError("No module named 'optuna'")
+        return real(name, *args, **kw)
+
+    monkeypatch.setattr(builtins, "__import__", no_optuna)
+    with pytest.raises(EnvironmentProblem) as info:
+        tune.run_tune(task, SUBMISSION, tmp_path / "o.py", settings=settings(engine="optuna"))
+    assert info.value.exit_code == ExitCode.ENVIRONMENT and info.value.hint == "pip install 'popkit[tune]'"
+
+
+@pytest.mark.parametrize("args,code,message", [
+    (["-o", str(SUBMISSION)], 2, "is the input file: popkit tune never overwrites it"),
+    (["-o", "OUT", "--rounds", "5"], 2, "--rounds 5: the A/B runs rounds in pairs (ABBA)"),
+    (["-o", "OUT", "--engine", "anneal"], 2, "unknown engine `anneal`"),
+])
+def test_cli_refusals(args, code, message, tmp_path):
+    args = [a.replace("OUT", str(tmp_path / "o.py")) for a in args]
+    result = CliRunner().invoke(app, ["tune", str(SUBMISSION), "--task", str(TASK_DIR), *args, "--json"])
+    assert result.exit_code == code, result.output
+    doc = json.loads(result.output)
+    assert doc["schema"] == "popkit/error/1" and message in doc["message"]
+
+
+def test_cli_without_declarations_is_exit_4(tmp_path):
+    plain = tmp_path / "plain.py"
+    plain.write_text("def custom_kernel(data):\n    return data.sum()\n")
+    result = CliRunner().invoke(app, ["tune", str(plain), "--task", str(TASK_DIR), "-o", str(tmp_path / "o.py")])
+    assert result.exit_code == 4
+    assert f"error: {plain}: no `#!POPKIT tune NAME=V1,V2,...` line: nothing to tune" in result.output
+
+
+# --------------------------------------------------------------------------------- real evals, CPU
+
+
+@pytest.mark.slow
+def test_cpu_tune_end_to_end_then_popkit_test_passes_the_file(tmp_path):
+    out = tmp_path / "tuned.py"
+    result = CliRunner().invoke(app, ["tune", str(SUBMISSION), "--task", str(TASK_DIR), "-o", str(out),
+                                      "--rounds", "4", "--json", "--no-history"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    variants = {v["label"]: v for v in doc["variants"]}
+    assert variants["CHUNK=1000"]["outcome"] == "failed"
+    assert variants["CHUNK=1000"]["message"].startswith("check failed: test, test size: 4096; seed: 1: sum ")
+    assert doc["winner_label"] not in ("CHUNK=1", "CHUNK=1000")
+    assert variants["CHUNK=1"]["left_after"] == 1  # the slow one leaves after the first round
+    chosen = doc["winner_label"].split("=")[1] if doc["winner_label"] else "256"
+    assert f"\nCHUNK = {chosen}\n" in out.read_text()
+    tested = CliRunner().invoke(app, ["test", str(out), "--task", str(TASK_DIR), "--no-history"])
+    assert tested.exit_code == 0, tested.output
+
+
+@pytest.mark.slow
+def test_a_cheating_variant_fails_its_check_under_popkits_harness(tmp_path):
+    result = CliRunner().invoke(app, ["tune", str(CHEAT), "--task", str(TASK_DIR), "-o", str(tmp_path / "o.py"),
+                                      "--harness", "popkit", "--confirm", "1", "--json", "--no-history"])
+    assert result.exit_code == 0, result.output
+    variants = {v["label"]: v for v in json.loads(result.stdout)["variants"]}
+    assert variants["CHUNK=0"]["outcome"] == "failed"
+    assert "input 0 was modified by custom_kernel" in variants["CHUNK=0"]["message"]
+    assert variants["CHUNK=4096"]["outcome"] == "passed"
