@@ -17,10 +17,10 @@ from typing import Sequence
 
 from popkit import cputorch, system
 from popkit.directives import cli_directives, server_directives
-from popkit.errors import EnvironmentProblem, SubmissionError, UsageError
+from popkit.errors import EnvironmentProblem, SubmissionError, TaskError, UsageError
 from popkit.hipcheck import detect_target
 from popkit.lint import read_bytes
-from popkit.tasks import Task
+from popkit.tasks import Task, resolve_task
 
 
 @dataclass(frozen=True)
@@ -102,6 +102,18 @@ def check_language(task: Task, submission: Path) -> None:
             "would run it as submission.py and fail with syntax errors",
             f"put the kernel in a .py file that builds it with load_inline(cuda_sources=...); "
             f"`popkit new --target cuda --task {task.name}` writes one")
+
+
+def check_language_for(submission: Path, leaderboard: str | None, roots: Sequence[Path]) -> None:
+    """`popkit check`: a C++/CUDA file for the Python task its leaderboard names is refused (exit 4); a
+    leaderboard popkit does not know leaves the server's rules as all there is to check."""
+    if not leaderboard or Path(submission).suffix.lower() == ".py":
+        return
+    try:
+        task = resolve_task(leaderboard, roots)
+    except TaskError:
+        return
+    check_language(task, submission)
 
 
 def check_runnable(task: Task, submission: Path, data: bytes, mode: str) -> None:

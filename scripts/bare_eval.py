@@ -1,7 +1,8 @@
 """The bare protocol run, independent of popkit's runner: a task's files flat in a folder, the eval run as
 `python <main> MODE CASES` with a result pipe in POPCORN_FD, the pipe's `key: value` lines read back.
 
-Used by scripts/gpu_multi.py and scripts/fidelity_sweep.py to compare popkit's verdict with the eval's own.
+Used by scripts/gpu_multi.py, scripts/fidelity_sweep.py, scripts/gpu_inner_loop.py and scripts/gpu_verify.py
+to compare popkit's verdict and time with the eval's own.
 Reads task.yml itself (with yaml), so a popkit bug in loading a task cannot hide here.
 """
 
@@ -24,23 +25,30 @@ def cases_text(cases: list[dict]) -> str:
     return "".join("; ".join(f"{k}: {v}" for k, v in case.items()) + "\n" for case in cases)
 
 
+def lay_out(task_dir: Path, submission: str, work: Path) -> dict:
+    """The task's files flat in `work`, the submission (source text) under its name; returns task.yml."""
+    spec = yaml.safe_load((Path(task_dir) / "task.yml").read_text())
+    for f in spec["files"]:
+        target = Path(work) / f["name"]
+        if f["source"] == "@SUBMISSION@":
+            target.write_text(submission)
+        else:
+            shutil.copyfile(Path(task_dir) / f["source"], target)
+    return spec
+
+
 def bare_run(task_dir: Path, submission: str, mode: str, cases: list[dict] | None = None, *,
              gpus: int | None = None, timeout_s: float = 300.0, env: dict | None = None) -> dict:
     """Run the task's own eval on `submission` (source text) in `mode`; returns the pipe's keys plus
     `_exit` (the exit code, 114 on timeout) and `_passed` (exit 0/112 and `check: pass`)."""
-    spec = yaml.safe_load((task_dir / "task.yml").read_text())
+    spec = yaml.safe_load((Path(task_dir) / "task.yml").read_text())
     if cases is None:
         cases = spec.get("tests", []) if mode == "test" else spec.get("benchmarks", [])
         if mode != "test" and spec.get("ranking_by", "last") == "last":
             cases = cases[-1:]
     work = Path(tempfile.mkdtemp(prefix="bare-eval-"))
     try:
-        for f in spec["files"]:
-            target = work / f["name"]
-            if f["source"] == "@SUBMISSION@":
-                target.write_text(submission)
-            else:
-                shutil.copyfile(task_dir / f["source"], target)
+        lay_out(task_dir, submission, work)
         (work / "cases.txt").write_text(cases_text(cases))
         read_fd, write_fd = os.pipe()
         child_env = {k: v for k, v in os.environ.items() if k not in ("POPCORN_FD", "POPCORN_SEED", "POPCORN_GPUS")}

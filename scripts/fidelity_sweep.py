@@ -7,7 +7,7 @@ Run from the repository root on one GPU machine (about 8 minutes on an H100; kin
         [--only linalg/,pmpp_v2/matmul] [--no-tests]
 
 PROBLEMS is a checkout of the public problem sets (default .refk/problems). Which tasks can run here comes
-from popkit's own check (`popkit tasks --check` logic, popkit.runnable). Per runnable task, two submissions:
+from popkit's own check (`popkit tasks --check`, through popkit.api). Per runnable task, two submissions:
 - right: the set's own submission.py where its imports are installed here, else a PyTorch one written here
   that returns the task's ref_kernel output;
 - wrong: ref_kernel's output plus one (every tensor), which any checker must reject (princeton's
@@ -43,9 +43,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 from bare_eval import bare_run, mean_score_s  # noqa: E402
 
-from popkit import runnable  # noqa: E402
-from popkit.contract import entry_points  # noqa: E402
-from popkit.tasks import list_tasks  # noqa: E402
+from popkit import api  # noqa: E402
 
 LEADERBOARD_SUBSET = ("vectoradd_v2", "grayscale_v2", "matmul_v2", "fp8_quant")
 
@@ -106,7 +104,7 @@ def imports_available(source: str) -> bool:
 def submissions_for(task) -> dict[str, tuple[str, str]]:
     """kind -> (what it is, source)."""
     shipped = task.path / "submission.py"
-    names = entry_points(task)
+    names = api.TaskDetail(task).entry_points
     custom = not names or tuple(names) == ("custom_kernel",)
     right = None
     if shipped.is_file() and imports_available(shipped.read_text()):
@@ -258,11 +256,11 @@ def main(argv: list[str] | None = None) -> int:
     subs_dir = args.out / "submissions"
     subs_dir.mkdir(exist_ok=True)
     start = time.monotonic()
-    tasks = [t for t in list_tasks([args.problems]) if not t.bundled]
+    checked = api.tasks(roots=[args.problems], check=True)
     wanted_tasks = [w.strip() for w in args.only.split(",") if w.strip()]
-    if wanted_tasks:
-        tasks = [t for t in tasks if any(w in f"{t.path.parent.name}/{t.name}" for w in wanted_tasks)]
-    verdicts = runnable.check_tasks(tasks)
+    pairs = [(t, v) for t, v in zip(checked.tasks, checked.verdicts) if not t.bundled
+             and (not wanted_tasks or any(w in f"{t.path.parent.name}/{t.name}" for w in wanted_tasks))]
+    tasks, verdicts = [t for t, _ in pairs], [v for _, v in pairs]
     card = "cpu"
     try:
         import torch

@@ -7,8 +7,8 @@ Run from the repository root on a CUDA machine with popkit importable (no networ
 
 What it runs, in this order (a step is skipped when the time left, --minutes, is less than the last
 step took); about 7 minutes on an H100 with a warm build cache, one more cold:
-  build      the runner's compile pre-step of submissions/{vectoradd,softmax}/cuda.py, at once: warms the
-             eval's build cache (about a minute cold, seconds warm)
+  build      `popkit test --precompile` of submissions/{vectoradd,softmax}/cuda.py, at once: its compile
+             pre-step warms the eval's build cache (about a minute cold, seconds warm)
   calibrate  per task, one A/B of two byte-identical copies of cuda.py on a copy of the task with
              EXTRA_SHAPES benchmark shapes (more verdicts per eval process: each process costs seconds
              to start); the default design (looks at 4, 6, 8 rounds, warm-up on) with the budget ending
@@ -50,13 +50,13 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from popkit import shapes  # noqa: E402
-from popkit import ab, runner  # noqa: E402
-from popkit.tasks import load_task  # noqa: E402
+from popkit import api  # noqa: E402
 
 TASKS = ("vectoradd", "softmax")
 EXTRA_SHAPES = 18  # benchmark shapes of the calibration copies: 2 x 18 + 4 (speed) = 40 self verdicts
 SLOW_SHARE = {"vectoradd": 0.03, "softmax": 0.02}  # output share rewritten: 2% of the kernel's bytes
+FIRST_LOOK = 4  # rounds before the A/B's first interval (docs/design.md, "Looks and stopping")
+A_FASTER, B_FASTER = "a_faster", "b_faster"  # verdicts of the popkit/ab document
 LARGE_ELEMENTS = 16_000_000  # a "large shape" has at least this many output elements (vectoradd 4095² and up)
 SPEED_LIMIT_S = 60.0
 FALSE_WINNERS_ALLOWED = 4
@@ -158,15 +158,15 @@ def device_name(dry_run: bool) -> str:
 
 
 def build(lab: Lab) -> None:
-    """The runner's compile pre-step for each task's cuda.py, at once: it warms the eval's build cache
-    (`popkit compile` builds into a folder of its own) and records it, so the A/Bs skip their pre-steps."""
+    """`popkit test --precompile` of each task's cuda.py, at once: its compile pre-step warms the eval's build
+    cache (`popkit compile` builds into a folder of its own) and records it, so the A/Bs skip their pre-steps."""
 
     def one(task: str) -> tuple[str, int, float]:
         start = time.monotonic()
-        path = lab.subs[task]["a"]
-        done = runner.set_up(load_task(lab.tmp / "tasks" / task), path, path.read_bytes(),
-                             lab.tmp / "build" / task, runner.RunOptions(precompile=True), lambda _msg: None)
-        code = done.precompile.exit_code if done.precompile is not None else 0
+        outcome = api.test(lab.subs[task]["a"], task=str(lab.tmp / "tasks" / task), precompile=True,
+                           record=False)
+        step = outcome.report.precompile
+        code = step.exit_code if step is not None else 0
         return task, code, time.monotonic() - start
 
     log("build: the compile pre-step of " + ", ".join(f"{t}/cuda.py" for t in lab.tasks))
@@ -200,11 +200,11 @@ def calibrate(lab: Lab, task: str, kind: str) -> None:
     """One A/B on the task's copy with EXTRA_SHAPES shapes; the budget ends it at the first look."""
     subs = lab.subs[task]
     b = subs["b"] if kind == "self" else subs["slow"]
-    log(f"calibrate {task} {kind}: {EXTRA_SHAPES} shapes, {ab.FIRST_LOOK} rounds")
+    log(f"calibrate {task} {kind}: {EXTRA_SHAPES} shapes, {FIRST_LOOK} rounds")
     start = time.monotonic()
-    report = ab.run_ab(load_task(lab.extended_task(task)), subs["a"], b, runner.RunOptions(precompile=False),
-                       budget_s=1.0, progress=lambda msg: log(f"  {msg}"))
-    record(lab, task, kind, "calibrate", report.to_json(), time.monotonic() - start, int(report.exit_code))
+    outcome = api.bench(subs["a"], b, task=str(lab.extended_task(task)), precompile=False, budget_s=1.0,
+                        record=False, progress=lambda msg: log(f"  {msg}"))
+    record(lab, task, kind, "calibrate", api.document(outcome), time.monotonic() - start, api.exit_code(outcome))
 
 
 def record(lab: Lab, task: str, kind: str, step: str, report: dict, wall: float, code: int) -> None:
@@ -247,8 +247,8 @@ def summary(results: dict) -> dict:
                "stopped": r["report"].get("stopped"), "evals": len(r["report"].get("eval_s", [])),
                "eval_s": sum(r["report"].get("eval_s", [])) / max(1, len(r["report"].get("eval_s", [])))}
               for r in results["runs"] if r["step"] == "speed"]
-    winners = sum(r["verdict"] in (shapes.A_FASTER, shapes.B_FASTER) for r in own)
-    named = sum(r["verdict"] == shapes.A_FASTER for r in slow)  # A is the original: the slow B takes longer
+    winners = sum(r["verdict"] in (A_FASTER, B_FASTER) for r in own)
+    named = sum(r["verdict"] == A_FASTER for r in slow)  # A is the original: the slow B takes longer
     return {"self_verdicts": len(own), "self_winners": winners,
             "self_ok": len(own) >= 40 and winners <= FALSE_WINNERS_ALLOWED,
             "slow_large_verdicts": len(slow), "slow_large_named": named,

@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from popkit import hiponcuda, render, tasks  # noqa: E402  (after the checkout is on the path)
+from popkit import api  # noqa: E402  (after the checkout is on the path)
 
 TASKS = ("identity", "vectoradd", "grayscale", "vectorsum", "softmax", "matmul")
 MAX_JOBS_PER_BUILD = "2"  # a load_inline extension has two sources (main.cpp, cuda.cu)
@@ -139,11 +139,9 @@ def plan(work: Path, task_names: tuple[str, ...]) -> list[dict]:
     work.mkdir(parents=True, exist_ok=True)
     files = []
     for name in task_names:
-        task = tasks.resolve_task(name, [])
         for target, style in (("hip", "inline"), ("hip", "library"), ("cuda", "library")):
             path = work / f"{name}_{target}_{style}.py"
-            path.write_text(render.render(task.path, leaderboard=task.leaderboard or name, target=target,
-                                          style=style).text)
+            api.new(name, path, target=target, style=style, force=True)  # as `popkit new` writes it
             files.append({"task": name, "target": target, "style": style, "kind": "template", "path": str(path)})
         example = ROOT / "submissions" / name / "hip.py"
         if example.is_file():
@@ -154,7 +152,7 @@ def plan(work: Path, task_names: tuple[str, ...]) -> list[dict]:
 def env_for(entry: dict) -> dict[str, str]:
     env = {"MAX_JOBS": MAX_JOBS_PER_BUILD}
     if entry["target"] == "hip":
-        env.update(hiponcuda.child_env())
+        env.update(api.hip_on_cuda_env())
     return env
 
 
@@ -178,7 +176,7 @@ def test(entry: dict) -> dict:
 
 
 def library_check(entry: dict, scratch: Path) -> dict:
-    task = tasks.resolve_task(entry["task"], [])
+    task = api.task_show(entry["task"]).task
     out = scratch / (Path(entry["path"]).stem + ".check.json")
     case = json.dumps(dict(task.tests[-1]))
     env = env_for(entry)

@@ -6,8 +6,7 @@ Run from the repository root on a machine with an NVIDIA GPU (no network needed)
     python3 scripts/gpu_inner_loop.py --out results/
 
 The bare protocol run is the task's eval invoked directly in `test` mode with a result pipe, in a
-prepared working directory, no pre-step (popkit's runner.run_mode, as scripts/gpu_verify.py's
-`overhead` part). `popkit test FILE --task T --no-history --json` is the whole command as a user runs it
+folder holding the task's files, no pre-step (scripts/bare_eval.py, which does not use popkit). `popkit test FILE --task T --no-history --json` is the whole command as a user runs it
 (start-up, working directory, pre-step decision, system probe, report). Per case: the bare run, then
 `popkit test`, REPEATS times; the ratio is median over median. The verdicts of both must agree.
 
@@ -33,11 +32,17 @@ import re
 import statistics
 import subprocess
 import sys
-import tempfile
+import threading
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+from bare_eval import bare_run as bare_eval_run  # noqa: E402
+
+from popkit import api  # noqa: E402
+
 BUNDLED = ("identity", "vectoradd", "grayscale", "vectorsum", "softmax", "matmul")
 
 # Small PyTorch submissions for public tasks, written for this script (not copied from the sets).
@@ -149,25 +154,33 @@ def popkit_test(case: dict) -> tuple[float, str, str, float]:
         "ran" if doc.get("precompile") else ""), children
 
 
-def bare_run(case: dict, probe: bool = False) -> tuple[float, str, float]:
-    """The task's eval in test mode with a result pipe, in a prepared directory, no pre-step: (seconds, outcome,
-    seconds the system probe outlived the eval). With `probe`, popkit's system probe runs beside the eval,
-    started with it as popkit starts it: what the probe costs the eval, and how long popkit waits for it after."""
-    from popkit import runner
-    from popkit.tasks import resolve_task
+def bare_outcome(result: dict) -> str:
+    """The bare run's verdict in popkit's words: passed, failed (the checker said so), timed_out, crashed."""
+    if result["_exit"] == 114:
+        return "timed_out"
+    if result["_passed"]:
+        return "passed"
+    return "failed" if result["_exit"] in (0, 112) and result.get("check") == "fail" else "crashed"
 
-    task = resolve_task(case["task"])
-    with tempfile.TemporaryDirectory() as tmp:
-        main = runner.prepare_workdir(task, Path(case["submission"]).read_bytes(), Path(tmp))
-        start = time.monotonic()
-        beside = runner.SystemProbe(sys.executable) if probe else None
-        run = runner.run_mode(Path(tmp), main, "test", task.cases_for("test"), timeout_s=task.timeout_for("test"),
-                              options=runner.RunOptions())
-        secs = time.monotonic() - start
-        if beside is None:
-            return secs, run.outcome, 0.0
-        beside.result()
-        return secs, run.outcome, time.monotonic() - start - secs
+
+def bare_run(case: dict, probe: bool = False) -> tuple[float, str, float]:
+    """The task's eval in test mode with a result pipe, the task's files in a fresh folder, no pre-step: (seconds,
+    outcome, seconds the system probe outlived the eval). With `probe`, popkit's system probe (`popkit tasks
+    --check`: the probe, then each task's needs) starts beside the eval, as popkit starts its probe with the
+    evals: what the probe costs the eval, and how long popkit would wait for it after."""
+    task = api.task_show(case["task"]).task
+    source = Path(case["submission"]).read_text()
+    beside = None
+    start = time.monotonic()
+    if probe:
+        beside = threading.Thread(target=api.tasks, kwargs={"check": True}, daemon=True)
+        beside.start()
+    result = bare_eval_run(task.path, source, "test", timeout_s=task.test_timeout)
+    secs = time.monotonic() - start
+    if beside is None:
+        return secs, bare_outcome(result), 0.0
+    beside.join()
+    return secs, bare_outcome(result), time.monotonic() - start - secs
 
 
 def measure(case: dict, repeats: int, probe_beside: bool = False) -> dict:
@@ -221,18 +234,46 @@ def cli_startup() -> dict:
     return {"popkit_cli_import_us": total, "imports_torch": imports_torch}
 
 
-def probes() -> dict:
-    """popkit's system probe (from the driver where it can) against the torch-importing one it falls back to:
-    each one's answer and seconds."""
-    from popkit import system
+TORCH_FACTS = """
+import json, torch
+out = {"torch": torch.__version__, "cuda": torch.version.cuda, "device": "cpu", "arch": None, "gpu_count": 0,
+       "memory": None}
+if torch.cuda.is_available():
+    props = torch.cuda.get_device_properties(0)
+    major, minor = torch.cuda.get_device_capability(0)
+    out.update(device=props.name, arch="sm_%d%d" % (major, minor), gpu_count=torch.cuda.device_count(),
+               memory=props.total_memory)
+print(json.dumps(out))
+"""
 
+
+def torch_facts() -> dict:
+    """What torch itself says about this machine (the answer popkit's probe must give)."""
+    done = subprocess.run([sys.executable, "-c", TORCH_FACTS], capture_output=True, text=True, timeout=120)
+    try:
+        return json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {"error": done.stderr.strip()[-300:]}
+
+
+def probes() -> dict:
+    """popkit's system probe (from the driver where it can; `popkit tasks --check` runs it) against torch's own
+    answer: each one's answer and seconds."""
     out = {}
-    for name, call in (("probe", lambda: system.probe()),
-                       ("torch", lambda: system.probe_torch(sys.executable, 120.0, extended=False))):
+    for name, call in (("probe", lambda: dict(api.tasks(check=True).system)), ("torch", torch_facts)):
         start = time.monotonic()
         out[name] = call()
         out[name + "_s"] = round(time.monotonic() - start, 3)
     return out
+
+
+def builds_toolkit() -> tuple[str | None, str]:
+    """(the CUDA toolkit popkit's builds use, doctor's line saying so) when it is not torch's guess; else (None, "")."""
+    for check in api.doctor().checks:
+        fix = re.search(r"export CUDA_HOME=(\S+)$", check.fix or "")
+        if check.name == "CUDA_HOME" and check.status == "info" and check.fix.startswith("only for builds") and fix:
+            return fix.group(1), check.value
+    return None, ""
 
 
 def markdown(results: dict) -> str:
@@ -304,7 +345,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
-    sys.path.insert(0, str(ROOT))
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     cases = plan(args.problems, out / "submissions")
@@ -325,11 +365,9 @@ def main(argv: list[str] | None = None) -> int:
                 + (" (task missing: skipped)" if case.get("missing") else ""))
         print(markdown(results))
         return 0
-    from popkit import system
-
     # popkit test gives builds the toolkit it found as CUDA_HOME when torch's guess cannot build; the bare run
     # must build with the same one, or each would see the other's build.ninja as changed and rebuild.
-    home, said = system.toolkit_for_builds(system.cuda_home_problem())
+    home, said = builds_toolkit()
     if home:
         os.environ["CUDA_HOME"] = home
         log(said)

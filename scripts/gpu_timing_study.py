@@ -57,8 +57,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from popkit import stats  # noqa: E402
-from popkit.results import score_s  # noqa: E402
+from popkit import api  # noqa: E402
 
 TASKS = ("identity", "vectoradd", "grayscale", "vectorsum", "softmax", "matmul")
 SHARES = (0.1, 0.2, 0.4, 0.49)
@@ -171,7 +170,7 @@ def job_row(job: Job, report: dict, seconds: float) -> dict:
 
     def score(key: str) -> float | None:
         values = [c[key] for c in cases]
-        return score_s(values, ranking) if values and all(v is not None for v in values) else None
+        return api.score(values, ranking) if values and all(v is not None for v in values) else None
 
     errors = [c["error"] for c in cases if not c["passed"]]
     return {**job.__dict__, "label": job.label, "seconds": round(seconds, 1), "outcome": report.get("outcome"),
@@ -184,16 +183,12 @@ def job_row(job: Job, report: dict, seconds: float) -> dict:
 
 
 def run_job(job: Job, system: dict) -> dict:
-    from popkit import runner
-    from popkit.errors import PopkitError
-    from popkit.tasks import load_task
-
     start = time.monotonic()
-    options = runner.RunOptions(harness="popkit", chain=False, env=job.env, label=job.label)
-    try:
-        report = runner.run_submission(load_task(ROOT / "tasks" / job.task), job.path, "leaderboard", options,
-                                       system=system).to_json()
-    except PopkitError as exc:
+    try:  # the ranked mode alone, in the sandbox as every run; `system` is probed per run (NVML: a tenth of a second)
+        outcome = api.bench(job.path, task=str(ROOT / "tasks" / job.task), leaderboard=True, alone=True,
+                            harness="popkit", secret_runs=0, env=job.env, label=job.label, record=False)
+        report = outcome.report.to_json()
+    except api.PopkitError as exc:
         report = {"outcome": "error", "message": str(exc)}
     return job_row(job, report, time.monotonic() - start)
 
@@ -234,7 +229,7 @@ def summarize(rows: list[dict]) -> dict:
             d = next((r for r in side["drain"] if r["pair"] == pair and r["event_score_s"]), None)
             if t and d:
                 ratios.append(t["event_score_s"] / d["event_score_s"])
-        interval = stats.paired_ratio_interval(ratios) if ratios else None
+        interval = api.ratio_interval(ratios) if ratios else None
         scores = {a: [r["event_score_s"] for r in side[a] if r["event_score_s"]] for a in side}
         spread = {a: (max(v) / min(v) - 1 if len(v) > 1 else None) for a, v in scores.items()}
         overruns = [c["max_overrun_ns"] for r in honest for c in r["cases"] if c["max_overrun_ns"] is not None]
@@ -363,7 +358,6 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available() or getattr(torch.version, "hip", None):
         print("gpu_timing_study: needs an NVIDIA GPU (use --dry-run to see the plan)", file=sys.stderr)
         return 2
-    from popkit import system as system_probe
 
     started = time.monotonic()
     device = torch.cuda.get_device_name()
@@ -384,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
         for path, proc in zip(builds, done):
             results["builds"].append({"file": str(path.relative_to(ROOT)), "exit_code": proc.returncode})
     save()
-    system = system_probe.probe(sys.executable)
+    system: dict = {}
     results["skipped"] = []
     for job in jobs:
         took = [r["seconds"] for r in results["rows"]]

@@ -9,10 +9,11 @@ What it does, in this order (about 7 minutes on an H100 from a cold build cache)
   render   `popkit new --task softmax` and `--task matmul` (CUDA, inline), and the bundled vectoradd template
            for the public pmpp_v2 vectoradd_py task (same data layout: two float16 (N, N) tensors, their sum),
            each declaring its launch geometry tunable with every grid point compiled into one extension;
-  build    the one build of each file's grid, the three at once (tune's own build stage: the probe, then
-           the runner's compile pre-step in the grid's extensions folder), so the tunes after it find them
-           built; its wall time is reported apart;
-  tune     per task, `popkit tune` (run_tune, the library call behind the command) with --max-variants
+  build    the one build of each file's grid, the three at once: a one-variant `popkit tune` of each (its
+           build stage: the probe, then the compile pre-step in the grid's extensions folder under popkit's
+           data folder, then that variant's check), so the tunes after it find them built; its wall time is
+           reported apart;
+  tune     per task, `popkit tune` (popkit.api.tune, the call behind the command) with --max-variants
            (default 6, a seeded sample of the grid that includes the default values), --confirm 1, A/Bs of 4
            rounds, and a time budget that shares what is left of --minutes among the tasks still to run.
            matmul runs on a copy of the task without its 8192^3 shape (one call of the naive kernel takes about
@@ -42,9 +43,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from popkit import proc, render, runner, tune, tunespec  # noqa: E402
-from popkit.resources import data_dir  # noqa: E402
-from popkit.tasks import load_task  # noqa: E402
+from popkit import api  # noqa: E402
 
 PUBLIC = Path("pmpp_v2") / "vectoradd_py"
 ROOTS = (ROOT / ".refk" / "problems", Path("/work/refk/problems"))
@@ -63,7 +62,7 @@ def plan(tmp: Path, tasks_root: Path | None, dry_run: bool) -> list[dict]:
         return [{"name": "chunksum (dry run)", "task": task_dir, "file": ROOT / "tests" / "fixtures" / "tune" / "chunksum.py"}]
     rows = []
     for name in ("softmax", "matmul"):
-        task_dir = data_dir("tasks") / name
+        task_dir = bundled_tasks() / name
         if name == "matmul":
             task_dir = trimmed_matmul(tmp)
         rows.append({"name": name, "task": task_dir, "file": rendered(tmp, name, name)})
@@ -74,10 +73,15 @@ def plan(tmp: Path, tasks_root: Path | None, dry_run: bool) -> list[dict]:
     return rows
 
 
+def bundled_tasks() -> Path:
+    """The folder of popkit's bundled tasks (beside their shared files)."""
+    return api.task_show("softmax").task.path.parent
+
+
 def rendered(tmp: Path, template_task: str, name: str) -> Path:
-    out = render.render(data_dir("tasks") / template_task, leaderboard=template_task, target="cuda", style="inline")
+    """`popkit new --task TEMPLATE_TASK` (CUDA, inline) written to TMP/NAME.py."""
     path = tmp / f"{name}.py"
-    path.write_text(out.text)
+    api.new(template_task, path, target="cuda", style="inline", force=True)
     return path
 
 
@@ -85,28 +89,23 @@ def trimmed_matmul(tmp: Path) -> Path:
     """A copy of the bundled matmul task (beside copies of its shared files) without the 8192^3 shape."""
     dest = tmp / "tasks" / "matmul"
     if not dest.exists():
-        shutil.copytree(data_dir("tasks"), tmp / "tasks", dirs_exist_ok=True)
+        shutil.copytree(bundled_tasks(), tmp / "tasks", dirs_exist_ok=True)
         spec = yaml.safe_load((dest / "task.yml").read_text())
         spec["benchmarks"] = [c for c in spec["benchmarks"] if {k: c.get(k) for k in MATMUL_DROPPED} != MATMUL_DROPPED]
         (dest / "task.yml").write_text(yaml.safe_dump(spec, sort_keys=False))
     return dest
 
 
-def prebuild(rows: list[dict], options: runner.RunOptions) -> dict:
-    """Each file's grid built at once (tune's build stage on its default values); what each took."""
+def prebuild(rows: list[dict], tmp: Path) -> dict:
+    """Each file's grid built at once: a one-variant tune (its build stage on the default values, then that
+    variant's check); the grid's build stays in its extensions folder for the tune that follows."""
 
     def one(row: dict) -> tuple[str, dict]:
         start = time.monotonic()
-        task, path = load_task(row["task"]), row["file"]
-        content = path.read_bytes()
-        opts = runner.with_toolkit(options, content, lambda _m: None)
-        spec = tunespec.parse(content.decode(), str(path))
-        with proc.WorkDir("popkit-gpu-tune-") as root:
-            tuner = tune.Tuner(task, path, content, spec, opts, tune.TuneSettings(record=False), tune.Backend(),
-                               lambda _m: None, time.monotonic, root, {}, path, content)
-            tuner.build(tuner.add([spec.default]))
-        failed = [why for why in tuner.built.values() if why]
-        return row["name"], {"builds": tuner.builds, "seconds": round(time.monotonic() - start, 1),
+        report = api.tune(row["file"], tmp / "prebuilt" / row["file"].name, task=str(row["task"]), max_variants=1,
+                          confirm=1, rounds=4, per_shape=False, record=False, force=True)
+        failed = [v.message for v in report.variants if v.outcome == "compile_failed"]
+        return row["name"], {"builds": report.builds, "seconds": round(time.monotonic() - start, 1),
                              "failed": failed[0] if failed else ""}
 
     log("build: " + ", ".join(r["name"] for r in rows) + ", at once")
@@ -179,22 +178,20 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     results = {"started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                "device": device_name(args.dry_run), "tasks": [], "reports": {}}
-    options = runner.RunOptions()
     tmp = Path(tempfile.mkdtemp(prefix="popkit-gpu-tune-"))
     try:
         rows = plan(tmp, args.tasks_root, args.dry_run)
-        built = prebuild(rows, options)
+        built = prebuild(rows, tmp)
         results["prebuild_s"] = round(time.monotonic() - start, 1)
         for n, row in enumerate(rows):
             left = 60 * args.minutes - (time.monotonic() - start)
             budget = max(30.0, left / (len(rows) - n) - MARGIN_S)
-            settings = tune.TuneSettings(max_variants=args.max_variants, confirm=1, ab_rounds=4, ab_budget_s=30.0,
-                                         budget_s=budget, record=False)
             log(f"tune {row['name']}: {row['file'].name}, budget {budget:.0f} s")
             t0 = time.monotonic()
-            report = tune.run_tune(load_task(row["task"]), row["file"], tmp / "out" / f"{row['file'].stem}_tuned.py",
-                                   options, settings, force=True, progress=lambda m, name=row["name"]: log(f"{name}: {m}"))
-            doc = report.to_json()
+            report = api.tune(row["file"], tmp / "out" / f"{row['file'].stem}_tuned.py", task=str(row["task"]),
+                              max_variants=args.max_variants, confirm=1, rounds=4, ab_budget_s=30.0, budget_s=budget,
+                              record=False, force=True, progress=lambda m, name=row["name"]: log(f"{name}: {m}"))
+            doc = api.document(report)
             results["reports"][row["name"]] = doc
             results["tasks"].append(summary(row["name"], doc, time.monotonic() - t0, built.get(row["name"], {})))
             results["total_s"] = round(time.monotonic() - start, 1)

@@ -43,6 +43,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+import bare_eval  # noqa: E402
+
+from popkit import api  # noqa: E402
+
 TASKS = ("identity", "vectoradd", "grayscale", "vectorsum", "softmax", "matmul")
 FIDELITY_TASKS = ("vectoradd", "softmax", "matmul")
 PARTS = ("install", "ceilings", "build", "examples", "roofline", "overhead", "templates", "pytest", "fidelity")
@@ -341,17 +347,13 @@ print(json.dumps(rows))
 
 def part_fidelity() -> None:
     """popkit bench and the independent measurement alternate, so that both see the same GPU state (clocks, heat)."""
-    sys.path.insert(0, str(ROOT))
-    from popkit import runner
-    from popkit.tasks import resolve_task
-
     RESULTS["fidelity"] = {}
     for task_name in FIDELITY_TASKS:
-        task = resolve_task(task_name)
+        task = api.task_show(task_name).task
         path = ROOT / "submissions" / task_name / "cuda.py"
         info = RESULTS["fidelity"][task_name] = {
             "repeats": [], "independent": [],
-            "specs": [runner.render_cases([c]).strip() for c in task.cases_for("benchmark")]}
+            "specs": [bare_eval.cases_text([c]).strip() for c in task.cases_for("benchmark")]}
         for _ in range(REPEATS):
             code, doc, _ = popkit_json("bench", str(path), "--task", task_name, "--no-history")
             bench = list(_benchmark_cases(doc).values())
@@ -363,7 +365,7 @@ def part_fidelity() -> None:
                 save()
                 continue
             with tempfile.TemporaryDirectory() as tmp:
-                runner.prepare_workdir(task, path.read_bytes(), Path(tmp))
+                bare_eval.lay_out(task.path, path.read_text(), Path(tmp))
                 code, out, err, _ = sh([sys.executable, "-c", _INDEPENDENT, json.dumps(task.cases_for("benchmark"))],
                                        cwd=Path(tmp), timeout=900)
             try:
@@ -378,26 +380,20 @@ def part_fidelity() -> None:
 
 
 def part_overhead() -> None:
-    sys.path.insert(0, str(ROOT))
-    from popkit import runner
-    from popkit.tasks import resolve_task
-
+    """`popkit test` against the bare protocol run (scripts/bare_eval.py: the eval alone, no popkit)."""
     rows = []
     for task_name in ("vectoradd",):
-        task = resolve_task(task_name)
+        task = api.task_show(task_name).task
         path = ROOT / "submissions" / task_name / "cuda.py"
         cli = [sys.executable, "-m", "popkit", "test", str(path), "--task", task_name, "--no-history"]
         popkit_s, no_pre_s, bare_s = [], [], []
         for _ in range(3):
             popkit_s.append(sh(cli)[3])
             no_pre_s.append(sh(cli + ["--no-precompile"])[3])
-            with tempfile.TemporaryDirectory() as tmp:
-                main = runner.prepare_workdir(task, path.read_bytes(), Path(tmp))
-                start = time.monotonic()
-                run = runner.run_mode(Path(tmp), main, "test", task.cases_for("test"), timeout_s=180,
-                                      options=runner.RunOptions())
-                bare_s.append(time.monotonic() - start)
-                assert run.passed, run.summary
+            start = time.monotonic()
+            bare = bare_eval.bare_run(task.path, path.read_text(), "test", timeout_s=180)
+            bare_s.append(time.monotonic() - start)
+            assert bare["_passed"], bare["_stderr_tail"]
         rows.append({"task": task_name, "popkit_test_s": popkit_s, "no_precompile_s": no_pre_s, "bare_protocol_s": bare_s,
                      "ratio": statistics.median(popkit_s) / statistics.median(bare_s),
                      "ratio_no_precompile": statistics.median(no_pre_s) / statistics.median(bare_s)})

@@ -1,4 +1,4 @@
-"""The `popkit` command: a Typer app (popkit.cli.app) whose commands live in running, tuning, authoring and remote."""
+"""The `popkit` command: a Typer app (popkit.cli.app) whose commands live in running, tuning, authoring, remote and serve."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import NoReturn
 from popkit.errors import Interrupted
 
 # Importing a command module registers its commands on `app`; help lists them in this order.
-from popkit.cli import running, tuning, authoring, remote  # noqa: F401,I001
+from popkit.cli import running, tuning, authoring, remote, serve  # noqa: F401,I001
 from popkit.cli.app import app
 
 

@@ -9,11 +9,11 @@ import typer
 
 from popkit import history as ledger
 from popkit import lint, popcorn, runcompare, submit as workflow
-from popkit.source import check_language
+from popkit.source import check_language_for
 from popkit.cli.app import app
-from popkit.errors import ExitCode, TaskError, UsageError
+from popkit.errors import ExitCode, UsageError
 from popkit.resources import popkit_home_source
-from popkit.tasks import MAX_TIMEOUT_S, resolve_task, task_roots
+from popkit.tasks import MAX_TIMEOUT_S, task_roots
 from popkit.views import common
 from popkit.views import comparison as comparison_view
 from popkit.views import remote as view
@@ -55,20 +55,9 @@ def check(
         raise UsageError("missing the submission file to check", "popkit check FILE (or `popkit check --rules`)")
     roots = task_roots(tasks_root or [])
     report = lint.check_file(submission, leaderboard=leaderboard, gpu=gpu, mode=mode, roots=roots, guard=guard)
-    _check_language(submission, report.leaderboard, roots)
+    check_language_for(submission, report.leaderboard, roots)
     view.show_check(report, json=json)
     raise typer.Exit(int(ExitCode.OK if report.ok else ExitCode.REFUSED))
-
-
-def _check_language(submission: Path, leaderboard: Optional[str], roots) -> None:
-    """A .cu file for a Python task is refused with exit 4 (the runner would run it as submission.py)."""
-    if not leaderboard or submission.suffix.lower() == ".py":
-        return
-    try:
-        task = resolve_task(leaderboard, roots)
-    except TaskError:  # a leaderboard popkit does not know: the server's rules above are all it can check
-        return
-    check_language(task, submission)
 
 
 @app.command()

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from popkit.documents import schema_document
 from popkit.errors import PopkitError
 
 _state = {"json": False}
@@ -87,7 +88,7 @@ def fold(table: Table, *headers: str) -> None:
 
 def emit_json(kind: str, payload: dict[str, Any]) -> None:
     """One JSON document on stdout with a schema tag (`popkit/<kind>/1`)."""
-    doc = {"schema": f"popkit/{kind}/1", **payload}
+    doc = schema_document(kind, payload)
     sys.stdout.write(json.dumps(doc, indent=2, sort_keys=False, default=str) + "\n")
 
 

@@ -6,6 +6,7 @@ import shlex
 from pathlib import Path
 from typing import Sequence
 
+from popkit.documents import HistoryList, RunDetail
 from popkit.history import RunRecord, shown_path
 from popkit.lint import LintReport
 from popkit.lint_rules import GUARD_INSTALL, RULES, RULES_SCHEMA
@@ -187,8 +188,7 @@ def _path_cell(stored: str, width: int) -> str:
 def show_history(records: Sequence[RunRecord], path: Path, *, json: bool = False, source: str = "",
                  filtered: str = "") -> None:
     if json:
-        emit_json("history", {"database": str(path), "database_source": source,
-                              "runs": [r.to_json(summary=True) for r in records]})
+        emit_json("history", HistoryList(tuple(records), path, source).to_json())
         return
     con = console()
     if source:
@@ -212,10 +212,7 @@ def show_history(records: Sequence[RunRecord], path: Path, *, json: bool = False
 
 def show_record(record: RunRecord, *, source: bytes | None = None, json: bool = False) -> None:
     if json:
-        data = record.to_json()
-        if source is not None:
-            data["source"] = source.decode("utf-8", errors="replace")
-        emit_json("history-run", data)
+        emit_json("history-run", RunDetail(record, source).to_json())
         return
     con = console()
     con.print(f"[bold]run {record.id}[/] · {record.kind} · recorded {escape(record.created_at)} · "

@@ -8,6 +8,7 @@ from typing import Mapping, Sequence
 from rich.table import Table
 
 from popkit import stats
+from popkit.documents import SpreadOutcome, TaskChecks, TaskDetail, TaskList
 from popkit.diagnostics import submission_frame
 from popkit.ncu import NcuReport
 from popkit.results import CaseResult, ModeRun, RunReport
@@ -257,14 +258,6 @@ def show_run(report: RunReport, task: Task, *, baseline: RunReport | None = None
     con.print(f"{verdict} in {total_s if total_s is not None else report.duration_s:.1f} s")
 
 
-def _task_row(task: Task) -> dict:
-    return {
-        "name": task.name, "leaderboard": task.leaderboard, "path": str(task.path), "gpus": list(task.gpus),
-        "ranking_by": task.ranking_by, "tests": len(task.tests), "benchmarks": len(task.benchmarks),
-        "bundled": task.bundled,
-    }
-
-
 TASK_TABLE_OTHERS = 62  # what a readable task row needs beside its name: gpus, ranking, tests, benchmarks, folder
 
 
@@ -278,7 +271,7 @@ def show_task_list(tasks: Sequence[Task], skipped: Sequence[Skipped] = (), *, js
     """One row per task, named by what `--task` takes (the leaderboard name), never cut: where the longest name
     leaves no room for a table, each task gets two lines instead."""
     if json:
-        emit_json("tasks", {"tasks": [_task_row(t) for t in tasks], "skipped": [s.to_json() for s in skipped]})
+        emit_json("tasks", TaskList(tuple(tasks), tuple(skipped)).to_json())
         return
     show_skipped(skipped)
     con = console()
@@ -309,11 +302,7 @@ def show_skipped(skipped: Sequence[Skipped]) -> None:
 
 def show_task(task: Task, *, json: bool = False) -> None:
     if json:
-        emit_json("task", {**_task_row(task), "description": task.description,
-                           "test_cases": list(task.tests), "benchmark_cases": list(task.benchmarks),
-                           "timeouts_s": {m: task.timeout_for(m) for m in ("test", "benchmark", "leaderboard")},
-                           "files": [{"name": f.name, "source": f.source} for f in task.files],
-                           "main": task.main})
+        emit_json("task", TaskDetail(task).to_json())
         return
     con = console()
     con.print(f"[bold]{escape(task.name)}[/]" + (f" · leaderboard {escape(task.leaderboard)}" if task.leaderboard else ""))
@@ -336,8 +325,7 @@ def show_task(task: Task, *, json: bool = False) -> None:
 def show_task_check(tasks: Sequence[Task], verdicts: Sequence, system: dict, *, json: bool = False) -> None:
     """`popkit tasks --check`: one row per task, runnable here or the reasons it is not."""
     if json:
-        emit_json("tasks", {"system": dict(system), "tasks": [{**_task_row(t), **v.to_json()}
-                                                              for t, v in zip(tasks, verdicts)]})
+        emit_json("tasks", TaskChecks(tuple(tasks), tuple(verdicts), system).to_json())
         return
     con = console()
     con.print(f"[dim]this machine:[/] {escape(system_line(system))}")
@@ -392,7 +380,7 @@ def show_taskcheck(result, *, json: bool = False) -> None:
 def show_spread(runs: Sequence[SpreadRun], *, json: bool = False) -> None:
     """`popkit bench a.py b.py --gpus 0,1`: each run's report, then one line per run."""
     if json:
-        emit_json("runs", {"runs": [r.to_json() for r in runs]})
+        emit_json("runs", SpreadOutcome(tuple(runs)).to_json())
         return
     con = console()
     for r in runs:

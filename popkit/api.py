@@ -1,0 +1,415 @@
+"""popkit as Python functions: the one supported import surface for scripts and orchestrators.
+
+Each function does what the `popkit` command of the same name does and returns its frozen result;
+`document(result)` is the JSON document `--json` prints for it (`popkit/<kind>/1`) and `exit_code(result)`
+the exit code the command gives it. Bad input raises a PopkitError subclass (its `message`, `hint` and
+`exit_code` are the CLI's); nothing here prints. A run records itself in the history as the CLI's does
+(`record=False`: not). docs/api.md documents every name; tests/test_api.py keeps the names and
+signatures stable.
+
+A submission is a path, or `SourceText(text)`: the text is written for the call to a private temporary
+folder (removed afterwards, or by a guard process if this process dies) as a file named by the first 16
+hex digits of its sha256, which is the name the report and the history record.
+
+`progress` arguments take a callable getting one line per step; when it also has `live(text, key)` and
+`timed(label)` (views.common.ProgressPrinter, the MCP server's worker), runs report the case being run
+and builds their elapsed time. A long call is stopped by KeyboardInterrupt in the calling thread
+(Ctrl-C): its child processes are killed and its working folders removed before the exception goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import shutil
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, Iterator, Mapping, Optional, Sequence, Union
+
+from popkit import compile as compiler
+from popkit import doctor as checkup, hiponcuda, history as ledger, lint, ncu, proc, render, runcompare, runnable
+from popkit import sandbox, stats, submit as submitter, system, tune as tuner, workflows
+from popkit.contract import entry_points
+from popkit.documents import (HistoryList, RunDetail, SpreadOutcome, TaskChecks, TaskDetail, TaskList, document,
+                              exit_code, kind_of)
+from popkit.errors import PopkitError, UsageError
+from popkit.ncu import NcuReport
+from popkit.protocol import MAX_SECRET_RUNS, MAX_SECRET_SEED, random_secret_seeds
+from popkit.resources import popkit_home_source
+from popkit.results import score_s
+from popkit.runner import RunOptions
+from popkit.source import Source, check_language_for, check_runnable, validate_submission
+from popkit.stats import Interval
+from popkit.submit import SubmitResult
+from popkit.doctor import DoctorReport
+from popkit.compile import CompileReport
+from popkit.lint import LintReport
+from popkit.popcorn import DEFAULT_TIMEOUT_S as SUBMIT_TIMEOUT_S
+from popkit.render import Catalog, Written
+from popkit.runcompare import RunComparison
+from popkit.tasks import MAX_TIMEOUT_S, list_tasks, resolve_task, task_roots
+from popkit.tuneresult import TuneReport
+from popkit.workflows import ABOutcome, RunOutcome
+
+Progress = Callable[[str], None]
+PathLike = Union[str, os.PathLike]
+
+
+@dataclass(frozen=True)
+class SourceText:
+    """A submission given as its text; `suffix` is the file's extension (`.py`; `check` also takes `.cu`...)."""
+
+    text: str
+    suffix: str = ".py"
+
+
+Submission = Union[PathLike, SourceText]
+Roots = Sequence[PathLike]
+
+
+# ----------------------------------------------------------------------------------------- tasks
+
+
+def tasks(*, roots: Roots = (), check: bool = False, python: Optional[str] = None) -> TaskList | TaskChecks:
+    """`popkit tasks`: bundled tasks and those of problem sets under `roots` (and POPKIT_TASKS_PATH); a set or
+    entry that does not load is in `skipped`. `check=True`: whether this machine can run each (`TaskChecks`)."""
+    skipped: list = []
+    found = tuple(list_tasks(task_roots(list(roots)), skipped))
+    if not check:
+        return TaskList(found, tuple(skipped))
+    python = python or sys.executable
+    probed = system.probe(python)
+    return TaskChecks(found, tuple(runnable.check_tasks(found, python, probed)), probed, tuple(skipped))
+
+
+def task_show(name: str, *, roots: Roots = ()) -> TaskDetail:
+    """`popkit tasks show NAME`: a task by name, folder or leaderboard name (TaskError, exit 3, if none)."""
+    return TaskDetail(resolve_task(name, task_roots(list(roots))))
+
+
+# -------------------------------------------------------------------------------------- authoring
+
+
+def new(task: str, output: PathLike, *, target: str = "cuda", style: str = "inline", gpu: Optional[str] = None,
+        arch: Optional[str] = None, force: bool = False, roots: Roots = ()) -> Written:
+    """`popkit new`: render a starter submission for `task` to `output` (refuses to overwrite unless `force`)."""
+    return render.new_submission(task, Path(output), target=target, style=style, gpu=gpu, arch=arch, force=force,
+                                 roots=task_roots(list(roots)))
+
+
+def templates(*, roots: Roots = ()) -> Catalog:
+    """`popkit templates`: template targets and styles, and which tasks have a kernel spec."""
+    return render.catalog(task_roots(list(roots)))
+
+
+def compile(submission: Submission, *, task: Optional[str] = None, clean: bool = False, timeout_s: float = 600.0,
+            python: Optional[str] = None, arch: Optional[str] = None, roots: Roots = (),
+            progress: Optional[Progress] = None) -> CompileReport:
+    """`popkit compile`: build the extension without running a kernel; `timeout_s` bounds one build (1 to 86400)."""
+    _in_range("timeout_s", timeout_s, 1, MAX_TIMEOUT_S)
+    with _paths([submission]) as (path,):
+        return compiler.compile_submission(path, task=task, roots=task_roots(list(roots)), clean=clean,
+                                           timeout_s=timeout_s, python=_interpreter(python), progress=progress,
+                                           arch=arch)
+
+
+def doctor(*, python: Optional[str] = None) -> DoctorReport:
+    """`popkit doctor`: the environment's checks, each with a fix (exit_code 11 when one is a problem)."""
+    return checkup.doctor(python)
+
+
+def hip_on_cuda_env() -> dict[str, str]:
+    """The environment entries `test(hip_on_cuda=True)` gives its children (the HIP-to-CUDA headers, and the
+    start-up hook on PYTHONPATH): for a script that builds or imports a HIP file on an NVIDIA GPU itself."""
+    return hiponcuda.child_env()
+
+
+# ------------------------------------------------------------------------------------------- runs
+
+
+def test(*submissions: Submission, task: Optional[str] = None, roots: Roots = (), secret_seeds: Sequence[int] = (),
+         secret_runs: int = 0, harness: str = "task", python: Optional[str] = None,
+         precompile: Optional[bool] = None, keep_workdir: bool = False, world_size: Optional[int] = None,
+         hip_on_cuda: bool = False, gpu: Optional[str] = None, gpus: Optional[Sequence[str]] = None,
+         require_isolation: bool = False, record: bool = True,
+         progress: Optional[Progress] = None) -> RunOutcome | SpreadOutcome:
+    """`popkit test`: the task's tests in test mode, then one secret chain per seed (`secret_seeds`, plus
+    `secret_runs` random ones, at most 100). `gpu` pins the run to one GPU index; several files need `gpus`
+    (independent runs spread over those GPUs, a SpreadOutcome)."""
+    _in_range("secret_runs", secret_runs, 0, MAX_SECRET_RUNS)
+    seeds = _seeds(secret_seeds) + random_secret_seeds(secret_runs)
+    options = _options(python, precompile, harness, seeds, keep_workdir, world_size, require_isolation)
+    if len(submissions) != 1 and gpus is None:
+        raise UsageError("test takes one submission", "several independent runs: popkit test a.py b.py --gpus 0,1")
+    with _paths(submissions) as paths:
+        sources = tuple(Source.read(p) for p in paths)
+        notes: tuple[str, ...] = ()
+        if hip_on_cuda:
+            text, name = sources[0].text, str(sources[0].path)
+            hiponcuda.require_hip(text, name)
+            options = replace(options, env={**options.env, **hiponcuda.child_env()}, label=hiponcuda.LABEL)
+            notes = hiponcuda.notes_for(text, name)
+        request = workflows.Request(sources, "test", task, _roots(roots), options, record=record, notes=notes)
+        return _dispatch(request, gpu, gpus, progress)
+
+
+def bench(*submissions: Submission, task: Optional[str] = None, roots: Roots = (), leaderboard: bool = False,
+          profile: bool = False, profiler: str = "torch", secret_seeds: Sequence[int] = (), secret_runs: int = 1,
+          baseline: Optional[str] = None, rounds: int = 8, budget_s: float = 60.0, allow_cpu: bool = False,
+          harness: str = "task", python: Optional[str] = None, precompile: Optional[bool] = None,
+          keep_workdir: bool = False, world_size: Optional[int] = None, gpu: Optional[str] = None,
+          gpus: Optional[Sequence[str]] = None, require_isolation: bool = False, record: bool = True,
+          progress: Optional[Progress] = None, alone: bool = False, env: Optional[Mapping[str, str]] = None,
+          label: str = "") -> RunOutcome | ABOutcome | SpreadOutcome | NcuReport:
+    """`popkit bench`: one file in benchmark mode (`leaderboard=True`: the ranked chain, public then
+    `secret_runs` secret chains or `secret_seeds`; `profile=True`: profile mode, `profiler="ncu"` Nsight
+    Compute), or two files as an A/B (ABOutcome: counterbalanced rounds, at most `rounds` (even, >= 4),
+    no new pair after `budget_s` seconds, 0 for none). `baseline="reference"` also times the task's
+    reference. `gpu` pins the run to one GPU; several files with `gpus` are independent runs.
+    For measurements (scripts/): `alone=True` runs the mode without the chain before it (leaderboard mode
+    alone, as the leaderboard never does: not a verdict), `env` adds variables to every child's environment,
+    `label` names the run in its report."""
+    if profiler not in ("torch", "ncu"):
+        raise UsageError(f"unknown profiler `{profiler}`", "use --profiler torch or --profiler ncu")
+    _in_range("secret_runs", secret_runs, 0, MAX_SECRET_RUNS)
+    _in_range("rounds", rounds, 4, None)
+    _in_range("budget_s", budget_s, 0, None)
+    if profile and profiler == "ncu":
+        if len(submissions) != 1 or gpus or leaderboard or baseline:
+            raise UsageError("--profiler ncu profiles one submission", "popkit bench FILE --profile ncu")
+        return _ncu(submissions[0], task, roots, python)
+    if len(submissions) > 2 and gpus is None:
+        raise UsageError("bench takes one submission, or two for an A/B comparison",
+                         "popkit bench A.py B.py; several independent runs: popkit bench a.py b.py c.py --gpus 0,1")
+    if not submissions:
+        raise UsageError("bench takes one submission, or two for an A/B comparison", "popkit bench FILE")
+    if leaderboard and profile:
+        raise UsageError("--leaderboard and --profile are different modes", "pick one")
+    if baseline is not None and baseline != "reference":
+        raise UsageError(f"unknown baseline `{baseline}`", "the only baseline is `reference`: --baseline reference")
+    seeds = _seeds(secret_seeds)
+    if leaderboard and not seeds:
+        seeds = random_secret_seeds(secret_runs)
+    options = _options(python, precompile, harness, seeds, keep_workdir, world_size, require_isolation)
+    options = replace(options, chain=not alone, env=dict(env or {}), label=label)
+    mode = "leaderboard" if leaderboard else "profile" if profile else "benchmark"
+    if gpus is None and len(submissions) == 2:
+        if leaderboard or profile or baseline or world_size:
+            raise UsageError("an A/B comparison runs the task's own benchmarks in benchmark mode only",
+                             "drop --leaderboard/--profile/--baseline/--world-size for A/B")
+        if rounds % 2:
+            raise UsageError(f"--rounds {rounds}: the A/B runs rounds in pairs (ABBA)",
+                             "give an even number, e.g. --rounds 8")
+    if gpus is not None and baseline:
+        raise UsageError("--baseline reference runs with one submission", "drop --baseline with --gpus")
+    with _paths(submissions) as paths:
+        sources = tuple(Source.read(p) for p in paths)
+        request = workflows.Request(sources, mode, task, _roots(roots), options, baseline=baseline is not None,
+                                    allow_cpu=allow_cpu, record=record, rounds=rounds, budget_s=budget_s)
+        return _dispatch(request, gpu, gpus, progress)
+
+
+def tune(submission: Submission, output: PathLike, *, task: Optional[str] = None, roots: Roots = (),
+         against: Optional[Submission] = None, engine: str = "grid", max_variants: int = 64, seed: int = 0,
+         budget_s: float = 900.0, confirm: int = 2, rounds: int = 8, ab_budget_s: float = 60.0, jobs: int = 0,
+         per_shape: bool = True, resume: bool = False, force: bool = False, allow_cpu: bool = False,
+         gpus: Optional[Sequence[str]] = None, python: Optional[str] = None, harness: str = "task",
+         keep_workdir: bool = False, world_size: Optional[int] = None, record: bool = True,
+         progress: Optional[Progress] = None) -> TuneReport:
+    """`popkit tune`: every launch geometry the file's `#!POPKIT tune` lines allow, built, checked, raced and the
+    finalists confirmed by A/Bs against the incumbent (`against`, default the file); the fastest is written to
+    `output` (never the input; `force` replaces an existing file). `budget_s` stops new work (0: none);
+    `rounds`/`ab_budget_s` bound each A/B; `gpus` spreads checks and race evals over local GPUs."""
+    for name, value, low, high in (("max_variants", max_variants, 1, 10_000), ("seed", seed, 0, None),
+                                   ("budget_s", budget_s, 0, None), ("confirm", confirm, 1, 8),
+                                   ("rounds", rounds, 4, None), ("ab_budget_s", ab_budget_s, 0, None),
+                                   ("jobs", jobs, 0, 64)):
+        _in_range(name, value, low, high)
+    if rounds % 2:
+        raise UsageError(f"--rounds {rounds}: the A/B runs rounds in pairs (ABBA)",
+                         "give an even number, e.g. --rounds 8")
+    options = _options(python, None, harness, (), keep_workdir, world_size, False)
+    settings = tuner.TuneSettings(engine=engine, max_variants=max_variants, seed=seed, budget_s=budget_s,
+                                  confirm=confirm, ab_rounds=rounds, ab_budget_s=ab_budget_s, jobs=jobs,
+                                  per_shape=per_shape, resume=resume, record=record)
+    files = [submission] + ([against] if against is not None else [])
+    with _paths(files) as paths:
+        source = Source.read(paths[0])
+        found = workflows.resolve(source, task, _roots(roots)).task
+        check_runnable(found, paths[0], source.content, "benchmark")
+        tuner.check_gpu_sized(found, allow_cpu)
+        spread = workflows.parse_gpus(",".join(str(g) for g in gpus)) if gpus else ()
+        return tuner.run_tune(found, paths[0], Path(output), options, settings,
+                              against=paths[1] if against is not None else None, force=force, progress=progress,
+                              gpus=spread)
+
+
+# ---------------------------------------------------------------------------- checks and the server
+
+
+def check(submission: Submission, *, leaderboard: Optional[str] = None, gpu: Optional[str] = None,
+          mode: Optional[str] = None, roots: Roots = (), guard: bool = True) -> LintReport:
+    """`popkit check`: what the leaderboard server refuses, and the reward-hack lint (exit_code 8 on errors).
+    A C++/CUDA source file for a Python task raises SubmissionError (exit 4)."""
+    search = task_roots(list(roots))
+    with _paths([submission]) as (path,):
+        report = lint.check_file(path, leaderboard=leaderboard, gpu=gpu, mode=mode, roots=search, guard=guard)
+        check_language_for(path, report.leaderboard, search)
+    return report
+
+
+def submit(submission: Submission, *, mode: str = "leaderboard", gpu: Optional[str] = None,
+           leaderboard: Optional[str] = None, gate: str = "none", dry_run: bool = False, task: Optional[str] = None,
+           roots: Roots = (), timeout_s: float = SUBMIT_TIMEOUT_S, guard: bool = True,
+           progress: Optional[Progress] = None) -> SubmitResult:
+    """`popkit submit`: check, the local `gate` (none, test, leaderboard), then popcorn-cli; `dry_run` sends
+    nothing and returns the exact command (the gate still runs). `timeout_s` waits for popcorn-cli."""
+    _in_range("timeout_s", timeout_s, 1, MAX_TIMEOUT_S)
+    with _paths([submission]) as (path,):
+        return submitter.submit(path, mode=mode, gpu=gpu, leaderboard=leaderboard, gate=gate, dry_run=dry_run,
+                                task=task, roots=task_roots(list(roots)), timeout_s=timeout_s, guard=guard,
+                                progress=progress)
+
+
+# ----------------------------------------------------------------------------------------- history
+
+
+def history(*, task: Optional[str] = None, limit: int = 20) -> HistoryList:
+    """`popkit history`: the `limit` newest recorded runs (of `task` or leaderboard, when given)."""
+    _in_range("limit", limit, 1, None)
+    db = ledger.History()
+    return HistoryList(tuple(db.list_runs(task, limit)), db.path, popkit_home_source())
+
+
+def show(run: int, *, source: bool = False) -> RunDetail:
+    """`popkit show RUN`: one recorded run; `source=True` adds the exact bytes that ran."""
+    db = ledger.History()
+    return RunDetail(db.get_run(run), db.content(run) if source else None)
+
+
+def compare(run_a: int, run_b: int) -> RunComparison:
+    """`popkit compare A B`: two recorded bench runs shape by shape (time B / time A, 95% intervals)."""
+    return runcompare.compare_runs(run_a, run_b)
+
+
+# ---------------------------------------------------------------------------------------- helpers
+
+
+def score(means_ns: Sequence[float], ranking_by: str) -> Optional[float]:
+    """A task's score in seconds from its shapes' mean times (ns), combined by `ranking_by` (last, mean, geom)."""
+    return score_s(list(means_ns), ranking_by)
+
+
+def ratio_interval(ratios: Sequence[float]) -> Interval:
+    """The 95% interval of a typical ratio from independent paired ratios (one per round, as the A/B's)."""
+    return stats.paired_ratio_interval(list(ratios))
+
+
+def _dispatch(request: workflows.Request, gpu: Optional[str], gpus: Optional[Sequence[str]],
+              progress: Optional[Progress]) -> RunOutcome | ABOutcome | SpreadOutcome:
+    if gpus is not None:
+        spread = replace(request, gpus=workflows.parse_gpus(",".join(str(g) for g in gpus)))
+        return SpreadOutcome(tuple(workflows.spread(spread, progress=progress)))
+    executor = None
+    if gpu is not None:
+        (pinned,) = workflows.parse_gpus(str(gpu))
+        workflows.check_gpus((pinned,))
+        executor = sandbox.executor_for(request.options.isolation).on_gpu(pinned)
+    if len(request.sources) == 2:
+        return workflows.compare(request, progress=progress, executor=executor)
+    return workflows.run(request, progress=progress, executor=executor)
+
+
+def _ncu(submission: Submission, task_spec: Optional[str], roots: Roots, python: Optional[str]) -> NcuReport:
+    with _paths([submission]) as (path,):
+        source = Source.read(path)
+        found = workflows.resolve(source, task_spec, _roots(roots))
+        if "custom_kernel" not in (entry_points(found.task) or ("custom_kernel",)):
+            raise UsageError(f"--profiler ncu calls custom_kernel; {found.task.name} asks for "
+                             f"{', '.join(entry_points(found.task))}", "profile with --profiler torch")
+        validate_submission(path, source.content, entry_points(found.task))
+        return ncu.profile(found.task, path, source.content, _interpreter(python))
+
+
+def _options(python: Optional[str], precompile: Optional[bool], harness: str, seeds: tuple[int, ...], keep: bool,
+             world_size: Optional[int], require_isolation: bool) -> RunOptions:
+    if harness not in ("task", "popkit"):
+        raise UsageError(f"unknown harness `{harness}`", "use --harness task or --harness popkit")
+    if world_size is not None:
+        _in_range("world_size", world_size, 1, None)
+    kwargs = {"python": _interpreter(python)} if python else {}
+    return RunOptions(precompile=precompile, harness=harness, secret_seeds=seeds, keep_workdir=keep,
+                      world_size=world_size, isolation="require" if require_isolation else "auto", **kwargs)
+
+
+def _interpreter(python: Optional[str]) -> str:
+    """`python` as an absolute executable path (the eval runs elsewhere; a bare name is looked up on PATH)."""
+    if not python:
+        return sys.executable
+    found = shutil.which(python)
+    if found:
+        return os.path.abspath(found)
+    path = Path(python)
+    what = ("a folder, not an interpreter" if path.is_dir() else "not executable" if path.exists()
+            else "no such interpreter" if os.sep in python else "no such interpreter on PATH")
+    raise UsageError(f"--python {python}: {what}", "give the path of a Python executable, e.g. --python python3")
+
+
+def _seeds(seeds: Sequence[int]) -> tuple[int, ...]:
+    for seed in seeds:
+        _in_range("secret_seeds", seed, 0, MAX_SECRET_SEED)
+    return tuple(int(s) for s in seeds)
+
+
+def _in_range(name: str, value: float, low: float | None, high: float | None) -> None:
+    """UsageError (exit 2) unless low <= value <= high (an end that is None is open)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise UsageError(f"{name}: {value!r} is not a number", f"give {name} as a number")
+    if (low is not None and value < low) or (high is not None and value > high):
+        bounds = f"{low:g} to {high:g}" if low is not None and high is not None else (
+            f"at least {low:g}" if low is not None else f"at most {high:g}")
+        raise UsageError(f"{name}: {value:g} is out of range", f"give {name} {bounds}")
+
+
+def _roots(roots: Roots) -> tuple[Path, ...]:
+    return tuple(Path(r) for r in roots)
+
+
+_SUFFIX = re.compile(r"^\.[A-Za-z0-9]{1,8}$")
+
+
+@contextlib.contextmanager
+def _paths(submissions: Sequence[Submission]) -> Iterator[list[Path]]:
+    """The files of `submissions`: paths as given; each SourceText written to a private folder for the block."""
+    texts = [s for s in submissions if isinstance(s, SourceText)]
+    if not texts:
+        yield [Path(s) for s in submissions]  # type: ignore[arg-type]
+        return
+    for text in texts:
+        if not _SUFFIX.match(text.suffix):
+            raise UsageError(f"source suffix {text.suffix!r}: not a file extension", "give one like `.py`")
+    with proc.WorkDir("popkit-source-") as folder:  # mkdtemp: only this user can enter it
+        paths = []
+        for s in submissions:
+            if isinstance(s, SourceText):
+                data = s.text.encode("utf-8")
+                path = folder / (hashlib.sha256(data).hexdigest()[:16] + s.suffix)
+                path.write_bytes(data)
+                paths.append(path)
+            else:
+                paths.append(Path(s))
+        yield paths
+
+
+__all__ = [
+    "SourceText", "Submission", "Progress", "PopkitError",
+    "tasks", "task_show", "new", "templates", "compile", "doctor", "hip_on_cuda_env", "test", "bench", "tune",
+    "check", "submit",
+    "history", "show", "compare", "document", "exit_code", "kind_of", "score", "ratio_interval", "Interval",
+    "TaskList", "TaskChecks", "TaskDetail", "HistoryList", "RunDetail", "RunComparison", "SpreadOutcome",
+    "RunOutcome", "ABOutcome", "NcuReport", "CompileReport", "LintReport", "SubmitResult", "DoctorReport",
+    "Written", "Catalog", "TuneReport",
+]
