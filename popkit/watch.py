@@ -145,12 +145,13 @@ def set_up(request: workflows.Request, progress: Progress, note: Progress) -> Se
                                  f"run it cold: popkit {COMMANDS[request.mode]} {source.path} (the task's own eval)")
     harness = warm.harness_for(task)
     options = replace(request.options, harness=harness, label=LABEL, chain=False)
-    request = replace(request, options=options)
     workflows.preflight(task, source, request)
     executor = sandbox.executor_for(options.isolation)
     total = len(task.benchmarks)
-    task, skipped = sizing.fit(task, source, request, executor, progress)
-    system = runner.probe_and_preflight(task, options, None, executor).result()
+    task, skipped = sizing.fit(task, source, replace(request, options=options), executor, progress)
+    # What this machine cannot run is refused as a cold run of the same request refuses it (the task's own
+    # eval's needs: popkit's harness has a CPU path, which would hide a task's GPU-only reference).
+    system = runner.probe_and_preflight(task, request.options, None, executor).result()
     notes = (warm_note(request.mode, harness),) + tuple(request.notes)
     return Setup(source, task, options, executor, system, skipped, total, notes, entry_points(task, harness))
 

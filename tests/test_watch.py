@@ -514,3 +514,31 @@ def test_a_warm_benchmark_verdict_has_the_cold_ones_cases_and_keys():
     assert [c.spec for c in warm_run.benchmarks] == [c.spec for c in cold_run.benchmarks]
     assert sorted(warm_run.raw) == sorted(cold_run.raw)
     assert all(c.runs >= 3 and c.mean_ns > 0 for c in warm_run.benchmarks)
+
+
+@pytest.mark.slow
+def test_a_warm_run_gets_its_modes_timeout_from_go(tmp_path):
+    task_dir = tmp_path / "set" / "quick"
+    task_dir.mkdir(parents=True)
+    (task_dir / "task.yml").write_text((DOUBLER / "task.yml").read_text().replace(
+        "../../../../tasks/eval.py", "eval.py").replace("test_timeout: 60", "test_timeout: 3"))
+    (task_dir / "eval.py").write_bytes((ROOT / "tasks" / "eval.py").read_bytes())
+    (task_dir / "reference.py").write_text((DOUBLER / "reference.py").read_text())
+    loop = b"def custom_kernel(data):\n    while True:\n        pass\n"
+    pair = warm.WarmPair(load_task(task_dir), "test", HONEST, runner.RunOptions(env=CHILD_ENV, label="warm"),
+                         Executor())
+    try:
+        deadline = time.monotonic() + 120
+        while not pair.ready:  # a pair may wait far longer than the mode's timeout before its `go`
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(4)
+        assert pair.alive
+        started = time.monotonic()
+        result = pair.go(loop, lambda _msg: None)
+        took = time.monotonic() - started
+    finally:
+        pair.discard()
+    (run,) = result.runs
+    assert run.timed_out and run.outcome == "timed_out" and run.exit_code == 114
+    assert 3.0 <= run.duration_s <= took < 3.0 + proc.DEADLINE_POLL_S + 2 * proc.KILL_GRACE_S
