@@ -98,6 +98,7 @@ class Workspace:
         self.written: dict[str, bytes] = {}  # every file popkit wrote but the submission
         self.submission_name = ""
         self._shadowable: frozenset[str] = frozenset()
+        self._task_names: frozenset[str] = frozenset()  # shadowable_names of the task's files alone
 
     def prepare(self, task: Task, submission: bytes, harness: str = "task") -> str:
         """Write the task's files and the user's bytes; returns the eval file to run (the task's `config.main`,
@@ -119,7 +120,8 @@ class Workspace:
             main = POPKIT_EVAL_NAME
             files[main] = (data_dir("tasks") / "eval.py").read_bytes()
         self.written = {name: data for name, data in files.items() if name != self.submission_name}
-        self._shadowable = shadowable_names(files)
+        self._task_names = shadowable_names(self.written)
+        self._shadowable = self._task_names | shadowable_names({self.submission_name: submission})
         for folder in self._folders():
             folder.mkdir(parents=True, exist_ok=True)
             for name, data in files.items():
@@ -148,12 +150,26 @@ class Workspace:
             f.write(text)
 
     def run(self, python: str, script: str, args: Sequence[str], env: Mapping[str, str], timeout_s: float, *,
-            result_fd_env: str | None = None, inputs: Mapping[str, bytes] | None = None,
-            watch: Callable[[bytes], None] | None = None) -> proc.Finished:
+            result_fd_env: str | None = None, inputs: Mapping[str, bytes | int] | None = None,
+            watch: Callable[[bytes], None] | None = None,
+            deadline: Callable[[], float | None] | None = None) -> proc.Finished:
         """`python script args...` started in `cwd`, its script taken from `files`; see proc.run."""
         argv = self.executor.argv(self, python, script, args, env)
         return self.executor.finish(proc.run(argv, self.cwd, self.executor.env(env), timeout_s,
-                                             result_fd_env=result_fd_env, inputs=inputs, watch=watch))
+                                             result_fd_env=result_fd_env, inputs=inputs, watch=watch,
+                                             deadline=deadline))
+
+    def replace_submission(self, submission: bytes) -> None:
+        """Put new bytes under the submission's name in every folder (a warm start's workspace, before `go`):
+        each file is removed and created anew, never followed, and the tamper check learns the modules the new
+        bytes import. In a sandbox `files` is read-only only inside it; popkit writes it from outside."""
+        for folder in self._folders():
+            path = folder / self.submission_name
+            _remove(path)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            with os.fdopen(fd, "wb") as f:
+                f.write(submission)
+        self._shadowable = self._task_names | shadowable_names({self.submission_name: submission})
 
     def tampered(self, during: str) -> str:
         """Put back every task file the submission changed, replaced or removed `during` a step, and remove

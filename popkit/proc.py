@@ -31,6 +31,7 @@ HEAD_BYTES = 8 * 1024  # stdout and stderr keep their first 8 KiB ...
 TAIL_BYTES = 64 * 1024  # ... and their last 64 KiB
 PIPE_BYTES = 8 * 1024 * 1024  # the result pipe keeps its first 8 MiB
 KILL_GRACE_S = 3.0  # after a timeout or the child's exit: time for the watchdog to kill the tree
+DEADLINE_POLL_S = 0.1  # how often run() asks a moving deadline
 
 _LIFELINE: list[int] = []  # read and write end of the pipe every watchdog watches
 _LIFELINE_LOCK = threading.Lock()  # A/B sets both candidates up on two threads
@@ -108,7 +109,8 @@ class Finished:
 
 def run(argv: Sequence[str], cwd: Path | str | None, env: Mapping[str, str], timeout_s: float,
         result_fd_env: str | None = None, watch: Callable[[bytes], None] | None = None,
-        inputs: Mapping[str, bytes] | None = None) -> Finished:
+        inputs: Mapping[str, bytes | int] | None = None,
+        deadline: Callable[[], float | None] | None = None) -> Finished:
     """Run `argv` to its end or its timeout; its whole process tree is gone when this returns.
 
     With `result_fd_env`, the child also gets the write end of a result pipe, its number in that
@@ -116,7 +118,11 @@ def run(argv: Sequence[str], cwd: Path | str | None, env: Mapping[str, str], tim
     `watch`, when given, gets each chunk of the result pipe as it arrives and b"" about once a second
     (for live progress); it runs on the calling thread and must be quick. `inputs` maps an environment
     variable to bytes the child reads from the descriptor it names (a pipe holding them, then closed):
-    a secret passed that way is in no environment and no command line.
+    a secret passed that way is in no environment and no command line. An int instead of bytes is the read end
+    of a pipe the caller made and keeps writing to (a warm start's control channel); it is passed on as it is,
+    and closed here once the child has it.
+    `deadline`, when given, is asked at least every DEADLINE_POLL_S for the time (time.monotonic()) by which the
+    child must end; None keeps start + timeout_s (a warm start's run gets its mode's timeout from `go`).
     Raises OSError when argv[0] cannot be executed.
     """
     start = time.monotonic()
@@ -131,6 +137,10 @@ def run(argv: Sequence[str], cwd: Path | str | None, env: Mapping[str, str], tim
         passed.append(result_w)
     given = []
     for name, data in (inputs or {}).items():
+        if isinstance(data, int):
+            env[name] = str(data)
+            given.append(data)
+            continue
         read, write = os.pipe()
         try:
             os.write(write, data)  # a few bytes: the pipe's buffer holds them
@@ -154,7 +164,7 @@ def run(argv: Sequence[str], cwd: Path | str | None, env: Mapping[str, str], tim
                 os.close(fd)
     reader = _Reader(watchdog, status_r, result_r, watch)
     try:
-        reader.until(start + timeout_s)
+        reader.until(start + timeout_s, deadline)
     finally:
         reader.close()
     if reader.exec_errno is not None:
@@ -219,15 +229,18 @@ class _Reader:
     def _child_done(self) -> bool:
         return self.code is not None or self.exec_errno is not None
 
-    def until(self, deadline: float) -> None:
-        """Read until the child exits, the watchdog goes, or the deadline passes (then stop the tree)."""
+    def until(self, deadline: float, moving: Callable[[], float | None] | None = None) -> None:
+        """Read until the child exits, the watchdog goes, or the deadline passes (then stop the tree).
+        `moving()`, when given, replaces `deadline` whenever it says a time."""
         status_open = True
         while status_open and not self._child_done():
-            left = deadline - time.monotonic()
+            moved = moving() if moving is not None else None
+            left = (deadline if moved is None else moved) - time.monotonic()
             if left <= 0:
                 self.timed_out = True
                 break
-            for key, _ in self.sel.select(left if self.watch is None else min(left, 1.0)):
+            wait = left if self.watch is None else min(left, 1.0)
+            for key, _ in self.sel.select(wait if moving is None else min(wait, DEADLINE_POLL_S)):
                 if not self._read(key.fd, key.data) and isinstance(key.data, bytearray):
                     status_open = False  # the watchdog is gone
             if self.watch is not None:

@@ -58,6 +58,7 @@ class EvalConvention:
     seed_env: str = "POPCORN_SEED"
     gpus_env: str = "POPCORN_GPUS"
     key_fd_env: str = ""  # empty: the eval gets no key and writes no closing record
+    control_fd_env: str = ""  # a warm start's control descriptor (popkit's harness: `popkit test --watch`)
     first_wins: bool = False
     prestep_seed: str = "1"  # POPCORN_SEED of the compile pre-step
 
@@ -81,11 +82,13 @@ class EvalConvention:
 
     def reserved_env(self) -> tuple[str, ...]:
         """Variables popkit sets per child: never inherited from popkit's own environment."""
-        return tuple(v for v in (self.result_fd_env, self.seed_env, self.gpus_env, self.key_fd_env) if v)
+        return tuple(v for v in (self.result_fd_env, self.seed_env, self.gpus_env, self.key_fd_env,
+                                 self.control_fd_env) if v)
 
 
 LEADERBOARD = EvalConvention("leaderboard")
-POPKIT_HARNESS = EvalConvention("popkit", key_fd_env="POPKIT_KEY_FD", first_wins=True)
+POPKIT_HARNESS = EvalConvention("popkit", key_fd_env="POPKIT_KEY_FD", first_wins=True,
+                                control_fd_env="POPKIT_CONTROL_FD")
 
 
 def render_cases(cases: Sequence[Mapping[str, Any]]) -> str:

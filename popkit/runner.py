@@ -192,17 +192,26 @@ def run_mode(ws: Workspace, main: str, mode: str, cases: Sequence[Mapping[str, A
     done = ws.run(options.python, main, [mode, name], child_env(options, **extra), timeout_s,
                   result_fd_env=convention.result_fd_env, watch=watch,
                   inputs={convention.key_fd_env: key.encode()} if key else None)
+    return decode_mode(done, mode, len(cases), timeout_s=timeout_s, convention=convention, key=key, seed=seed)
+
+
+def decode_mode(done: proc.Finished, mode: str, cases: int, *, timeout_s: float, convention: EvalConvention,
+                key: str = "", seed: int | None = None, seconds: float | None = None) -> ModeRun:
+    """The ModeRun of a finished eval of `cases` cases: its pipe (checked against `key`'s closing record when
+    the eval is sealed), decoded and judged. `seconds` replaces the process's own time (a warm start's run is
+    timed from its `go`)."""
     pipe, pipe_problem = protocol.sealed_pipe(done.pipe, key) if key else (done.pipe, "")
     if done.pipe_overflow:
         pipe_problem = f"result pipe: the eval wrote more than {proc.PIPE_BYTES // 2**20} MiB on it"
     raw = protocol.parse_pipe(pipe.decode("utf-8", "replace"), first_wins=convention.first_wins)
     run = ModeRun(mode=mode, secret=seed is not None, seed=seed,
-                  exit_code=TIMEOUT_EXIT_CODE if done.timed_out else done.code, duration_s=done.seconds,
+                  exit_code=TIMEOUT_EXIT_CODE if done.timed_out else done.code,
+                  duration_s=done.seconds if seconds is None else seconds,
                   timeout_s=timeout_s, timed_out=done.timed_out, check=raw.get("check"),
-                  tests=protocol.decode_cases(raw, "test", len(cases)),
-                  benchmarks=protocol.decode_cases(raw, "benchmark", len(cases)), raw=raw,
+                  tests=protocol.decode_cases(raw, "test", cases),
+                  benchmarks=protocol.decode_cases(raw, "benchmark", cases), raw=raw,
                   stdout=done.stdout, stderr=done.stderr)
-    return protocol.judge(judge_physics(run), len(cases), pipe_problem)
+    return protocol.judge(judge_physics(run), cases, pipe_problem)
 
 
 _HARNESS_BYTES: list[bytes] = []

@@ -27,6 +27,14 @@ Environment:
                   running after the end event. `trace` (default): GPU timestamps of every timed call
                   (TraceAudit); `drain`: the host-clock share rule (unsynchronized_work); `off`: none.
                   Removed from the environment before the submission is imported; an unknown value exits 2.
+    POPKIT_CONTROL_FD  set by `popkit test --watch` instead of POPKIT_KEY_FD: a warm start (warm_main).
+                  The parent and its worker do everything that does not need the submission (torch,
+                  the device, the reference, the L2 flush buffer, the inputs of CASES_FILE's cases),
+                  write `popkit.warm: ready` on the pipe, then wait for one line on this descriptor:
+                  `go {"mode": MODE, "cases": CASES_FILE_TEXT, "key": KEY}`. Only then is the submission
+                  imported, and the mode runs exactly as a cold start runs it (the same Session, the same
+                  pipe lines, the key's closing record); both processes then exit. End of file instead of
+                  `go`: exit 0, nothing written. The descriptor is non-inheritable; the worker never has it.
 
 Pipe keys: test-count, test.I.spec|status|error|message; benchmark-count,
 benchmark.I.spec|runs|mean|std|err|best|worst (nanoseconds), benchmark.I.status: fail with
@@ -132,6 +140,11 @@ WARMUP_SEED_STEP = 1009  # the warm-up on the first case
 FLUSH_MIN_BYTES = 256 * 1024 * 1024  # L2 flush buffer: max(2 x L2, 256 MiB)
 PROFILE_WARMUP_CALLS, PROFILE_CALLS = 2, 5
 MAX_REPLY_BYTES = 16 * 1024 * 1024  # a longer message on the worker channel is foreign bytes
+MAX_GO_BYTES = 16 * 1024 * 1024  # a warm start's `go` line (it carries the cases file's text)
+WARM_READY_LINE = "popkit.warm: ready"  # the one line a warm start writes before `go` (outside the HMAC)
+# A warm start generates the inputs of its cases ahead of `go` up to this many bytes in all; the rest are
+# generated when the run asks for them, as in a cold start.
+PRELOAD_BYTES = 1 << 30
 MAX_REMEMBERED_OUTPUTS = 100_000  # fingerprints kept to name a replayed output
 # Unsynchronized work (docs/design.md, "Work that outlives the end event"): an honest call leaves the device
 # idle once its end event completed, so timing a device-wide synchronize then costs only the call itself
@@ -291,6 +304,23 @@ def with_seed_offset(case: dict[str, Any], offset: int) -> dict[str, Any]:
 def format_spec(case: dict[str, Any]) -> str:
     """A case as the spec value: `key: value; key: value` (the cases-file format)."""
     return "; ".join(f"{k}: {v}" for k, v in case.items())
+
+
+def inputs_ahead(mode: str, cases: list[dict[str, Any]], trust: bool) -> list[dict[str, Any]]:
+    """The cases whose inputs a run of `mode` generates before any timed call, in the order it asks for them:
+    what a warm start can generate before the submission is imported (test: each case, and its fresh-seed
+    input with trust on; the timed modes: the warm-up's, then each case's). Leaderboard mode's per-call
+    inputs are generated as the calls go, warm or cold."""
+    def checked(case: dict[str, Any]) -> list[dict[str, Any]]:
+        fresh = [with_seed_offset(case, FRESH_SEED_STEP)] if trust and isinstance(case.get("seed"), int) else []
+        return [case] + fresh
+
+    if mode == "test":
+        return [c for case in cases for c in checked(case)]
+    if mode not in ("benchmark", "leaderboard") or not cases:
+        return []
+    first = with_seed_offset(cases[0], WARMUP_SEED_STEP) if trust else cases[0]
+    return checked(first) + [c for case in cases for c in checked(case)]
 
 
 def escape_value(value: Any) -> str:
@@ -584,11 +614,15 @@ class WorkerLink:
         return reply
 
     def request(self, op: str, **fields: Any) -> dict:
+        self.send(op, **fields)
+        return self.receive()
+
+    def send(self, op: str, **fields: Any) -> None:
+        """A request whose reply the caller receives later (a warm start's `load`: Session.start receives it)."""
         try:
             self._conn.send({"op": op, **fields})
         except (OSError, EOFError):
             raise self._gone() from None
-        return self.receive()
 
     def _gone(self) -> WorkerGone:
         self._proc.join(5)
@@ -855,6 +889,95 @@ def read_key() -> str:
             pass
 
 
+def read_control() -> int | None:
+    """The warm start's control descriptor (POPKIT_CONTROL_FD), made non-inheritable; None for a cold start."""
+    fd_text = os.environ.pop("POPKIT_CONTROL_FD", "")
+    try:
+        fd = int(fd_text)
+        os.set_inheritable(fd, False)
+    except (ValueError, OSError):
+        return None
+    return fd
+
+
+def read_go(fd: int) -> dict | None:
+    """Block until popkit's `go` line arrives on the control descriptor; None at end of file (popkit let this
+    warm start go without a run). Raises ValueError for anything but one well-formed `go` line."""
+    data = bytearray()
+    while not data.endswith(b"\n"):
+        try:
+            chunk = os.read(fd, 65536)
+        except InterruptedError:
+            continue
+        if not chunk:
+            if data:
+                raise ValueError("the control descriptor closed in the middle of a line")
+            return None
+        data += chunk
+        if len(data) > MAX_GO_BYTES:
+            raise ValueError(f"a control line longer than {MAX_GO_BYTES} bytes")
+    word, _, body = bytes(data).decode("utf-8").strip().partition(" ")
+    go = json.loads(body) if word == "go" else None
+    if not isinstance(go, dict) or not all(isinstance(go.get(k), str) for k in ("mode", "cases", "key")):
+        raise ValueError(f"expected `go {{\"mode\", \"cases\", \"key\"}}`, got {bytes(data[:80])!r}")
+    return go
+
+
+def run_session(pipe: ResultPipe, link: WorkerLink, mode: str, cases: list[dict], trust: bool,
+                gone: WorkerGone | None = None, audit: str = "off") -> int:
+    """The mode's cases on the pipe, then `check` and the closing record once the worker is gone; the exit code."""
+    session = Session(pipe, link, mode, cases, trust, audit=audit)
+    try:
+        if gone is None:
+            session.start()
+        else:  # a warm start whose worker died before `go`: every case fails with it, as in a cold start
+            session.gone = gone
+        session.run()
+    finally:
+        link.close()  # the worker is gone before the verdict is written
+    passed = session.all_passed and not session.cuda_failed
+    pipe.write("check", "pass" if passed else "fail")
+    pipe.close()
+    if session.cuda_failed:
+        return EXIT_CUDA
+    return EXIT_OK if passed else EXIT_FAILED
+
+
+def warm_main(fd: int, control: int, mode: str, cases: list[dict], trust: bool, secret: int | None,
+              audit: str = "off") -> int:
+    """A warm start (POPKIT_CONTROL_FD): the worker prepares everything but the submission, `popkit.warm: ready`
+    goes on the pipe, and on `go` the mode runs as in a cold start, with `go`'s cases and key."""
+    link = WorkerLink({"trust": trust, "audit": audit, "warm": {"mode": mode, "cases": cases}})
+    gone = None
+    try:
+        link.receive()  # the worker is warm (a failure in its start-up is kept for the `load` reply)
+    except WorkerGone as exc:
+        gone = exc
+        link.kill()
+    os.write(fd, (WARM_READY_LINE + "\n").encode())
+    try:
+        go = read_go(control)
+        if go is not None and go["mode"] != mode:
+            raise ValueError(f"`go` asks for {go['mode']} mode; this warm start prepared {mode} mode")
+        cases = [apply_secret_seed(c, secret) for c in parse_cases(go["cases"])] if go is not None else cases
+    except (ValueError, UnicodeDecodeError, CasesError) as exc:
+        link.close()
+        print(f"eval: bad control line: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    finally:
+        os.close(control)
+    if go is None:
+        link.close()
+        return EXIT_OK
+    if gone is None:
+        try:
+            link.send("load")  # the submission is imported now; Session.start receives the `ready` reply
+        except WorkerGone as exc:
+            gone = exc
+            link.kill()
+    return run_session(ResultPipe(fd, go["key"]), link, mode, cases, trust, gone, audit=audit)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv if argv is None else argv)
     fd_text = os.environ.get("POPCORN_FD", "")
@@ -873,7 +996,8 @@ def main(argv: list[str] | None = None) -> int:
     seed_text = os.environ.pop("POPCORN_SEED", None)  # read, then unset: the worker never sees it
     trust = os.environ.pop("POPKIT_TRUST", "1").strip() != "0"
     audit = os.environ.pop("POPKIT_TIMING_AUDIT", "").strip() or DEFAULT_AUDIT  # read, then unset
-    pipe_key = read_key()
+    control = read_control()
+    pipe_key = read_key() if control is None else ""
     if audit not in AUDIT_RULES:
         print(f"eval: POPKIT_TIMING_AUDIT must be one of {', '.join(AUDIT_RULES)} (got {audit!r})", file=sys.stderr)
         return EXIT_USAGE
@@ -889,22 +1013,12 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_CASES
     if trust:
         _make_non_dumpable()
-    pipe = ResultPipe(fd, pipe_key)
     # Only timed modes audit their timing, and only with the trust checks on (off: what the leaderboard does).
     audit = audit if trust and mode in BUDGETS else "off"
-    link = WorkerLink({"trust": trust, "audit": audit})
-    session = Session(pipe, link, mode, cases, trust, audit=audit)
-    try:
-        session.start()
-        session.run()
-    finally:
-        link.close()  # the worker is gone before the verdict is written
-    passed = session.all_passed and not session.cuda_failed
-    pipe.write("check", "pass" if passed else "fail")
-    pipe.close()
-    if session.cuda_failed:
-        return EXIT_CUDA
-    return EXIT_OK if passed else EXIT_FAILED
+    if control is not None:
+        return warm_main(fd, control, mode, cases, trust, secret, audit)
+    return run_session(ResultPipe(fd, pipe_key), WorkerLink({"trust": trust, "audit": audit}), mode, cases, trust,
+                       audit=audit)
 
 
 # ====================================================================================== the worker
@@ -1473,12 +1587,47 @@ class ReferenceTask:
         self.check_implementation = reference.check_implementation
         self.device, self.torch, self.sync = device, device.torch, device.sync
         self.layouts: dict[str, Layout] = {}
+        self.ahead: dict[str, Any] = {}  # a warm start's inputs, by spec; each is handed out once (preload)
 
     def generate(self, case: dict) -> Any:
+        data = self.ahead.pop(format_spec(case), None)
+        if data is not None:
+            return data
         try:
             return self.generate_input(**case)
         except BaseException as exc:
             raise _exception_failure(exc, self.torch, "generate_input failed: ") from None
+
+    def preload(self, cases: list[dict], trust: bool, budget_bytes: int = PRELOAD_BYTES) -> None:
+        """A warm start: generate the inputs of `cases` (inputs_ahead) and, with trust on, their layouts (the
+        reference run on clones) before the submission is imported, up to `budget_bytes` of tensors.
+
+        generate() hands each input out once, so a run sees exactly what a cold start generates for it: the
+        same deterministic inputs, fresh objects. A case that fails here is skipped and fails in the run
+        itself, at its own place, as it would cold. Call drop() if the submission's import changed a default
+        that generation reads (dtype, device).
+        """
+        total = 0
+        for case in cases:
+            key = format_spec(case)
+            if key in self.ahead:
+                continue
+            try:
+                data = self.generate_input(**case)
+                if trust:
+                    self.layout(case, data)
+                self.sync()
+            except BaseException:
+                continue
+            size = sum(t.numel() * t.element_size() for t in flatten_tensors(data))
+            if total + size > budget_bytes:
+                break
+            total += size
+            self.ahead[key] = data
+
+    def drop(self) -> None:
+        """Forget the warm start's inputs: each is generated when the run asks for it."""
+        self.ahead.clear()
 
     def judge(self, data: Any, out: Any) -> tuple[bool, str]:
         """The task's check on `data` (a copy the kernel never saw) and the kernel's output."""
@@ -1831,6 +1980,12 @@ class Worker:
         self.audit = str(settings.get("audit", "off"))
         self.checker: Checker | None = None
         self.timed: TimedCase | None = None
+        self.reply: dict[str, Any] = {}  # the `ready` reply so far (prepare); a failure in it fails every case
+        self.device: Device | None = None
+        self.task: ReferenceTask | None = None
+        self.guards: Guards | None = None
+        self._defaults: tuple | None = None  # _generation_defaults() when a warm start generated inputs
+        self.trace: TraceAudit | None = None  # the trace audit (start_audit), when it judges this worker's timing
 
     def start_audit(self, torch, device: Device) -> tuple[TraceAudit | None, dict]:
         """The timing audit this worker applies ({"audit": rule, "audit_note": why it differs from the one
@@ -1853,31 +2008,71 @@ class Worker:
     def start(self) -> dict:
         """Import torch, self-test the trace audit, import the reference, capture tripwires, import the
         submission; the `ready` reply."""
+        self.prepare()
+        return self.load()
+
+    def prepare(self) -> None:
+        """Everything before the submission: torch, the device, the trace audit's self-test, the reference, the
+        tripwires."""
         import torch
 
         # The harness times and synchronizes with references captured before the import.
-        device = Device(torch)
-        reply: dict[str, Any] = {"ok": True, "system": device.system(), "timer": device.timer}
-        trace, audit = self.start_audit(torch, device)
-        reply.update(audit)
+        self.device = device = Device(torch)
+        self.reply = {"ok": True, "system": device.system(), "timer": device.timer}
+        self.trace, audit = self.start_audit(torch, device)
+        self.reply.update(audit)
         try:
             import reference
         except BaseException as exc:  # the task itself is broken: every case fails with this
             traceback.print_exc()
-            return {**reply, **_exception_failure(exc, torch, "reference.py failed to import: ").reply()}
-        task = ReferenceTask(reference, device)
-        guards = Guards(torch, reference)
+            self.reply.update(_exception_failure(exc, torch, "reference.py failed to import: ").reply())
+            return
+        self.task = ReferenceTask(reference, device)
+        self.guards = Guards(torch, reference)
+
+    def warm(self, mode: str, cases: list[dict]) -> dict:
+        """A warm start: prepare, then what the mode needs before its first call (the device's context, the
+        L2 flush buffer of the timed modes, the cases' inputs and layouts); the submission is not imported."""
+        self.prepare()
+        if not self.reply.get("ok"):
+            return {"ok": True, "warm": True}
+        device = self.device
+        try:  # ahead of time only: a failure here is met again, and reported, where the run meets it cold
+            if device.cuda:
+                device.torch.empty(1, device="cuda")  # the context, before anything is timed
+                if mode in ("benchmark", "leaderboard"):
+                    device.flush_l2()  # allocates the flush buffer once
+            self._defaults = self._generation_defaults()
+            self.task.preload(inputs_ahead(mode, cases, self.trust), self.trust)
+        except BaseException:
+            self.task.drop()
+        return {"ok": True, "warm": True}
+
+    def _generation_defaults(self) -> tuple:
+        """The torch defaults input generation reads without being told (a submission may set them at import)."""
+        torch = self.device.torch
+        device = getattr(torch, "get_default_device", lambda: None)()
+        return torch.get_default_dtype(), str(device)
+
+    def load(self) -> dict:
+        """Import the submission and check the tripwires after its import; the `ready` reply."""
+        reply, device, task, guards = self.reply, self.device, self.task, self.guards
+        if not reply.get("ok"):
+            return reply
+        torch = device.torch
         try:
             import submission
         except BaseException as exc:
             traceback.print_exc()
             return {**reply, **_exception_failure(exc, torch).reply()}
+        if task.ahead and self._generation_defaults() != self._defaults:
+            task.drop()  # the import changed what generate_input would make: generate as a cold start does
         kernel = getattr(submission, "custom_kernel", None)
         if not callable(kernel):
             return {**reply, "ok": False, "error": "submission.py defines no custom_kernel(data)", "message": ""}
         caller = Caller(kernel, device, guards, self.trust)
         self.checker = Checker(task, caller, self.trust)
-        self.timed = TimedCase(task, caller, self.checker, self.trust, trace)
+        self.timed = TimedCase(task, caller, self.checker, self.trust, self.trace)
         if self.trust:
             try:
                 guards.check_tripwires()
@@ -1922,6 +2117,11 @@ def _send(conn, reply: dict) -> None:
     conn.send_bytes(json.dumps(reply, allow_nan=True).encode("utf-8"))
 
 
+def _start_failure(exc: BaseException) -> dict:
+    return {"ok": False, "error": f"worker failed to start: {type(exc).__name__}: {_first_line(exc)}",
+            "message": traceback.format_exc()}
+
+
 def worker_main(conn, settings: dict) -> None:
     """The spawned worker's entry point: start up, then answer requests until `stop`."""
     parent = os.getppid()
@@ -1933,12 +2133,41 @@ def worker_main(conn, settings: dict) -> None:
     except OSError:
         pass
     worker = Worker(settings)
+    warm = settings.get("warm")
+    _serve(conn, worker, warm)
+    if warm is not None:
+        # A warm start's worker ends at once: its verdict waits for this exit, and Python's own teardown of
+        # torch takes 0.2-2 s. Nothing of the verdict depends on it (the device was synchronized after every
+        # call, and the submission's atexit handlers never could reach the pipe).
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(0)
+
+
+def _serve(conn, worker: Worker, warm: dict | None) -> None:
+    """Start up (a warm start: prepare, say so, and import the submission only on `load`), then answer
+    requests until `stop` or the end of the channel."""
+    if warm is not None:
+        try:
+            _send(conn, worker.warm(warm["mode"], warm["cases"]))
+        except BaseException as exc:
+            traceback.print_exc()
+            worker.reply = _start_failure(exc)
+            _send(conn, {"ok": True, "warm": True})
+        try:
+            request = conn.recv()
+        except (EOFError, OSError):
+            return
+        if request.get("op") != "load":
+            return
     try:
-        ready = worker.start()
+        ready = worker.start() if warm is None else worker.load()
     except BaseException as exc:
         traceback.print_exc()
-        ready = {"ok": False, "error": f"worker failed to start: {type(exc).__name__}: {_first_line(exc)}",
-                 "message": traceback.format_exc()}
+        ready = _start_failure(exc)
     _send(conn, ready)
     while True:
         try:

@@ -12,7 +12,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from popkit import hiponcuda, ncu, ray_session, runnable, system, taskcheck, workflows
+from popkit import hiponcuda, ncu, ray_session, runnable, system, taskcheck, watch as watching, workflows
 from popkit.cli.app import app
 from popkit.contract import entry_points
 from popkit.errors import ExitCode, UsageError
@@ -25,6 +25,7 @@ from popkit.views import common
 from popkit.views import comparison as comparison_view
 from popkit.views.common import escape
 from popkit.views import running as view
+from popkit.views import watching as watch_view
 
 TaskOpt = Annotated[Optional[str], typer.Option("--task", "-t", help="Bundled task name, task directory, or leaderboard name. Default: the file's `#!POPCORN leaderboard` directive.")]
 RootsOpt = Annotated[Optional[List[Path]], typer.Option("--tasks-root", help="Folder or problem-set yaml to look up leaderboard names in (repeatable; also POPKIT_TASKS_PATH).")]
@@ -44,6 +45,7 @@ ClusterOpt = Annotated[Optional[str], typer.Option("--cluster", help="Run every 
 RequireGpuOpt = Annotated[Optional[str], typer.Option("--require-gpu", help="With --cluster: only workers with this GPU kind (e.g. H100) may run; a run on another kind fails as `parity mismatch`.")]
 JsonLinesOpt = Annotated[bool, typer.Option("--json-lines", help="With --cluster: print one JSON line (schema popkit/cluster-result/1) per result as it arrives.")]
 
+WatchOpt = Annotated[bool, typer.Option("--watch", help="Judge the file now and after every save, each time by a warm worker started in the sandbox before the save (the verdict says so; --json: one line per verdict, schema popkit/watch/1). Ctrl-C stops. Without it every run is fresh processes, as on the leaderboard.")]
 
 
 def _options(python: Optional[str], precompile: Optional[bool], harness: str, seeds: tuple[int, ...], keep: bool,
@@ -71,6 +73,24 @@ def _say(notes) -> None:
         common.err_console().print(f"note: {escape(note)}")
 
 
+def _watch(request: workflows.Request, json: bool) -> None:
+    """--watch: verdicts until Ctrl-C (exit 130); an error before the first verdict exits with its code."""
+    with common.progress_printer(json) as progress:
+        def verdict(v: watching.Verdict) -> None:
+            progress.close()
+            watch_view.show_verdict(v, task_of[0], request.mode, json_lines=json)
+
+        task_of: list = [None]
+
+        def start(setup: watching.Setup) -> None:
+            task_of[0] = setup.task
+            watch_view.show_start(setup, request.mode)
+
+        watching.run(request, on_verdict=verdict, on_ready=watch_view.show_ready, on_start=start,
+                     progress=progress, note=lambda line: _say([line]))
+    raise typer.Exit(0)
+
+
 def _single(request: workflows.Request, json: bool) -> None:
     started = time.monotonic()  # the footer counts all of it: resolving, the run, the baseline, the ledger
     with common.progress_printer(json) as progress:
@@ -94,6 +114,7 @@ def test(
     hip_on_cuda: Annotated[bool, typer.Option("--hip-on-cuda", help="A HIP file on an NVIDIA GPU: build its kernels with nvcc through popkit's HIP-to-CUDA mapping and run the tests. A logic check, not AMD timing; code that depends on 64-lane wavefronts is flagged.")] = False,
     gpus: GpusOpt = None,
     require_isolation: IsolationOpt = False,
+    watch: WatchOpt = False,
     history: HistoryOpt = True,
     cluster: ClusterOpt = None,
     require_gpu: RequireGpuOpt = None,
@@ -107,6 +128,7 @@ def test(
       popkit test submissions/vectoradd/pytorch.py --secret-runs 1
       popkit test submissions/softmax/hip.py --hip-on-cuda
       popkit test v1.py v2.py v3.py --cluster ray     (every file on a local Ray instance)
+      popkit test mine.py --watch     (a verdict after every save, from a warm worker)
     """
     common.set_json(json)
     seeds = tuple(secret_seed or ()) + random_secret_seeds(secret_runs)
@@ -114,8 +136,8 @@ def test(
                        require_isolation=require_isolation)
     sources = tuple(Source.read(path) for path in submissions)
     request = workflows.Request(sources, "test", task, tuple(tasks_root or ()), options, record=history)
-    _on_cluster(request, cluster, require_gpu, json_lines, json, local_only=((hip_on_cuda, "--hip-on-cuda"),
-                                                                            (gpus is not None, "--gpus")))
+    _on_cluster(request, cluster, require_gpu, json_lines, json,
+                local_only=((hip_on_cuda, "--hip-on-cuda"), (gpus is not None, "--gpus"), (watch, "--watch")))
     if len(sources) > 1 and gpus is None:
         raise UsageError(f"test takes one submission ({len(sources)} given); several run with --gpus or --cluster",
                          "popkit test a.py b.py --gpus 0,1, or --cluster ray")
@@ -126,6 +148,8 @@ def test(
         options = replace(options, env={**options.env, **hiponcuda.child_env()}, label=hiponcuda.LABEL)
         notes = hiponcuda.notes_for(text, str(sources[0].path))
     request = replace(request, options=options, notes=notes)
+    if watch:
+        _watch(replace(request, gpus=workflows.parse_gpus(gpus) if gpus else ()), json)
     if gpus is not None:
         _spread(replace(request, gpus=workflows.parse_gpus(gpus)), json)
     _single(request, json)
@@ -152,6 +176,7 @@ def bench(
     profiler: Annotated[str, typer.Option("--profiler", help="With --profile: `torch` (the eval's profile mode) or `ncu` (Nsight Compute on the last benchmark case: per kernel time, DRAM and SM % of peak, registers, occupancy). `--profile ncu` works too.")] = "torch",
     gpus: GpusOpt = None,
     require_isolation: IsolationOpt = False,
+    watch: WatchOpt = False,
     history: HistoryOpt = True,
     cluster: ClusterOpt = None,
     require_gpu: RequireGpuOpt = None,
@@ -167,10 +192,14 @@ def bench(
       popkit bench v6.py v7.py     (A/B: counterbalanced rounds, ratios with 95% intervals over rounds)
       popkit bench v1.py v2.py v3.py --gpus 0,1     (independent runs, one process per GPU)
       popkit bench v*.py --cluster ray:10.0.0.5:6379     (independent runs on a Ray cluster, one GPU each)
+      popkit bench mine.py --watch     (benchmark mode after every save, from a warm worker)
     """
     common.set_json(json)
     if profile and len(submissions) > 1 and submissions[-1] == Path("ncu") and not submissions[-1].exists():
         profiler, submissions = "ncu", submissions[:-1]  # `--profile ncu`, as the hosted --profile is spelled
+    if watch and (leaderboard or profile):
+        raise UsageError("--watch runs benchmark mode, not the ranked chain or profile mode",
+                         "the ranked chain and --profile run cold: drop --watch")
     if profiler not in ("torch", "ncu"):
         raise UsageError(f"unknown profiler `{profiler}`", "use --profiler torch or --profiler ncu")
     if profile and profiler == "ncu":
@@ -204,7 +233,9 @@ def bench(
     request = workflows.Request(sources, mode, task, tuple(tasks_root or ()), options, baseline=baseline is not None,
                                 allow_cpu=allow_cpu, record=history, rounds=rounds, budget_s=budget)
     _on_cluster(request, cluster, require_gpu, json_lines, json, pairs=pairs,
-                local_only=((gpus is not None, "--gpus"), (bool(baseline), "--baseline")))
+                local_only=((gpus is not None, "--gpus"), (bool(baseline), "--baseline"), (watch, "--watch")))
+    if watch:
+        _watch(replace(request, gpus=workflows.parse_gpus(gpus) if gpus else ()), json)
     if gpus is not None:
         _spread(replace(request, gpus=workflows.parse_gpus(gpus)), json)
     if len(sources) == 2:
