@@ -17,7 +17,7 @@ chain=False: one eval process each, the ranked mode's 100 fresh inputs per shape
   drain    the cheat at share 0 and at each --drain-shares under the drain rule alone (no profiler in the
            process, whose tracer slows the cheat's own wait and launch on its second queue): the drain
            rule's hole as it is, and the cheat's fake speed-up there.
-The CUDA examples are built first, in parallel (`python -m popkit compile FILE`), so no timed run waits on a
+The CUDA examples are built first, in parallel (`python -m popkit test FILE --precompile`), so no timed run waits on a
 compiler. With the defaults: 6 tasks x (5 trace cheat + 4 honest + 2 drain cheat) = 66 evals, about 6
 minutes on an H100 after about 1.5 minutes of builds; --minutes (default 8) starts no eval that would end
 past it (the rest is listed as skipped, the drain cheats first).
@@ -122,7 +122,10 @@ def plan(tasks: list[str], shares: list[float], pairs: int, drain_shares: list[f
 
 
 def compile_argv(path: Path) -> list[str]:
-    return [sys.executable, "-m", "popkit", "compile", str(path), "--json"]
+    """Builds the file's extension where the runs' compile pre-step looks for it (torch's extension folder, and
+    popkit's build-cache index): a test run with the pre-step forced, so no timed run below waits on a compiler."""
+    return [sys.executable, "-m", "popkit", "test", str(path), "--task", path.parent.name, "--precompile",
+            "--no-history", "--json"]
 
 
 def _numbers(text: str | None) -> list[float]:

@@ -35,7 +35,7 @@ def test_dry_run_lists_the_builds_and_every_eval(capsys):
     assert study.main(["--out", "unused", "--dry-run"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 6 + 66 + 1
-    assert all(" compile " in line and line.endswith("/cuda.py --json") for line in lines[:6])
+    assert all(" test " in line and "/cuda.py --task " in line and "--precompile" in line for line in lines[:6])
     assert lines[6] == ("POPKIT_TIMING_AUDIT=trace POPKIT_CHEAT_SHARE=0.0 leaderboard eval (popkit harness, mode "
                         "alone): submissions/cheats/side_stream_share.py --task identity")
     assert lines[-2].startswith("POPKIT_TIMING_AUDIT=drain POPKIT_CHEAT_SHARE=0.4 leaderboard eval")
