@@ -2,15 +2,17 @@
 
 A task's benchmarks are chosen for the leaderboard's GPUs; on a CPU the largest can run for many minutes
 and the whole mode then times out with no number at all. Whether they fit is not a static guess: on a
-machine without a GPU, a timing mode of a GPU task first times its two smallest benchmark shapes (one
-eval, benchmark mode) and extrapolates every shape's call time from them as a power of its size: the
-product of its whole-number parameters (seeds excluded: `size`, `rows * cols`, `m * n * k`), with the
-exponent the two shapes show (1 to 3: a `size` that is a side length costs its square), then the timing
-loop's budget (docs/protocol-notes.md §4). Shapes are kept in order while the predicted total stays under
-FILL of the timeout. When all fit, the run is the task's own; when some do not, popkit stops (exit 11)
-naming the first that does not fit, and with `--allow-cpu` runs the shapes that fit, each skipped shape
-named and the run marked not leaderboard-faithful. Tests, machines with a GPU and tasks that name no GPU
-are never sized.
+machine without a GPU, each timing mode of a GPU task first runs its two smallest benchmark shapes alone
+(one eval per mode) and extrapolates every shape's time from them as a power of its size, the product of
+its whole-number parameters (seeds excluded: `size`, `rows * cols`, `m * n * k`), with the exponent the
+two shapes show (1 to 3: a `size` that is a side length costs its square). A shape's time is its wall time
+as popkit's harness reports it (`benchmark.I.wall_ns`: checks, input generation and the timing loop); for
+another eval it is modeled from its mean call time and the timing loop's budget (docs/protocol-notes.md §4).
+Shapes are kept while the predicted mode time stays under FILL of the timeout (under `ranking_by: last` the
+ranked modes run only the last shape: the largest that fits is kept last). When all fit, the run is the
+task's own; when some do not, popkit stops (exit 11) naming the first that does not fit, and with
+`--allow-cpu` runs the shapes that fit, each skipped shape named and the run marked not leaderboard-faithful.
+Tests, machines with a GPU and tasks that name no GPU are never sized.
 """
 
 from __future__ import annotations
@@ -59,32 +61,37 @@ def case_seconds(call_s: float, mode: str) -> float:
 
 @dataclass(frozen=True)
 class Timing:
-    """Call times measured on a CPU: `points` (size, seconds a call) and the eval's seconds outside the cases."""
+    """One mode timed on a CPU: `points` (size, seconds the case took) and the eval's seconds outside the cases."""
 
     points: tuple[tuple[float, float], ...]
     fixed_s: float
 
     @property
     def exponent(self) -> float:
-        """How a call's time grows with the size, from the two points: between 1 and 3 (1 with one point)."""
-        (w1, t1), (w2, t2) = (self.points + self.points)[:1] + self.points[-1:]
+        """How a case's time grows with the size, from the two points: between 1 and 3 (1 with one point)."""
+        (w1, t1), (w2, t2) = self.points[0], self.points[-1]
         if w2 <= w1 or t1 <= 0 or t2 <= 0:
             return 1.0
         return min(3.0, max(1.0, math.log(t2 / t1) / math.log(w2 / w1)))
 
-    def call_s(self, size: float) -> float:
+    def case_s(self, size: float) -> float:
         w, t = self.points[-1]
         return t * (size / w) ** self.exponent
 
 
-def plan(cases: Sequence[Mapping[str, Any]], timing: Timing, mode: str, timeout_s: float) -> Plan:
-    """Shapes kept in order while the predicted mode time (the eval's fixed time plus each case) stays under
-    FILL of `timeout_s`; a shape that does not fit is skipped, later smaller ones may still fit."""
-    fixed_s = timing.fixed_s
-    predicted = tuple(case_seconds(timing.call_s(work(c)), mode) for c in cases)
-    kept, skipped, total = [], [], fixed_s
+def plan(cases: Sequence[Mapping[str, Any]], timing: Timing, timeout_s: float, ranking_by: str = "geom") -> Plan:
+    """The shapes that fit FILL of `timeout_s` with the eval's fixed time: in order while the sum fits; under
+    `ranking_by: last` (only the last shape runs) every shape up to the largest one that fits alone."""
+    predicted = tuple(timing.case_s(work(c)) for c in cases)
+    budget = FILL * timeout_s - timing.fixed_s
+    if ranking_by == "last":
+        fits = [i for i, seconds in enumerate(predicted) if seconds <= budget]
+        last = max(fits) if fits else -1
+        kept = tuple(range(last + 1))
+        return Plan(kept, tuple(i for i in range(len(cases)) if i > last), predicted)
+    kept, skipped, total = [], [], 0.0
     for i, seconds in enumerate(predicted):
-        if total + seconds <= FILL * timeout_s:
+        if total + seconds <= budget:
             kept.append(i)
             total += seconds
         else:
@@ -102,24 +109,28 @@ def spec(case: Mapping[str, Any]) -> str:
 
 
 def probe(task: Task, source: Source, options: runner.RunOptions, executor: Executor, indices: Sequence[int],
-          progress: Progress) -> Timing:
-    """Time the shapes `indices` in one benchmark-mode eval."""
+          mode: str, progress: Progress) -> Timing:
+    """Run the shapes `indices` in `mode` alone, in one eval; each shape's seconds and the eval's fixed time."""
     shapes = tuple(task.benchmarks[i] for i in indices)
     quick = replace(options, secret_seeds=(), chain=False, label="CPU sizing")
-    progress(f"CPU sizing: timing the smallest benchmark shapes ({' | '.join(spec(c) for c in shapes)})")
-    report = runner.run_submission(replace(task, benchmarks=shapes, ranking_by="last"), source.path, "benchmark",
+    progress(f"CPU sizing: {mode} mode on the smallest benchmark shapes ({' | '.join(spec(c) for c in shapes)})")
+    # ranking_by mean: every shape runs (under `last` the timed modes get only the last, as on the leaderboard)
+    report = runner.run_submission(replace(task, benchmarks=shapes, ranking_by="mean"), source.path, mode,
                                    quick, content=source.content, executor=executor)
-    run = next((r for r in report.runs if r.mode == "benchmark"), None)
+    run = next((r for r in report.runs if r.mode == mode), None)
     cases = run.benchmarks if run is not None else ()
-    if len(cases) < len(shapes) or not all(c.mean_ns for c in cases):
-        why = run.summary if run is not None and run.summary else report.outcome
+    if run is None or not run.passed or len(cases) < len(shapes) or not all(c.mean_ns for c in cases):
+        why = (run.summary or run.outcome) if run is not None else report.outcome
         raise EnvironmentProblem(
             f"this machine has no GPU, and even the smallest benchmark shapes of `{task.name}` "
-            f"({spec(shapes[0])}) did not run here: {why}",
+            f"({spec(shapes[0])}) did not run here in {mode} mode: {why}",
             "`popkit test` runs the tests on the CPU; run the benchmarks on a machine with a GPU")
-    points = tuple((work(shape), case.mean_ns / 1e9) for shape, case in zip(shapes, cases))
-    inside = sum(case_seconds(t, "benchmark") for _, t in points)
-    return Timing(points, max(0.0, run.duration_s - inside))
+    seconds = []
+    for i, case in enumerate(cases):
+        wall = run.raw.get(f"benchmark.{i}.wall_ns", "")
+        seconds.append(float(wall) / 1e9 if wall.isdigit() else case_seconds(case.mean_ns / 1e9, mode))
+    points = tuple((work(shape), t) for shape, t in zip(shapes, seconds))
+    return Timing(points, max(0.0, run.duration_s - sum(seconds)))
 
 
 def fit(task: Task, source: Source, request: Any, executor: Executor, progress: Progress) -> tuple[Task, tuple[str, ...]]:
@@ -129,9 +140,9 @@ def fit(task: Task, source: Source, request: Any, executor: Executor, progress: 
     cases = list(task.benchmarks)
     by_size = sorted(range(len(cases)), key=lambda i: (work(cases[i]), i))
     two = [by_size[0]] + [i for i in by_size[1:] if work(cases[i]) > work(cases[by_size[0]])][:1]
-    timing = probe(task, source, request.options, executor, two, progress)
     modes = ("benchmark", "leaderboard") if request.mode == "leaderboard" else (request.mode,)
-    plans = [plan(cases, timing, mode, task.timeout_for(mode)) for mode in modes]
+    plans = [plan(cases, probe(task, source, request.options, executor, two, mode, progress), task.timeout_for(mode),
+                  task.ranking_by) for mode in modes]
     skipped = sorted({i for p in plans for i in p.skipped})
     if not skipped:
         return task, ()

@@ -773,7 +773,10 @@ class Session:
             self.pipe.write(f"{prefix}.spec", format_spec(case))
             if self.cuda_failed or self._blocked(prefix):
                 continue
+            started = time.monotonic_ns()
             loop, info = self.time_case(case, case_budget)
+            # The case's wall time, checks and input generation included (popkit sizes CPU runs from it).
+            self.pipe.write(f"{prefix}.wall_ns", time.monotonic_ns() - started)
             if loop is None:
                 self._fail(prefix, info)
                 if self.cuda_failed:

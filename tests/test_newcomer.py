@@ -70,33 +70,34 @@ def test_pure_pytorch_still_runs_on_the_cpu(cli, tmp_path):
     assert result.exit_code == 0, result.output
 
 
-def _cpu_timing(monkeypatch, call_s: float) -> list:
-    """No GPU here; the smallest benchmark shape (1024) takes `call_s` a call and the next (2048) four times
-    that (popkit.sizing's probe, faked)."""
+def _cpu_timing(monkeypatch, case_s: float) -> list:
+    """No GPU here; in every timed mode the smallest benchmark shape (1024) takes `case_s` and the next (2048)
+    four times that, after 2 s of the eval's own (popkit.sizing's probe, faked)."""
     from popkit import sizing, system
 
     probed = []
     monkeypatch.setattr(system, "has_gpu", lambda: False)
-    monkeypatch.setattr(sizing, "probe", lambda task, source, options, executor, indices, progress:
-                        probed.append(list(indices)) or sizing.Timing(((1024, call_s), (2048, 4 * call_s)), 2.0))
+    monkeypatch.setattr(sizing, "probe", lambda task, source, options, executor, indices, mode, progress:
+                        probed.append((list(indices), mode)) or sizing.Timing(((1024, case_s), (2048, 4 * case_s)),
+                                                                               2.0))
     return probed
 
 
 def test_gpu_sized_benchmarks_on_a_cpu_are_timed_and_said_before_the_run(cli, monkeypatch):
-    probed = _cpu_timing(monkeypatch, 0.05)  # 50 ms, 200 ms: a call's time grows with the square of `size`
+    probed = _cpu_timing(monkeypatch, 5.0)  # 5 s, 20 s: a case's time grows with the square of `size`
     _never_runs(monkeypatch)
     sub = str(Path(__file__).parents[1] / "submissions" / "vectoradd" / "pytorch.py")
     result = cli("bench", sub, "--leaderboard", "--baseline", "reference", "--no-history")
     assert result.exit_code == 11, result.output
-    assert probed == [[0, 1]]
+    assert probed == [([0, 1], "benchmark"), ([0, 1], "leaderboard")]
     assert ("error: this machine has no GPU, and the benchmark shape size: 8192; seed: 1358 of `vectoradd` would "
-            "take about 106 s here (timed from size: 1024; seed: 3211), past the 300 s timeout") in result.output
+            "take about 320 s here (timed from size: 1024; seed: 3211), past the 300 s timeout") in result.output
     assert ("hint: pass --allow-cpu to run the 3 shape(s) that fit (not leaderboard-faithful); `popkit test` runs "
             "the tests on the CPU") in result.output
 
 
 def test_allow_cpu_runs_the_shapes_that_fit_and_names_the_others(cli, monkeypatch):
-    _cpu_timing(monkeypatch, 0.5)  # 8192 takes 32 s a call: three calls and the checks pass the 180 s timeout
+    _cpu_timing(monkeypatch, 2.0)  # 2 + 8 + 32 s with 2 s fixed fit 60% of 180 s; 8192 (128 s) does not
     seen = []
     monkeypatch.setattr("popkit.runner.run_submission", lambda task, *a, **k: seen.append(task) or (_ for _ in ()).throw(SystemExit(0)))
     sub = str(Path(__file__).parents[1] / "submissions" / "vectoradd" / "pytorch.py")
@@ -105,7 +106,7 @@ def test_allow_cpu_runs_the_shapes_that_fit_and_names_the_others(cli, monkeypatc
 
 
 def test_benchmarks_that_fit_a_cpu_run_as_the_task_gives_them(cli, monkeypatch):
-    _cpu_timing(monkeypatch, 1e-5)
+    _cpu_timing(monkeypatch, 0.1)
     seen = []
     monkeypatch.setattr("popkit.runner.run_submission", lambda task, *a, **k: seen.append(task) or (_ for _ in ()).throw(SystemExit(0)))
     sub = str(Path(__file__).parents[1] / "submissions" / "vectoradd" / "pytorch.py")
@@ -256,3 +257,13 @@ def test_gpu_detection_without_torch(monkeypatch):
     assert system.has_gpu() is False  # every GPU hidden: nothing can run here
     monkeypatch.setenv("POPKIT_ASSUME_GPU", "1")
     assert system.has_gpu() is True  # a container that passes the GPU without /dev nodes
+
+
+def test_under_ranking_by_last_the_largest_shape_that_fits_is_kept_last():
+    from popkit import sizing
+
+    cases = [{"size": s, "seed": 1} for s in (1024, 2048, 4096, 8192)]
+    timing = sizing.Timing(((1024, 5.0), (2048, 20.0)), 2.0)  # 4096: 80 s, 8192: 320 s
+    assert sizing.plan(cases, timing, 180.0, "last") == sizing.Plan((0, 1, 2), (3,), (5.0, 20.0, 80.0, 320.0))
+    assert sizing.plan(cases, timing, 180.0, "geom").kept == (0, 1, 2)  # 5 + 20 + 80 = 105 s of 106
+    assert sizing.plan(cases, timing, 100.0, "geom").kept == (0, 1)
