@@ -31,6 +31,8 @@ SYS_MOUNT_SETATTR = {"x86_64": 442, "aarch64": 442}
 PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 4, 38
 SANDBOX_UID = 65534
 SIGNAL_LINE = "popkit-sandbox: killed by signal "
+SETUP_FAILED = "popkit-sandbox: setup failed: "  # then the reason; the exit code is SETUP_EXIT
+SETUP_EXIT = 125
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -135,8 +137,8 @@ def main(args: list[str]) -> int:
         mount_layout(spec)
         loopback_up()
     except (SetupError, OSError) as exc:
-        print(f"popkit-sandbox: setup failed: {exc}", file=sys.stderr)
-        return 125
+        print(f"{SETUP_FAILED}{exc}", file=sys.stderr)
+        return SETUP_EXIT
     pid = os.fork()
     if pid == 0:
         try:

@@ -73,16 +73,67 @@ class SandboxExecutor(Executor):
                 json.dumps(spec), "--", python, str(workspace.files.resolve() / script), *args]
 
     def finish(self, done: proc.Finished) -> proc.Finished:
+        setup = next((line for line in done.stderr.splitlines() if line.startswith(_sandbox.SETUP_FAILED)), "")
+        if done.code == _sandbox.SETUP_EXIT and setup:  # the trial said yes, the machine now says no
+            _TRIED.clear()
+            try:
+                _trial_file().unlink()
+            except OSError:
+                pass
+            raise EnvironmentProblem(f"popkit's sandbox could not start: {setup[len(_sandbox.SETUP_FAILED):]}",
+                                     "run again (popkit tries the namespaces anew); POPKIT_ISOLATION=none runs "
+                                     "without the sandbox, and says so in the report")
         code, stderr = signal_from(done.code, done.stderr)
         return replace(done, code=code, stderr=stderr)
 
 
 def unavailable(unshare: str | None = None) -> str:
-    """Why the sandbox cannot run here ('' when it can): a trial run of the whole layout, once per process."""
+    """Why the sandbox cannot run here ('' when it can): a trial run of the whole layout, once per process and,
+    through a small file in popkit's cache folder, once per boot of the machine (the trial costs a process
+    start, about 60 ms, on every command otherwise)."""
     key = unshare or ""
     if key not in _TRIED:
-        _TRIED[key] = _try(unshare)
+        stamp = _trial_stamp(unshare)
+        remembered = _remembered(stamp)
+        _TRIED[key] = remembered if remembered is not None else _remember(stamp, _try(unshare))
     return _TRIED[key]
+
+
+def _trial_stamp(unshare: str | None) -> str:
+    """What a trial's answer depends on: this boot, the kernel, the tools and popkit's sandbox script."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        script = SANDBOX_SCRIPT.stat().st_mtime_ns
+    except OSError:
+        return ""
+    return "|".join(map(str, (boot, os.uname().release, unshare or shutil.which("unshare"), sys.executable, script,
+                              os.getuid())))
+
+
+def _trial_file() -> Path:
+    return prestep.cache_dir() / "sandbox-trial.json"
+
+
+def _remembered(stamp: str) -> str | None:
+    if not stamp:
+        return None
+    try:
+        found = json.loads(_trial_file().read_text())
+    except (OSError, ValueError):
+        return None
+    return found.get("reason") if isinstance(found, dict) and found.get("stamp") == stamp else None
+
+
+def _remember(stamp: str, reason: str) -> str:
+    if stamp:
+        try:
+            _trial_file().parent.mkdir(parents=True, exist_ok=True)
+            temp = _trial_file().with_suffix(f".{os.getpid()}.tmp")
+            temp.write_text(json.dumps({"stamp": stamp, "reason": reason}))
+            temp.replace(_trial_file())
+        except OSError:
+            pass
+    return reason
 
 
 _TRIED: dict[str, str] = {}

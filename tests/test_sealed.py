@@ -144,3 +144,21 @@ if __name__ == "__main__":
 def custom_kernel(d):
     return 2 * d
 '''
+
+
+@needs_sandbox
+def test_the_trial_is_remembered_per_boot_and_a_failed_setup_is_an_environment_problem(tmp_path, monkeypatch):
+    from popkit import proc
+    from popkit.errors import EnvironmentProblem
+
+    monkeypatch.setattr(sandbox, "_TRIED", {})
+    assert sandbox.unavailable() == "" and sandbox._trial_file().exists()
+    monkeypatch.setattr(sandbox, "_try", lambda unshare: "must not run again")
+    sandbox._TRIED.clear()
+    assert sandbox.unavailable() == ""  # from the file: this boot already answered
+    failed = proc.Finished(code=125, stdout="", stderr="popkit-sandbox: setup failed: mount /tmp: Permission denied\n",
+                           seconds=0.1, timed_out=False)
+    with pytest.raises(EnvironmentProblem) as info:
+        sandbox.SandboxExecutor().finish(failed)
+    assert info.value.message == "popkit's sandbox could not start: mount /tmp: Permission denied"
+    assert not sandbox._trial_file().exists() and sandbox.unavailable() == "must not run again"
