@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -61,3 +62,32 @@ def _private_popkit_cache(tmp_path_factory, monkeypatch):
 def _private_user_data(tmp_path_factory, monkeypatch):
     """The per-user ledger ($XDG_DATA_HOME/popkit) of a test is its own, never the real user's."""
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("xdg-data")))
+
+
+CLI_WIDTH = "160"
+
+
+@pytest.fixture
+def cli_env(tmp_path: Path) -> dict[str, str]:
+    """The environment of a CLI test: a ledger of its own, a fixed width, no colour (CliRunner(env=...))."""
+    return {"POPKIT_HOME": str(tmp_path / "ledger"), "POPKIT_WIDTH": CLI_WIDTH, "NO_COLOR": "1"}
+
+
+@pytest.fixture
+def cli(monkeypatch, tmp_path, cli_env):
+    """popkit's app in-process as a user would call it, `cli("test", FILE, ...)`: `cli_env` set, the temporary
+    folder as the working folder, and a system probe that answers at once (fixture tasks need no torch).
+    A module that needs more (another width, no GPU) overrides this fixture and asks for it."""
+    from typer.testing import CliRunner
+
+    from popkit.cli import app
+
+    for name, value in cli_env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("popkit.system.probe", lambda python=None, timeout=60.0, env=None: {"device": "cpu", "torch": "x"})
+
+    def invoke(*args: str):
+        return CliRunner().invoke(app, list(args))
+
+    return invoke

@@ -352,13 +352,10 @@ def test_run_ab_for_real_with_a_wrong_b(tmp_path):
     assert report.verdict == shapes.INCOMPLETE and all(s.status == "failed" for s in report.shapes)
 
 
-CLI_ENV = {"POPKIT_WIDTH": "200", "NO_COLOR": "1"}
-
-
 @pytest.fixture
-def cli_env(tmp_path, monkeypatch):
-    monkeypatch.setattr("popkit.system.probe", lambda python=None, timeout=60.0: SYSTEM)
-    return {**CLI_ENV, "POPKIT_HOME": str(tmp_path / "h")}
+def cli_env(cli_env, monkeypatch):
+    monkeypatch.setattr("popkit.system.probe", lambda python=None, timeout=60.0, env=None: SYSTEM)
+    return {**cli_env, "POPKIT_WIDTH": "200"}
 
 
 @pytest.mark.slow

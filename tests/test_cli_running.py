@@ -7,7 +7,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from popkit.cli import app
 
@@ -15,19 +14,6 @@ FIX = Path(__file__).parent / "fixtures"
 DOUBLE = str(FIX / "tasks" / "double")
 
 
-@pytest.fixture
-def cli(monkeypatch, tmp_path):
-    monkeypatch.setenv("POPKIT_WIDTH", "160")
-    monkeypatch.setenv("NO_COLOR", "1")
-    monkeypatch.setenv("POPKIT_HOME", str(tmp_path / "home"))
-    monkeypatch.chdir(tmp_path)
-    # The system probe imports torch in a child (seconds); these fixture tasks need no torch.
-    monkeypatch.setattr("popkit.system.probe", lambda python=None, timeout=60.0: {"device": "cpu", "torch": "x"})
-
-    def invoke(*args: str):
-        return CliRunner().invoke(app, list(args))
-
-    return invoke
 
 
 def sub(name: str) -> str:

@@ -22,7 +22,6 @@ from popkit.results import ModeRun, RunReport
 from popkit.tasks import load_task, resolve_task
 from popkit.views import cluster as view
 from test_adversarial import ATTACKS, assert_nothing_left, attack_env, recorded, wait_until
-from test_cli_running import cli  # noqa: F401  (the fixture: fixture tasks, no probe, a fresh history)
 from test_nvml import H100, FakeNvml
 
 ROOT = Path(popkit.__file__).resolve().parent.parent

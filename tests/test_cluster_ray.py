@@ -15,7 +15,6 @@ import pytest
 from popkit import cluster, ray_session, runner
 from popkit.tasks import load_task
 from test_adversarial import ATTACKS, NO_PROBE, assert_nothing_left, attack_env, recorded, tamper_task, wait_until
-from test_cli_running import cli  # noqa: F401  (the fixture: fixture tasks, no probe, a fresh history)
 
 FIX = Path(__file__).parent / "fixtures"
 DOUBLE = FIX / "tasks" / "double"

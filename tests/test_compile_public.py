@@ -15,11 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from popkit import buildarch
 from popkit import compile as compiler
-from popkit.cli import app
 from popkit.diagnostics import missing_module_hint, task_imports, torch_error
 from popkit.errors import ExitCode
 from tests.test_compile import fake_import
@@ -33,17 +31,11 @@ ARCH_NOTE = ("note: architecture: TORCH_CUDA_ARCH_LIST=8.0, no GPU here and no `
 
 
 @pytest.fixture
-def cli(monkeypatch, tmp_path):
-    monkeypatch.setenv("POPKIT_HOME", str(tmp_path / "home"))
+def cli(cli, monkeypatch):
     monkeypatch.setenv("POPKIT_WIDTH", "300")
-    monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
     monkeypatch.setattr(compiler, "local_gpu_archs", lambda: (None, False))  # as on the newcomer's machine
-
-    def invoke(*args: str):
-        return CliRunner().invoke(app, list(args))
-
-    return invoke
+    return cli
 
 
 def test_a_file_importing_task_without_task_says_to_pass_task(cli):

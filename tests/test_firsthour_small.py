@@ -6,10 +6,8 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from popkit import __version__, cputorch, runnable
-from popkit.cli import app
 from popkit.kernelspec import infer_skeleton
 from popkit.refinputs import Returned, generated_inputs
 from popkit.results import CaseResult, ModeRun, RunReport
@@ -21,15 +19,9 @@ VADD = FIX / "inline_set" / "vadd_py"
 
 
 @pytest.fixture
-def cli(monkeypatch, tmp_path):
+def cli(cli, monkeypatch):
     monkeypatch.setenv("POPKIT_WIDTH", "300")
-    monkeypatch.setenv("NO_COLOR", "1")
-    monkeypatch.setenv("POPKIT_HOME", str(tmp_path / "home"))
-
-    def invoke(*args: str):
-        return CliRunner().invoke(app, list(args))
-
-    return invoke
+    return cli
 
 
 def test_version_and_h(cli):

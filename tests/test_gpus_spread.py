@@ -6,13 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from popkit import runner, system, workflows
-from popkit.cli import app
 from popkit.errors import UsageError
 from popkit.source import Source
-from test_cli_running import cli  # noqa: F401  (the fixture: fixture tasks, no probe, a fresh history)
 
 FIX = Path(__file__).parent / "fixtures"
 DOUBLE = FIX / "tasks" / "double"

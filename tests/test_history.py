@@ -309,8 +309,8 @@ from popkit.cli import app  # noqa: E402
 
 
 @pytest.fixture
-def cli_env(tmp_path):
-    return {"POPKIT_HOME": str(tmp_path / "ledger"), "POPKIT_WIDTH": "200", "NO_COLOR": "1"}
+def cli_env(cli_env):
+    return {**cli_env, "POPKIT_WIDTH": "200"}
 
 
 def _db(cli_env) -> History:

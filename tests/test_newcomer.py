@@ -29,19 +29,12 @@ def custom_kernel(data):
 
 
 @pytest.fixture
-def cli(monkeypatch, tmp_path):
+def cli(cli, monkeypatch):
     monkeypatch.setenv("POPKIT_WIDTH", "200")
-    monkeypatch.setenv("NO_COLOR", "1")
-    monkeypatch.setenv("POPKIT_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("POPKIT_ASSUME_GPU", raising=False)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("popkit.system.probe", lambda python=None, timeout=60.0: {"device": "cpu"})
+    monkeypatch.setattr("popkit.system.probe", lambda python=None, timeout=60.0, env=None: {"device": "cpu"})
     monkeypatch.setattr("popkit.system.has_gpu", lambda: False)
-
-    def invoke(*args: str):
-        return CliRunner().invoke(app, list(args))
-
-    return invoke
+    return cli
 
 
 def _never_runs(monkeypatch):

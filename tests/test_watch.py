@@ -22,11 +22,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from popkit import proc, runner, sandbox, warm, watch
 from popkit._watchdog import descendants
-from popkit.cli import app
 from popkit.errors import SubmissionError
 from popkit.executor import Executor
 from popkit.filewatch import parses
@@ -109,18 +107,11 @@ def test_a_task_popkits_harness_cannot_run_is_named_with_the_reason(tmp_path):
 
 
 @pytest.fixture
-def cli(monkeypatch, tmp_path):
-    monkeypatch.setenv("POPKIT_WIDTH", "160")
-    monkeypatch.setenv("NO_COLOR", "1")
-    monkeypatch.setenv("POPKIT_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr("popkit.system.probe", lambda python=None, timeout=60.0, env=None: {"device": "cpu"})
+def cli(cli, tmp_path):
+    """The shared CLI, with SUB in an argument standing for an honest submission in the test's folder."""
     sub = tmp_path / "sub.py"
     sub.write_bytes(HONEST)
-
-    def invoke(*args: str):
-        return CliRunner().invoke(app, [a.replace("SUB", str(sub)) for a in args])
-
-    return invoke
+    return lambda *args: cli(*(a.replace("SUB", str(sub)) for a in args))
 
 
 @pytest.mark.parametrize("args, message", [
