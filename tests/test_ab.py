@@ -379,6 +379,7 @@ def test_bench_a_b_rounds_come_in_pairs(tmp_path, cli_env):
     assert result.exit_code == 2 and "even number" in result.output
 
 
+@pytest.mark.slow
 def test_bench_a_b_records_each_side_in_history(tmp_path, cli_env):
     copy = _tmp_sub(tmp_path, "v7.py")
     result = CliRunner().invoke(app, ["bench", str(GOOD), str(copy), "--task", str(TASK_DIR), "--no-precompile",

@@ -75,6 +75,7 @@ def run_attack(name: str, log: Path, task: str = "double", mode: str = "test", *
 # --------------------------------------------------------------------------- 3: hangs past the timeout
 
 
+@pytest.mark.slow
 def test_a_timeout_returns_in_time_whatever_a_detached_grandchild_holds_open(tmp_path):
     log = tmp_path / "attack.log"
     result = {}

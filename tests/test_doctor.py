@@ -203,6 +203,7 @@ def test_doctor_finds_popcorn_by_the_rules_submit_uses(tmp_path, monkeypatch):
     assert check.status == "warn" and "has no cli_id" in check.value
 
 
+@pytest.mark.slow
 def test_the_background_probe_yields_the_cpu_to_the_eval(monkeypatch):
     import subprocess
 

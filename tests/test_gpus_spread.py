@@ -49,6 +49,7 @@ def test_gpus_that_do_not_exist_stop_before_anything_runs(cli, monkeypatch):
     assert result.exit_code == 11 and "there is no GPU 2 (GPUs here: 0, 1)" in result.output
 
 
+@pytest.mark.slow
 def test_the_cli_runs_each_file_records_each_and_returns_the_first_failure(cli, six_gpus):
     files = [str(SUBS / n) for n in ("good.py", "wrong.py", "good.py")]
     result = cli("bench", *files, "--task", str(DOUBLE), "--gpus", "0,1", "--json")

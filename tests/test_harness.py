@@ -258,6 +258,7 @@ def test_exit_113_for_a_missing_or_bad_cases_file(doubler_dir, content):
     assert raw_eval(doubler_dir, ["test", "bad.txt"], {})[0] == 113
 
 
+@pytest.mark.slow
 def test_passing_test_mode_writes_the_protocol_keys(tmp_path):
     run = run_eval(DOUBLER, GOOD_DOUBLER, "test", SMALL, tmp_path)
     raw = run.raw
@@ -551,6 +552,7 @@ def test_honest_calls_pass_and_report_their_drain_and_trust_off_skips_the_rule()
     ("ref_kernel", "ref_kernel failed: ValueError: the task is broken"),
     ("import", "reference.py failed to import: ValueError: the task is broken"),
 ])
+@pytest.mark.slow
 def test_a_broken_reference_is_a_task_error_not_the_submissions(tmp_path, broken, error):
     reference = (FIXTURES / "doubler" / "reference.py").read_text()
     if broken == "import":
@@ -570,6 +572,7 @@ def test_a_broken_reference_is_a_task_error_not_the_submissions(tmp_path, broken
     assert report.runs[0].summary == f"task error: test, test size: 8; seed: 1: {error} (the task's reference failed)"
 
 
+@pytest.mark.slow
 def test_a_cache_keyed_on_addresses_is_named_even_when_the_allocator_never_reuses_one(tmp_path):
     """The cheat keeps every input alive, so no fresh allocation ever gets an old address; every second
     leaderboard call gets its input in the previous call's tensors, so the cache replays and is named."""

@@ -152,6 +152,7 @@ def test_a_cheat_fails_by_name(place, cheat, message):
     assert not found["after"].is_error
 
 
+@pytest.mark.slow
 def test_bad_requests_are_tool_errors_and_the_server_goes_on(place):
     found = {}
 
@@ -263,6 +264,7 @@ def test_concurrent_calls_all_complete_and_runs_take_turns(place):
     assert waits and "`test` of good.py has held the CPU for" in waits[0], found["notes"]
 
 
+@pytest.mark.slow
 def test_submit_is_a_dry_run_unless_confirmed(place):
     found = {}
 

@@ -75,6 +75,7 @@ def test_the_runner_fails_an_impossible_time(tmp_path, monkeypatch):
     assert run.outcome == "failed" and run.benchmarks[0].error.startswith("time beats physics: size: 1000")
 
 
+@pytest.mark.slow
 def test_harness_reports_the_bytes_a_call_must_move(tmp_path):
     ws = Executor().new_workspace(tmp_path)
     main = ws.prepare(load_task(DOUBLER), b"def custom_kernel(d):\n    return d['x'] * d['scale']\n")

@@ -8,6 +8,8 @@ import time
 
 from rich.console import Console
 
+import pytest
+
 from popkit import proc, runner
 from popkit.views.common import ProgressPrinter
 
@@ -36,6 +38,7 @@ def test_live_progress_reads_the_case_from_the_pipe_as_it_arrives():
     assert rec.live_calls[-1] == ("test · case 2/5: size: 128; seed: 5236 · 0 s", "test/1")
 
 
+@pytest.mark.slow
 def test_proc_run_feeds_the_result_pipe_and_ticks_while_the_child_runs(tmp_path):
     child = ("import os, time\nfd = int(os.environ['POPCORN_FD'])\n"
              "os.write(fd, b'benchmark.0.spec: size: 10\\n')\ntime.sleep(2.5)\n")

@@ -84,6 +84,7 @@ def test_a_run_that_cannot_work_stops_before_it_starts(tmp_path, monkeypatch):
                               system=CPU)
 
 
+@pytest.mark.slow
 def test_tasks_check_lists_every_task_with_its_reasons(monkeypatch, tmp_path):
     monkeypatch.setenv("POPKIT_WIDTH", "200")
     monkeypatch.setenv("NO_COLOR", "1")

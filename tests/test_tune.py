@@ -197,6 +197,7 @@ def test_against_another_file_and_a_wrong_incumbent(task, tmp_path):
     assert report.incumbent == str(SUBMISSION) and report.confirmed and report.winner_label == "CHUNK=4096"
 
 
+@pytest.mark.slow
 def test_variants_with_one_build_key_build_once_and_a_failed_build_drops_its_own(task, tmp_path):
     fake = Fake()
     shared = lambda task, contents, options: [Identity("k" * 64, True, ("ext",)) for _ in contents]  # noqa: E731
