@@ -186,25 +186,13 @@ def bench(*submissions: Submission, task: Optional[str] = None, roots: Roots = (
                          "popkit bench A.py B.py; several independent runs: popkit bench a.py b.py c.py --gpus 0,1")
     if not submissions:
         raise UsageError("bench takes one submission, or two for an A/B comparison", "popkit bench FILE")
-    if leaderboard and profile:
-        raise UsageError("--leaderboard and --profile are different modes", "pick one")
-    if baseline is not None and baseline != "reference":
-        raise UsageError(f"unknown baseline `{baseline}`", "the only baseline is `reference`: --baseline reference")
+    mode = workflows.bench_mode(len(submissions), leaderboard=leaderboard, profile=profile, baseline=baseline,
+                                world_size=world_size, rounds=rounds, spread=gpus is not None)
     seeds = _seeds(secret_seeds)
     if leaderboard and not seeds:
         seeds = random_secret_seeds(secret_runs)
     options = _options(python, precompile, harness, seeds, keep_workdir, world_size, require_isolation)
     options = replace(options, chain=not alone, env=dict(env or {}), label=label)
-    mode = "leaderboard" if leaderboard else "profile" if profile else "benchmark"
-    if gpus is None and len(submissions) == 2:
-        if leaderboard or profile or baseline or world_size:
-            raise UsageError("an A/B comparison runs the task's own benchmarks in benchmark mode only",
-                             "drop --leaderboard/--profile/--baseline/--world-size for A/B")
-        if rounds % 2:
-            raise UsageError(f"--rounds {rounds}: the A/B runs rounds in pairs (ABBA)",
-                             "give an even number, e.g. --rounds 8")
-    if gpus is not None and baseline:
-        raise UsageError("--baseline reference runs with one submission", "drop --baseline with --gpus")
     with _paths(submissions) as paths:
         sources = tuple(Source.read(p) for p in paths)
         request = workflows.Request(sources, mode, task, _roots(roots), options, baseline=baseline is not None,

@@ -317,6 +317,26 @@ def parse_gpus(spec: str) -> tuple[str, ...]:
     return gpus
 
 
+def bench_mode(files: int, *, leaderboard: bool, profile: bool, baseline: str | None, world_size: int | None,
+               rounds: int, spread: bool = False, ab: bool = True) -> str:
+    """The mode of `popkit bench` and what its options cannot do together (UsageError, exit 2), for the CLI and
+    popkit.api alike. `spread`: the files run independently (`--gpus`); `ab`: two files would be an A/B."""
+    if leaderboard and profile:
+        raise UsageError("--leaderboard and --profile are different modes", "pick one")
+    if baseline is not None and baseline != "reference":
+        raise UsageError(f"unknown baseline `{baseline}`", "the only baseline is `reference`: --baseline reference")
+    if ab and not spread and files == 2:
+        if leaderboard or profile or baseline or world_size:
+            raise UsageError("an A/B comparison runs the task's own benchmarks in benchmark mode only",
+                             "drop --leaderboard/--profile/--baseline/--world-size for A/B")
+        if rounds % 2:
+            raise UsageError(f"--rounds {rounds}: the A/B runs rounds in pairs (ABBA)",
+                             "give an even number, e.g. --rounds 8")
+    if spread and baseline:
+        raise UsageError("--baseline reference runs with one submission", "drop --baseline with --gpus")
+    return "leaderboard" if leaderboard else "profile" if profile else "benchmark"
+
+
 def check_gpus(gpus: Sequence[str]) -> None:
     """Every GPU index of `--gpus` exists here (exit 11 naming the first that does not), where that is known."""
     count = system.gpu_count()

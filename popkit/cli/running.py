@@ -210,25 +210,13 @@ def bench(
     if len(submissions) > 2 and gpus is None and cluster is None:
         raise UsageError("bench takes one submission, or two for an A/B comparison",
                          "popkit bench A.py B.py; several independent runs: popkit bench a.py b.py c.py --gpus 0,1")
-    if leaderboard and profile:
-        raise UsageError("--leaderboard and --profile are different modes", "pick one")
-    if baseline is not None and baseline != "reference":
-        raise UsageError(f"unknown baseline `{baseline}`", "the only baseline is `reference`: --baseline reference")
+    mode = workflows.bench_mode(len(submissions), leaderboard=leaderboard, profile=profile, baseline=baseline,
+                                world_size=world_size, rounds=rounds, spread=gpus is not None, ab=cluster is None)
     seeds = tuple(secret_seed or ())
     if leaderboard and not seeds:
         seeds = random_secret_seeds(secret_runs)
     options = _options(python, precompile, harness, seeds, keep_workdir, world_size=world_size,
                        require_isolation=require_isolation)
-    mode = "leaderboard" if leaderboard else "profile" if profile else "benchmark"
-    if gpus is None and cluster is None and len(submissions) == 2:
-        if leaderboard or profile or baseline or world_size:
-            raise UsageError("an A/B comparison runs the task's own benchmarks in benchmark mode only",
-                             "drop --leaderboard/--profile/--baseline/--world-size for A/B")
-        if rounds % 2:
-            raise UsageError(f"--rounds {rounds}: the A/B runs rounds in pairs (ABBA)",
-                             "give an even number, e.g. --rounds 8")
-    if gpus is not None and baseline:
-        raise UsageError("--baseline reference runs with one submission", "drop --baseline with --gpus")
     sources = tuple(Source.read(path) for path in submissions)
     request = workflows.Request(sources, mode, task, tuple(tasks_root or ()), options, baseline=baseline is not None,
                                 allow_cpu=allow_cpu, record=history, rounds=rounds, budget_s=budget)
