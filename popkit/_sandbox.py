@@ -10,8 +10,10 @@ It then starts ARGV in a nested user namespace as uid and gid 65534 (no capabili
 reaps everything, and exits with ARGV's exit code (128 + N, with a last line on stderr, when signal N
 killed it). When it exits, the kernel kills every process left in the namespace.
 
-SPEC_JSON: {"files": DIR, "cwd": DIR, "writable": [DIR, ...]}. `files` (the task's files as popkit wrote
-them) stays read-only; `cwd` and each `writable` folder are writable; all keep their paths.
+SPEC_JSON: {"files": DIR, "cwd": DIR, "writable": [DIR, ...], "visible": [PATH, ...]}. `files` (the task's
+files as popkit wrote them) stays read-only; `cwd` and each `writable` folder are writable; each `visible`
+path under a replaced folder (the interpreter, its packages, when they live under /tmp) stays visible,
+read-only; all keep their paths.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import struct
 import sys
 
 CLONE_NEWUSER = 0x10000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND = 1, 2, 4, 8, 32, 4096
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 8, 32, 4096, 16384
 AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 1
 SYS_MOUNT_SETATTR = {"x86_64": 442, "aarch64": 442}
 PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 4, 38
@@ -86,16 +88,42 @@ def bind_writable(fds: dict[str, int]) -> None:
         os.close(fd)
 
 
+FRESH = ("/tmp", "/dev/shm", "/run")  # replaced by empty tmpfs in the sandbox
+
+
+def under_fresh(path: str) -> bool:
+    return any(path == top or path.startswith(top + "/") for top in FRESH)
+
+
+def keep_visible(fds: dict[str, int]) -> None:
+    """Paths under a replaced folder that the processes need (the interpreter, its packages), mounted read-only
+    at their own paths again, outermost first."""
+    for path, fd in sorted(fds.items()):
+        if os.path.isdir(f"/proc/self/fd/{fd}"):
+            os.makedirs(path, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            if not os.path.exists(path):
+                open(path, "a").close()
+        mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+        mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
+        os.close(fd)
+
+
 def mount_layout(spec: dict) -> None:
     """The file system the eval sees: read-only but for its working folder and the build caches."""
     keep = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in [spec["files"], spec["cwd"], *spec["writable"]]
             if os.path.isdir(p)}
+    wanted = sorted(p for p in spec.get("visible", ()) if under_fresh(p) and os.path.exists(p))
+    outermost = [p for p in wanted if not any(p != q and p.startswith(q.rstrip("/") + "/") for q in wanted)]
+    visible = {p: os.open(p, os.O_PATH) for p in outermost}
     read_only_everywhere()
     # This namespace's own /proc (unshare --mount-proc) stays writable: the user-namespace maps are written there.
     mount(None, "/proc", None, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    for fresh in ("/tmp", "/dev/shm", "/run"):
+    for fresh in FRESH:
         if os.path.isdir(fresh) and not os.path.islink(fresh):
             mount("tmpfs", fresh, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+    keep_visible(visible)
     files_fd = keep.pop(spec["files"], None)
     if files_fd is not None:  # read-only, at its own path (which may have been under /tmp)
         os.makedirs(spec["files"], exist_ok=True)
@@ -136,7 +164,7 @@ def main(args: list[str]) -> int:
     try:
         mount_layout(spec)
         loopback_up()
-    except (SetupError, OSError) as exc:
+    except Exception as exc:  # whatever stops the layout stops the run, by name (never a bare traceback)
         print(f"{SETUP_FAILED}{exc}", file=sys.stderr)
         return SETUP_EXIT
     pid = os.fork()

@@ -55,6 +55,18 @@ def build_caches(env: Mapping[str, str]) -> list[str]:
     return made
 
 
+def needed_paths(python: str, env: Mapping[str, str]) -> list[str]:
+    """What the processes must still see where the sandbox gives fresh folders (/tmp, /run, /dev/shm): the
+    interpreter and its environment's root, this interpreter's import path when it is the one (packages,
+    editable installs), PYTHONPATH, popkit itself, and HOME."""
+    paths = {python, os.path.realpath(python), os.path.dirname(os.path.dirname(os.path.abspath(python)))}
+    if os.path.realpath(python) == os.path.realpath(sys.executable):
+        paths.update([sys.prefix, sys.exec_prefix, sys.base_prefix, *sys.path])
+    paths.update(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)
+    paths.update([str(Path(__file__).resolve().parent.parent), env.get("HOME", "")])
+    return sorted(os.path.abspath(p) for p in paths if p and _sandbox.under_fresh(os.path.abspath(p)))
+
+
 class SandboxExecutor(Executor):
     """Runs every process of a workspace in Linux namespaces (module doc)."""
 
@@ -68,7 +80,7 @@ class SandboxExecutor(Executor):
     def argv(self, workspace: Workspace, python: str, script: str, args: Sequence[str],
              env: Mapping[str, str]) -> list[str]:
         spec = {"files": str(workspace.files.resolve()), "cwd": str(workspace.cwd.resolve()),
-                "writable": build_caches(env)}
+                "writable": build_caches(env), "visible": needed_paths(python, env)}
         return [self.unshare, *UNSHARE_ARGS, "--", sys.executable or "python3", "-I", "-S", str(SANDBOX_SCRIPT),
                 json.dumps(spec), "--", python, str(workspace.files.resolve() / script), *args]
 

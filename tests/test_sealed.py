@@ -162,3 +162,21 @@ def test_the_trial_is_remembered_per_boot_and_a_failed_setup_is_an_environment_p
         sandbox.SandboxExecutor().finish(failed)
     assert info.value.message == "popkit's sandbox could not start: mount /tmp: Permission denied"
     assert not sandbox._trial_file().exists() and sandbox.unavailable() == "must not run again"
+
+
+@needs_sandbox
+def test_an_interpreter_under_tmp_stays_visible_in_the_sandbox(tmp_path):
+    """The sandbox gives a fresh /tmp; a virtual environment living there (a CI's, a quick start's) is still
+    the interpreter the evals run with, read-only."""
+    import sys
+
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    wrapper = venv / "python3"
+    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
+    wrapper.chmod(0o755)
+    report = runner.run_submission(load_task(TASKS / "double"), Path(__file__).parent / "fixtures" / "submissions" /
+                                   "good.py", "test", runner.RunOptions(python=str(wrapper), precompile=False),
+                                   system=NO_PROBE, executor=sandbox.SandboxExecutor())
+    assert report.outcome == "passed", [r.summary + r.stderr[-500:] for r in report.runs]
+    assert str(tmp_path / "venv") in sandbox.needed_paths(str(wrapper), {})
