@@ -4,6 +4,7 @@ without it, with no isolation. Each attack file (tests/adversarial/) says its cl
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -180,3 +181,50 @@ def test_an_interpreter_under_tmp_stays_visible_in_the_sandbox(tmp_path):
                                    system=NO_PROBE, executor=sandbox.SandboxExecutor())
     assert report.outcome == "passed", [r.summary + r.stderr[-500:] for r in report.runs]
     assert str(tmp_path / "venv") in sandbox.needed_paths(str(wrapper), {})
+
+
+def _with_token(token: str) -> list[int]:
+    """Processes on this machine whose environment holds `token` (popkit's, its watchdogs', the sandbox's)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    if token.encode() in f.read():
+                        found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+@pytest.mark.slow
+@needs_sandbox
+@pytest.mark.skipif(os.geteuid() != 0, reason="reads every process's environment (root)")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_stopping_popkit_ends_every_sandboxed_process_and_a_detached_grandchild(tmp_path, sig):
+    """A detached (setsid, double fork) grandchild inside the sandbox dies with popkit, even on SIGKILL."""
+    import subprocess
+    import sys
+    import uuid
+
+    token = f"popkit-test-{uuid.uuid4().hex}"
+    cache = tmp_path / "cache"  # a build cache is writable in the sandbox: the attack logs there
+    cache.mkdir()
+    env = {**os.environ, "POPKIT_HOME": str(tmp_path / "home"), "TRITON_CACHE_DIR": str(cache),
+           "POPKIT_ATTACK_LOG": str(cache / "attack.log"), "TOKEN": token,
+           "PYTHONPATH": os.pathsep.join((str(ROOT), str(ATTACKS)))}
+    popkit = subprocess.Popen([sys.executable, "-m", "popkit", "test", str(ATTACKS / "escape.py"), "--task",
+                               str(TASKS / "double"), "--no-precompile", "--no-history"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (cache / "attack.log").exists():
+        time.sleep(0.1)
+    assert (cache / "attack.log").exists(), "the attack did not start"
+    time.sleep(0.5)  # the grandchild detaches
+    assert len(_with_token(token)) >= 4  # popkit, its watchdog, the sandbox's process 1, the eval and more
+    popkit.send_signal(sig)
+    popkit.wait(10)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _with_token(token):
+        time.sleep(0.1)
+    assert not _with_token(token), [open(f"/proc/{p}/cmdline", "rb").read() for p in _with_token(token)]
