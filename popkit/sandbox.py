@@ -57,11 +57,11 @@ def build_caches(env: Mapping[str, str]) -> list[str]:
 
 def needed_paths(python: str, env: Mapping[str, str]) -> list[str]:
     """What the processes must still see where the sandbox gives fresh folders (/tmp, /run, /dev/shm): the
-    interpreter and its environment's root, this interpreter's import path when it is the one (packages,
-    editable installs), PYTHONPATH, popkit itself, and HOME."""
+    interpreter and its environment's root, popkit's own interpreter and import path (packages, editable
+    installs), PYTHONPATH, popkit itself, and HOME."""
     paths = {python, os.path.realpath(python), os.path.dirname(os.path.dirname(os.path.abspath(python)))}
-    if os.path.realpath(python) == os.path.realpath(sys.executable):
-        paths.update([sys.prefix, sys.exec_prefix, sys.base_prefix, *sys.path])
+    # popkit's own interpreter and import path too: the eval's is most often the same one (or a wrapper of it)
+    paths.update([sys.executable, sys.prefix, sys.exec_prefix, sys.base_prefix, *sys.path])
     paths.update(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)
     paths.update([str(Path(__file__).resolve().parent.parent), env.get("HOME", "")])
     return sorted(os.path.abspath(p) for p in paths if p and _sandbox.under_fresh(os.path.abspath(p)))

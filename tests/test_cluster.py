@@ -337,7 +337,8 @@ def test_ctrl_c_cancels_every_run_and_leaves_no_ray_or_popkit_process(tmp_path, 
     pytest.importorskip("ray")
     mark = f"popkit-test-{uuid.uuid4().hex}"
     log = tmp_path / "attack.log"
-    env = {**os.environ, **attack_env(log), "POPKIT_HOME": str(tmp_path / "home"), "POPKIT_TEST_MARK": mark}
+    env = {**os.environ, **attack_env(log), "POPKIT_HOME": str(tmp_path / "home"), "POPKIT_TEST_MARK": mark,
+           "POPKIT_ISOLATION": "none"}  # the attack logs outside the workspace
     env["PYTHONPATH"] = os.pathsep.join((str(ROOT), env["PYTHONPATH"]))
     escape = str(ATTACKS / "escape.py")  # a detached grandchild, and a kernel that never returns
 

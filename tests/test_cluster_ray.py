@@ -61,7 +61,7 @@ def test_a_worker_killed_mid_run_fails_that_run_only_by_name(local_ray, tmp_path
 
     threading.Thread(target=kill_the_victims_worker, daemon=True).start()
     jobs = [job(SUBS / "good.py"), job(ATTACKS / "escape.py"), job(SUBS / "good.py")]
-    run = cluster.run_jobs(jobs, "test", runner.RunOptions(precompile=False, env=attack_env(log)))
+    run = cluster.run_jobs(jobs, "test", runner.RunOptions(precompile=False, env=attack_env(log), isolation="none"))
     good, victim, other = run.results
     assert "worker" in killed
     assert victim.outcome == "worker_lost" and victim.exit_code == 6
@@ -76,7 +76,7 @@ def test_a_run_past_its_deadline_is_cancelled_as_timed_out(local_ray, tmp_path):
     never = replace(load_task(DOUBLE), test_timeout=600.0)  # the runner's own timeout would come first
     jobs = [job(ATTACKS / "escape.py", never), job(SUBS / "good.py")]
     # A deadline counts from the submission: a fresh worker process may take seconds to start on a busy machine.
-    run = cluster.run_jobs(jobs, "test", runner.RunOptions(precompile=False, env=attack_env(log)), deadline_s=25)
+    run = cluster.run_jobs(jobs, "test", runner.RunOptions(precompile=False, env=attack_env(log), isolation="none"), deadline_s=25)
     late, good = run.results
     assert (late.outcome, late.exit_code) == ("timed_out", 7)
     assert late.failure == ("timed out: no result from its worker within 25 s (cancelled; the worker process was "
@@ -88,11 +88,12 @@ def test_a_run_past_its_deadline_is_cancelled_as_timed_out(local_ray, tmp_path):
 @pytest.mark.parametrize("attack, mode", [("late_pipe.py", "test"), ("tamper_import.py", "leaderboard")])
 def test_a_forging_attack_fails_through_a_worker_as_it_does_here(local_ray, tmp_path, attack, mode):
     task = tamper_task(tmp_path / "task") if attack.startswith("tamper") else load_task(DOUBLE)
-    options = runner.RunOptions(precompile=False, env=attack_env(tmp_path / "here.log"), secret_seeds=(5,))
+    options = runner.RunOptions(precompile=False, env=attack_env(tmp_path / "here.log"), secret_seeds=(5,),
+                                isolation="none")  # the attacks log outside the workspace
     here = runner.run_submission(task, ATTACKS / attack, mode, options, system=NO_PROBE)
     log = tmp_path / "there.log"
     run = cluster.run_jobs([job(ATTACKS / attack, task)], mode, runner.RunOptions(
-        precompile=False, env=attack_env(log), secret_seeds=(5,)))
+        precompile=False, env=attack_env(log), secret_seeds=(5,), isolation="none"))
     there = run.results[0].report
     assert here.outcome == "failed" and int(here.exit_code) == 1
     assert (there.outcome, int(there.exit_code)) == (here.outcome, int(here.exit_code))
