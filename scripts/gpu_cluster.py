@@ -272,7 +272,9 @@ def main(argv: list[str] | None = None) -> int:
         result.update(gpus=gpus, card=card)
         result["warm"] = warm_builds(args.files, env, work) if not args.cpu else {"seconds": 0.0, "builds": {}}
         save()
-        sequential = popkit_bench(args.files, ["--gpus", "0"], env, args.task)
+        # On CPU slots there is no GPU 0 to check for (popkit refuses `--gpus` it cannot find): say there is one.
+        sequential = popkit_bench(args.files, ["--gpus", "0"], {**env, "POPKIT_ASSUME_GPU": "1"} if args.cpu else env,
+                                  args.task)
         result["local"] = local_verdicts(sequential)
         result["phases"]["sequential"] = sequential
         save()
