@@ -126,7 +126,6 @@ class Workspace:
             folder.mkdir(parents=True, exist_ok=True)
             for name, data in files.items():
                 (folder / name).write_bytes(data)
-        self.executor.sealed(self)
         return main
 
     def add(self, name: str, data: bytes) -> None:
@@ -277,9 +276,6 @@ class Executor:
         if self.split_folders:
             return Workspace(self, root, root / "files", root / "work")
         return Workspace(self, root, root, root)
-
-    def sealed(self, workspace: Workspace) -> None:
-        """Called once the files are written; a sandbox makes `files` read-only here."""
 
     def env(self, env: Mapping[str, str]) -> dict[str, str]:
         pinned = dict(env)

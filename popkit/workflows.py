@@ -2,9 +2,11 @@
 
 A front end builds one request (each file read once into a `Source`), calls one function here and
 renders what it returns. Here, once per request: the task is resolved, everything that can be refused
-before a run is refused (`preflight`), the runs go to the runner (one file), the A/B (two) or one
-executor per GPU (`--gpus`), and every run is recorded under one history policy (`keep`): a history
-problem is a warning beside the result, never a lost result. The bytes recorded are the bytes that ran.
+before a run is refused (`preflight`), GPU-sized benchmarks on a CPU are sized (`sizing`), the runs go to
+the runner (one file), the A/B (two), one executor per GPU (`--gpus`) or a Ray cluster (`on_cluster`), and
+every run is recorded here under one history policy (`keep`): a history problem is a warning beside the
+result, never a lost result. The bytes recorded are the bytes that ran. (The runner checks the file again
+itself, cheaply, since it is also called directly by popkit.api users and cluster workers.)
 """
 
 from __future__ import annotations
