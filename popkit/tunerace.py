@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
@@ -80,7 +81,20 @@ def first_line(report: RunReport) -> str:
         first = step.diagnostics[0]
         return f"compile failed: {first.location}: {first.message}"
     failure = report.failure
-    return (failure.summary if failure is not None and failure.summary else report.outcome)[:500]
+    why = failure.summary if failure is not None and failure.summary else report.outcome
+    raised = exception_line(failure.stderr) if failure is not None and report.outcome == "crashed" else ""
+    return (f"{why}: {raised}" if raised else why)[:500]
+
+
+_RAISED = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning)\b")
+
+
+def exception_line(stderr: str) -> str:
+    """The exception a crashed eval ended on: the last line of its traceback ("" when there is none)."""
+    for line in reversed(stderr.splitlines()):
+        if _RAISED.match(line.strip()):
+            return line.strip()
+    return ""
 
 
 def race_stats(report: RunReport, shapes: int) -> tuple[float, ...] | None:

@@ -43,6 +43,9 @@ TASKS = ("vectoradd", "softmax")
 SCORE_TOLERANCE = 0.03  # popkit's run-to-run spread is 0.73% (docs/benchmarks.md); MCP adds a process, no timing
 STOP_LIMIT_S = 30.0
 VOLATILE = {"started_at", "created_at", "duration_s", "eval_s"}
+# Whichever of the two runs comes first builds the extension (popkit compile builds in a folder of its own), so the
+# build's output and the pre-step's decision differ with the order, not with MCP or the CLI.
+BUILD_OUTPUT = {"precompile", "precompile_skipped", "stdout", "stderr"}
 WINNERS = ("a_faster", "b_faster")
 
 
@@ -51,9 +54,9 @@ def log(msg: str) -> None:
 
 
 def steady(doc):
-    """`doc` without what differs from one run to the next: timestamps and durations."""
+    """`doc` without what differs from one run to the next: timestamps, durations, the build's output."""
     if isinstance(doc, dict):
-        return {k: steady(v) for k, v in doc.items() if k not in VOLATILE}
+        return {k: steady(v) for k, v in doc.items() if k not in VOLATILE | BUILD_OUTPUT}
     if isinstance(doc, list):
         return [steady(v) for v in doc]
     return doc

@@ -7,7 +7,8 @@ Run from the repository root on a CUDA machine with popkit importable (no networ
 
 What it does, in this order (about 7 minutes on an H100 from a cold build cache):
   render   `popkit new --task softmax` and `--task matmul` (CUDA, inline), and the bundled vectoradd template
-           for the public pmpp_v2 vectoradd_py task (same data layout: two float16 (N, N) tensors, their sum),
+           for the public pmpp_v2 vectoradd_py task (two float16 (N, N) tensors and their sum; pmpp_v2 passes an
+           output buffer as a third input, which the rendered entry takes and leaves),
            each declaring its launch geometry tunable with every grid point compiled into one extension;
   build    the one build of each file's grid, the three at once: a one-variant `popkit tune` of each (its
            build stage: the probe, then the compile pre-step in the grid's extensions folder under popkit's
@@ -69,7 +70,12 @@ def plan(tmp: Path, tasks_root: Path | None, dry_run: bool) -> list[dict]:
     root = tasks_root or next((r for r in ROOTS if (r / PUBLIC).is_dir()), None)
     if root is None or not (root / PUBLIC).is_dir():
         raise SystemExit(f"no {PUBLIC} under {tasks_root or ' or '.join(map(str, ROOTS))}: pass --tasks-root")
-    rows.append({"name": "pmpp_v2 vectoradd", "task": root / PUBLIC, "file": rendered(tmp, "vectoradd", "vectoradd_v2")})
+    public = rendered(tmp, "vectoradd", "vectoradd_v2")
+    text = public.read_text()
+    assert "\n    a, b = data\n" in text, "the bundled vectoradd template's entry changed: adapt it to pmpp_v2 here"
+    # pmpp_v2's vectoradd passes (A, B, C), C an output buffer; the template returns a new tensor.
+    public.write_text(text.replace("\n    a, b = data\n", "\n    a, b, _ = data\n"))
+    rows.append({"name": "pmpp_v2 vectoradd", "task": root / PUBLIC, "file": public})
     return rows
 
 
@@ -172,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks-root", type=Path, default=None, help="the public problem sets (pmpp_v2 inside)")
     parser.add_argument("--minutes", type=float, default=7.5, help="the whole run's time budget")
     parser.add_argument("--max-variants", type=int, default=6)
+    parser.add_argument("--only", default="", help="comma-separated row names to run (softmax, matmul, pmpp_v2 "
+                        "vectoradd); default all")
     parser.add_argument("--dry-run", action="store_true", help="the CPU fixture task instead of the GPU tasks")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -181,6 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="popkit-gpu-tune-"))
     try:
         rows = plan(tmp, args.tasks_root, args.dry_run)
+        only = {name.strip() for name in args.only.split(",") if name.strip()}
+        unknown = only - {row["name"] for row in rows}
+        if unknown:
+            parser.error(f"--only {', '.join(sorted(unknown))}: rows are {', '.join(row['name'] for row in rows)}")
+        rows = [row for row in rows if not only or row["name"] in only]
         built = prebuild(rows, tmp)
         results["prebuild_s"] = round(time.monotonic() - start, 1)
         for n, row in enumerate(rows):

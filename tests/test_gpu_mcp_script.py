@@ -29,8 +29,9 @@ def test_table_shows_verdicts_scores_and_the_cancel():
     assert "Checks: PASS" in text
 
 
-def test_steady_drops_timestamps_and_durations_only():
-    doc = {"started_at": "x", "runs": [{"duration_s": 1.0, "outcome": "passed"}], "eval_s": [1.0], "score": 2}
+def test_steady_drops_timestamps_durations_and_the_builds_output_only():
+    doc = {"started_at": "x", "runs": [{"duration_s": 1.0, "outcome": "passed", "stdout": "ninja: no work to do"}],
+           "eval_s": [1.0], "score": 2, "precompile": {"log": "[1/3] c++ ..."}, "precompile_skipped": ""}
     assert gpu_mcp.steady(doc) == {"runs": [{"outcome": "passed"}], "score": 2}
 
 

@@ -25,6 +25,7 @@ def test_the_plan_renders_tunable_grids_and_trims_matmul(tmp_path):
     sizes = {name: len(list(tunespec.load(r["file"]).points())) for name, r in rows.items()}
     assert sizes == {"softmax": 20, "matmul": 10, "pmpp_v2 vectoradd": 20}
     assert rows["pmpp_v2 vectoradd"]["task"] == PROBLEMS / gpu_tune.PUBLIC
+    assert "\n    a, b, _ = data\n" in rows["pmpp_v2 vectoradd"]["file"].read_text()  # pmpp_v2 passes (A, B, C)
     shapes = yaml.safe_load((rows["matmul"]["task"] / "task.yml").read_text())["benchmarks"]
     assert len(shapes) == 3 and all(s["m"] != 8192 for s in shapes)
 

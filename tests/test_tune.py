@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from popkit import ab, history, lint, protocol, runner, tune, tunespec
+from popkit import ab, history, lint, protocol, runner, tune, tunerace, tunespec
 from popkit.cli import app
 from popkit.diagnostics import Diagnostic
 from popkit.errors import EnvironmentProblem, ExitCode, SubmissionError, UsageError
@@ -387,3 +387,25 @@ def test_a_cheating_variant_fails_its_check_under_popkits_harness(tmp_path):
     assert variants["CHUNK=0"]["outcome"] == "failed"
     assert "input 0 was modified by custom_kernel" in variants["CHUNK=0"]["message"]
     assert variants["CHUNK=4096"]["outcome"] == "passed"
+
+
+@pytest.mark.slow
+def test_a_crashing_variant_is_dropped_with_the_exception_it_raised(tmp_path):
+    crashing = tmp_path / "crashing.py"
+    crashing.write_text(SUBMISSION.read_text().replace(
+        "def custom_kernel(data):\n",
+        "def custom_kernel(data):\n    if CHUNK == 1000:\n        first, second = data\n"))
+    result = CliRunner().invoke(app, ["tune", str(crashing), "--task", str(TASK_DIR), "-o", str(tmp_path / "o.py"),
+                                      "--confirm", "1", "--rounds", "4", "--json", "--no-history"])
+    assert result.exit_code == 0, result.output
+    variants = {v["label"]: v for v in json.loads(result.stdout)["variants"]}
+    assert variants["CHUNK=1000"]["outcome"] == "crashed"
+    assert variants["CHUNK=1000"]["message"].endswith("ValueError: too many values to unpack (expected 2)")
+
+
+def test_the_exception_line_is_the_last_line_a_traceback_raised():
+    stderr = ("Traceback (most recent call last):\n  File \"eval.py\", line 3, in <module>\n"
+              "    raise KeyError('x')\nKeyError: 'x'\n\nDuring handling ...\ntorch.OutOfMemoryError: CUDA out of"
+              " memory\nsome trailing log line\n")
+    assert tunerace.exception_line(stderr) == "torch.OutOfMemoryError: CUDA out of memory"
+    assert tunerace.exception_line("ninja: no work to do\n") == ""
