@@ -25,8 +25,10 @@ OBJECT_STORE_BYTES = 256 * 2**20  # a local instance moves bundles and reports (
 # raylet kills the process group of a worker that died: popkit's watchdogs among them, before they could kill
 # what the run left (a detached grandchild) and remove its working directory. With both off, a watchdog does what
 # it does when popkit dies: it sees its lifeline close and takes the run's whole process tree with it. The first
-# is the worker's own setting (this job's environment, on any cluster); the second is the raylet's, set here for
-# a local instance and by `RAY_process_group_cleanup_enabled=0 ray start ...` on a cluster (README).
+# is the worker's own setting: the local instance's system config carries it to its workers; on a cluster it goes
+# in this job's environment (a runtime_env, whose set-up costs seconds, so only there); the second is the
+# raylet's, set here for a local instance and by `RAY_process_group_cleanup_enabled=0 ray start ...` on a cluster
+# (README).
 WORKER_ENV = {"RAY_kill_child_processes_on_worker_exit": "0"}
 LOCAL_CONFIG = {"kill_child_processes_on_worker_exit": False, "process_group_cleanup_enabled": False}
 Progress = Callable[[str], None]
@@ -110,10 +112,11 @@ def connect(address: str | None, progress: Progress) -> Iterator[Session]:
     if address is not None:
         check_reachable(address)
     progress("starting a local Ray instance" if address is None else f"joining the Ray cluster at {address}")
-    options: dict[str, Any] = dict(include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False,
-                                   runtime_env={"env_vars": WORKER_ENV})
+    options: dict[str, Any] = dict(include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
     if address is None:
         options.update(object_store_memory=OBJECT_STORE_BYTES, _system_config=LOCAL_CONFIG)
+    else:
+        options.update(runtime_env={"env_vars": WORKER_ENV})
     saved = _stop_handlers()
     try:
         ray.init(address=address or "local", **options)
