@@ -223,7 +223,10 @@ def forged_byte_code(pyc: Path, folder: Path) -> bool:
         if data[:4] != importlib.util.MAGIC_NUMBER:
             return False
         optimize = int(pyc.name.split(".opt-")[1][0]) if ".opt-" in pyc.name else 0
-        return marshal.loads(data[16:]) != compile(source.read_bytes(), str(source), "exec", optimize=optimize)
+        # dont_inherit: else the code compiled here takes this module's `from __future__ import annotations` flag,
+        # and an eval's own byte code of an honest file never equals it
+        return marshal.loads(data[16:]) != compile(source.read_bytes(), str(source), "exec", optimize=optimize,
+                                                   dont_inherit=True)
     except (OSError, ValueError, EOFError, TypeError, SyntaxError, IndexError):
         return True
 
