@@ -169,6 +169,27 @@ def custom_kernel(d):
 '''
 
 
+def test_the_sandbox_spec_is_plain_arguments_and_any_path_comes_back_as_it_was():
+    """The spec goes to the sandbox's process 1 as flag and value pairs (no JSON to import there): values that
+    look like flags or the separator are still values; anything else is a usage error (exit 2)."""
+    import subprocess
+    import sys
+
+    from popkit import _sandbox
+
+    odd = ["/tmp/a b", "--", "--files", "/x=y", "/ü"]
+    args = _sandbox.spec_args("/w/files", "/w/work", odd[:3], odd[3:])
+    spec, argv = _sandbox.parse_spec(args + ["--", "python", "--", "x"])
+    assert spec == {"files": "/w/files", "cwd": "/w/work", "writable": odd[:3], "visible": odd[3:]}
+    assert argv == ["python", "--", "x"]
+    for bad in (args, args + ["--"], ["--cwd", "/w", "--", "true"], ["--files"], ["--bogus", "x"] + args + ["--", "true"],
+                ['{"files": "/w", "cwd": "/w", "writable": []}', "--", "true"]):
+        assert _sandbox.parse_spec(bad) is None, bad
+    done = subprocess.run([sys.executable, "-I", "-S", str(sandbox.SANDBOX_SCRIPT), "--files", "/w", "--", "true"],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2 and done.stderr.startswith("usage: _sandbox.py --files DIR --cwd DIR"), done.stderr
+
+
 @needs_sandbox
 def test_the_trial_is_remembered_per_boot_and_a_failed_setup_is_an_environment_problem(tmp_path, monkeypatch):
     from popkit import proc
