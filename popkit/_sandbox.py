@@ -1,7 +1,7 @@
 """The first process inside popkit's sandbox. Standard library only: popkit runs it as a script.
 
     unshare --user --map-root-user --mount --pid --fork --kill-child --mount-proc --net --ipc --uts -- \\
-        python -I -S _sandbox.py SPEC_JSON -- ARGV...
+        python -I -S _sandbox.py --files DIR --cwd DIR [--writable DIR]... [--visible PATH]... -- ARGV...
 
 `unshare` (util-linux) makes the namespaces; this script is process 1 of the new pid namespace and, as
 root of the new user namespace, lays out the mounts (see `mount_layout`): every mount read-only, the
@@ -10,19 +10,19 @@ It then starts ARGV in a nested user namespace as uid and gid 65534 (no capabili
 reaps everything, and exits with ARGV's exit code (128 + N, with a last line on stderr, when signal N
 killed it). When it exits, the kernel kills every process left in the namespace.
 
-SPEC_JSON: {"files": DIR, "cwd": DIR, "writable": [DIR, ...], "visible": [PATH, ...]}. `files` (the task's
-files as popkit wrote them) stays read-only; `cwd` and each `writable` folder are writable; each `visible`
-path under a replaced folder (the interpreter, its packages, when they live under /tmp) stays visible,
-read-only; all keep their paths.
+The spec (`spec_args` writes it): `files` (the task's files as popkit wrote them) stays read-only; `cwd` and
+each `writable` folder are writable; each `visible` path under a replaced folder (the interpreter, its
+packages, when they live under /tmp) stays visible, read-only; all keep their paths. Every sandboxed process
+waits for this script's start-up, so it imports little: no json (the spec is plain arguments) and `_socket`,
+the C module under socket.py, whose enums and selectors would double that start-up.
 """
 
 from __future__ import annotations
 
+import _socket
 import ctypes
 import fcntl
-import json
 import os
-import socket
 import struct
 import sys
 
@@ -136,9 +136,12 @@ def mount_layout(spec: dict) -> None:
 def loopback_up() -> None:
     """The new network namespace's `lo` up, for evals that rendezvous on localhost (multi-GPU)."""
     siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+    s = _socket.socket(_socket.AF_INET, _socket.SOCK_DGRAM)
+    try:
         flags = struct.unpack("16sH", fcntl.ioctl(s, siocgifflags, struct.pack("16sH", b"lo", 0)))[1]
         fcntl.ioctl(s, siocsifflags, struct.pack("16sH", b"lo", flags | iff_up))
+    finally:
+        s.close()
 
 
 def become_nobody() -> None:
@@ -155,11 +158,45 @@ def become_nobody() -> None:
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
 
 
+_SPEC_LISTS = ("writable", "visible")
+
+
+def spec_args(files: str, cwd: str, writable: list[str] | tuple[str, ...] = (),
+              visible: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """The spec as this script's arguments (before `--`): a flag and its value, in pairs."""
+    args = ["--files", files, "--cwd", cwd]
+    for flag, paths in (("--writable", writable), ("--visible", visible)):
+        for path in paths:
+            args += [flag, path]
+    return args
+
+
+def parse_spec(args: list[str]) -> tuple[dict, list[str]] | None:
+    """(spec, ARGV) from spec_args' pairs, `--` and ARGV; None when they are not that (a value may be anything)."""
+    spec: dict = {"files": None, "cwd": None, "writable": [], "visible": []}
+    i = 0
+    while i < len(args) and args[i] != "--":
+        key = args[i][2:] if args[i].startswith("--") else ""
+        if key not in spec or i + 1 >= len(args):
+            return None
+        if key in _SPEC_LISTS:
+            spec[key].append(args[i + 1])
+        else:
+            spec[key] = args[i + 1]
+        i += 2
+    argv = args[i + 1:]
+    if spec["files"] is None or spec["cwd"] is None or not argv:
+        return None
+    return spec, argv
+
+
 def main(args: list[str]) -> int:
-    if len(args) < 3 or args[1] != "--":
-        print("usage: _sandbox.py SPEC_JSON -- ARGV...", file=sys.stderr)
+    parsed = parse_spec(args)
+    if parsed is None:
+        print("usage: _sandbox.py --files DIR --cwd DIR [--writable DIR]... [--visible PATH]... -- ARGV...",
+              file=sys.stderr)
         return 2
-    spec, argv = json.loads(args[0]), args[2:]
+    spec, argv = parsed
     _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # nothing in the namespace reads this process's memory or fds
     try:
         mount_layout(spec)
@@ -192,4 +229,6 @@ def main(args: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    sys.stderr.flush()
+    os._exit(code)  # no interpreter teardown: the eval's end reaches popkit when this process has exited

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import os
 import select
-import shutil
-import signal
 import sys
 import time
+
+# The C module under `signal`: the same functions and numbers without signal.py's enums, which would be a third
+# of this script's start-up, and every child of popkit waits for that start-up.
+import _signal
 
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
@@ -78,7 +80,7 @@ def kill_tree(group: int) -> None:
     """SIGKILL the child's process group, then everything below this process, until nothing is left
     (or KILL_WAIT_S passed). Without /proc (not Linux) only the group is killed."""
     try:
-        os.killpg(group, signal.SIGKILL)
+        os.killpg(group, _signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
     deadline = time.monotonic() + KILL_WAIT_S
@@ -88,7 +90,7 @@ def kill_tree(group: int) -> None:
             return
         for pid in left:
             try:
-                os.kill(pid, signal.SIGKILL)
+                os.kill(pid, _signal.SIGKILL)
             except ProcessLookupError:
                 pass
         reap()
@@ -99,7 +101,7 @@ def _exec_child(argv: list[str], status_fd: int, parent: int) -> None:
     """In the forked child: own session, die with the watchdog, become ARGV."""
     try:
         os.setsid()
-        prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
+        prctl(PR_SET_PDEATHSIG, int(_signal.SIGKILL))
         if os.getppid() != parent:  # the watchdog died before the line above
             os._exit(137)
         os.execvp(argv[0], argv)
@@ -119,10 +121,10 @@ def run(status_fd: int, lifeline_fd: int, argv: list[str]) -> int:
     stop: list[int] = []
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
-    signal.signal(signal.SIGCHLD, lambda *_: None)
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, lambda signum, _frame: stop.append(signum))
+    _signal.set_wakeup_fd(wake_w)
+    _signal.signal(_signal.SIGCHLD, lambda *_: None)
+    for sig in (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP):
+        _signal.signal(sig, lambda signum, _frame: stop.append(signum))
     me = os.getpid()
     pid = os.fork()
     if pid == 0:
@@ -191,6 +193,8 @@ def force_remove(path: str) -> bool:
             pass
 
     if os.path.isdir(path) and not os.path.islink(path):
+        import shutil  # here, not at the top: a run's watchdog never removes a folder, and shutil slows its start
+
         for sub, dirs, files in os.walk(path, topdown=True):
             for name in dirs + files:
                 _unlock(os.path.join(sub, name))
@@ -223,12 +227,14 @@ def main(args: list[str]) -> int:
     if len(args) >= 5 and args[0] == "run" and args[3] == "--":
         return run(int(args[1]), int(args[2]), args[4:])
     if len(args) == 3 and args[0] == "guard":
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # signals are popkit's to handle
-            signal.signal(sig, signal.SIG_IGN)
+        for sig in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP):  # signals are popkit's to handle
+            _signal.signal(sig, _signal.SIG_IGN)
         return guard(int(args[1]), args[2])
     print("usage: _watchdog.py run STATUS_FD LIFELINE_FD -- ARGV... | guard LIFELINE_FD DIR", file=sys.stderr)
     return 2
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    code = main(sys.argv[1:])
+    sys.stderr.flush()
+    os._exit(code)  # no interpreter teardown: popkit waits for this process to exit

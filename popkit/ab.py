@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -322,6 +321,8 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: runner.R
     with proc.WorkDir("popkit-ab-", keep=options.keep_workdir) as root:
         if options.keep_workdir:
             progress(f"working directories kept: {root}")
+        from concurrent.futures import ThreadPoolExecutor  # here: it brings logging, which few runs need
+
         with ThreadPoolExecutor(2) as pool:  # both pre-steps at once: nothing is timed yet
             jobs = {side: pool.submit(runner.set_up, task, paths[side], contents[side],
                                       executor.new_workspace(root / side), options, progress, side)

@@ -97,12 +97,14 @@ class Workspace:
         self.executor, self.root, self.files, self.cwd = executor, root, files, cwd
         self.written: dict[str, bytes] = {}  # every file popkit wrote but the submission
         self.submission_name = ""
-        self._shadowable: frozenset[str] = frozenset()
-        self._task_names: frozenset[str] = frozenset()  # shadowable_names of the task's files alone
+        self._task_names = _TaskNames({})  # shadowable_names of the task's files alone
+        self._other_names: frozenset[str] = frozenset()  # the submission's, and those of files added since
+        self._after_start: list[Callable[[], None]] = []
 
-    def prepare(self, task: Task, submission: bytes, harness: str = "task") -> str:
+    def prepare(self, task: Task, submission: bytes, harness: str = "task", later: bool = False) -> str:
         """Write the task's files and the user's bytes; returns the eval file to run (the task's `config.main`,
-        or popkit's harness)."""
+        or popkit's harness). `later`: the module names the task's files import (the tamper check's, read with
+        `ast`) are read on a thread once the first process has started, not before it starts."""
         if task.lang != "py":
             raise TaskError(f"{task.yml}: `lang: {task.lang}` tasks are not supported",
                             "popkit runs `lang: py` tasks (all public problems are)")
@@ -120,8 +122,12 @@ class Workspace:
             main = POPKIT_EVAL_NAME
             files[main] = (data_dir("tasks") / "eval.py").read_bytes()
         self.written = {name: data for name, data in files.items() if name != self.submission_name}
-        self._task_names = shadowable_names(self.written)
-        self._shadowable = self._task_names | shadowable_names({self.submission_name: submission})
+        self._task_names = _TaskNames(self.written)
+        if later:
+            self.after_start(self._task_names.start)
+        else:
+            self._task_names.result()
+        self._other_names = shadowable_names({self.submission_name: submission})
         for folder in self._folders():
             folder.mkdir(parents=True, exist_ok=True)
             for name, data in files.items():
@@ -132,7 +138,7 @@ class Workspace:
         """One more file beside the task's (a driver, a variant), written where the task's files are and checked
         after every step as they are."""
         self.written[name] = data
-        self._shadowable = self._shadowable | {name[:-3]} if name.endswith(".py") else self._shadowable
+        self._other_names = self._other_names | {name[:-3]} if name.endswith(".py") else self._other_names
         for folder in self._folders():
             (folder / name).write_bytes(data)
 
@@ -156,7 +162,17 @@ class Workspace:
         argv = self.executor.argv(self, python, script, args, env)
         return self.executor.finish(proc.run(argv, self.cwd, self.executor.env(env), timeout_s,
                                              result_fd_env=result_fd_env, inputs=inputs, watch=watch,
-                                             deadline=deadline))
+                                             deadline=deadline, started=self._started))
+
+    def after_start(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once, right after the next process of this workspace has started: work that goes on
+        beside it (on a thread of its own) is then off the path to its start."""
+        self._after_start.append(callback)
+
+    def _started(self) -> None:
+        pending, self._after_start = self._after_start, []
+        for callback in pending:
+            callback()
 
     def replace_submission(self, submission: bytes) -> None:
         """Put new bytes under the submission's name in every folder (a warm start's workspace, before `go`):
@@ -168,7 +184,7 @@ class Workspace:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
             with os.fdopen(fd, "wb") as f:
                 f.write(submission)
-        self._shadowable = self._task_names | shadowable_names({self.submission_name: submission})
+        self._other_names = shadowable_names({self.submission_name: submission})
 
     def tampered(self, during: str) -> str:
         """Put back every task file the submission changed, replaced or removed `during` a step, and remove
@@ -178,6 +194,7 @@ class Workspace:
         submission runs between steps (its process tree is gone), so checking after each step is checking
         before the next.
         """
+        shadowable = self._task_names.result() | self._other_names
         changed: set[str] = set()
         planted: set[str] = set()
         stuck: set[str] = set()
@@ -197,7 +214,7 @@ class Workspace:
                 if module == "__pycache__":
                     planted.update(f"__pycache__/{p.name}" for p in _entries(entry) if forged_byte_code(p, folder))
                     _remove(entry)  # an eval compiles its sources again
-                elif module in self._shadowable:
+                elif module in shadowable:
                     planted.add(entry.name)
                     _remove(entry)
         lines = []
@@ -214,6 +231,39 @@ class Workspace:
         return "harness tampering: " + "; ".join(lines) if lines else ""
 
 
+class _TaskNames:
+    """shadowable_names of a workspace's task files: read when first asked for, or on a thread from start() on.
+    What the thread could not read (another thread parsing at the same time can upset CPython 3.11's parser)
+    is read again when asked for."""
+
+    def __init__(self, files: Mapping[str, bytes]):
+        self._files = dict(files)
+        self._names: frozenset[str] | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        with self._lock:
+            if self._thread is None and self._names is None:
+                self._thread = threading.Thread(target=self._read, name="popkit-task-names", daemon=True)
+                self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            self._names = shadowable_names(self._files)
+        except Exception:  # result() reads them again, on its caller's thread
+            pass
+
+    def result(self) -> frozenset[str]:
+        with self._lock:
+            thread = self._thread
+        if thread is not None:
+            thread.join()
+        if self._names is None:
+            self._names = shadowable_names(self._files)
+        return self._names
+
+
 def forged_byte_code(pyc: Path, folder: Path) -> bool:
     """Whether `pyc` (in `folder`/__pycache__) holds code other than its source's in `folder`: Python imports
     such byte code in place of the source. Byte code of another Python version cannot be judged (False)."""
@@ -223,7 +273,10 @@ def forged_byte_code(pyc: Path, folder: Path) -> bool:
         if data[:4] != importlib.util.MAGIC_NUMBER:
             return False
         optimize = int(pyc.name.split(".opt-")[1][0]) if ".opt-" in pyc.name else 0
-        return marshal.loads(data[16:]) != compile(source.read_bytes(), str(source), "exec", optimize=optimize)
+        # dont_inherit: else the code compiled here takes this module's `from __future__ import annotations` flag,
+        # and an eval's own byte code of an honest file never equals it
+        return marshal.loads(data[16:]) != compile(source.read_bytes(), str(source), "exec", optimize=optimize,
+                                                   dont_inherit=True)
     except (OSError, ValueError, EOFError, TypeError, SyntaxError, IndexError):
         return True
 

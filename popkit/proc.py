@@ -110,7 +110,8 @@ class Finished:
 def run(argv: Sequence[str], cwd: Path | str | None, env: Mapping[str, str], timeout_s: float,
         result_fd_env: str | None = None, watch: Callable[[bytes], None] | None = None,
         inputs: Mapping[str, bytes | int] | None = None,
-        deadline: Callable[[], float | None] | None = None) -> Finished:
+        deadline: Callable[[], float | None] | None = None,
+        started: Callable[[], None] | None = None) -> Finished:
     """Run `argv` to its end or its timeout; its whole process tree is gone when this returns.
 
     With `result_fd_env`, the child also gets the write end of a result pipe, its number in that
@@ -123,6 +124,8 @@ def run(argv: Sequence[str], cwd: Path | str | None, env: Mapping[str, str], tim
     and closed here once the child has it.
     `deadline`, when given, is asked at least every DEADLINE_POLL_S for the time (time.monotonic()) by which the
     child must end; None keeps start + timeout_s (a warm start's run gets its mode's timeout from `go`).
+    `started`, when given, is called once the child's tree has been started, before reading begins: work that
+    can go on beside the child (on threads of its own) starts there, off the path to the child's start.
     Raises OSError when argv[0] cannot be executed.
     """
     start = time.monotonic()
@@ -164,6 +167,8 @@ def run(argv: Sequence[str], cwd: Path | str | None, env: Mapping[str, str], tim
                 os.close(fd)
     reader = _Reader(watchdog, status_r, result_r, watch)
     try:
+        if started is not None:
+            started()
         reader.until(start + timeout_s, deadline)
     finally:
         reader.close()

@@ -3,13 +3,13 @@
 `connect(None)` starts a local Ray instance (Ray's own head, the API of a cluster) and shuts it down when the
 block ends; `connect(ADDRESS)` joins a running cluster, after a TCP connection to it answered within 5 s (Ray
 alone retries for minutes), and only disconnects. Ray is optional: it is imported inside functions only, and
-its absence is exit 11 with the line that installs it.
+its absence is exit 11 with the line that installs it. So is logging, which only a cluster run uses (every
+command of the CLI imports this module).
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import signal
 import socket
@@ -112,6 +112,8 @@ def connect(address: str | None, progress: Progress) -> Iterator[Session]:
     if address is not None:
         check_reachable(address)
     progress("starting a local Ray instance" if address is None else f"joining the Ray cluster at {address}")
+    import logging
+
     options: dict[str, Any] = dict(include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
     if address is None:
         options.update(object_store_memory=OBJECT_STORE_BYTES, _system_config=LOCAL_CONFIG)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from popkit import memo
 from popkit import system as sysmod  # `system` names the probe's result in this module
 from popkit.errors import EnvironmentProblem
 from popkit.resources import data_dir
@@ -105,19 +106,31 @@ class Verdict:
 # ------------------------------------------------------------------------------ what a task needs
 
 
-def _sources(task: Task, harness: str = "task") -> dict[str, ast.Module]:
-    """The Python files that run besides the submission, parsed (one that does not parse is skipped): the task's
-    own, with popkit's harness in place of the task's eval under `--harness popkit`."""
+def _files(task: Task, harness: str = "task") -> dict[str, bytes]:
+    """The Python files that run besides the submission, by name (one that cannot be read is skipped): the
+    task's own, with popkit's harness in place of the task's eval under `--harness popkit`."""
     paths = {f.name: task.path / f.source for f in task.files
              if f.source != SUBMISSION_SOURCE and f.name.endswith(".py")}
     if harness == "popkit":
         paths.pop(task.main, None)
         paths["popkit_eval.py"] = data_dir("tasks") / "eval.py"
-    trees = {}
+    found = {}
     for name, path in paths.items():
         try:
-            trees[name] = ast.parse(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+            found[name] = path.read_bytes()
+        except OSError:
+            continue
+    return found
+
+
+def _parsed(files: Mapping[str, bytes]) -> dict[str, ast.Module]:
+    """Each file parsed as text mode reads it (UTF-8, universal newlines); one that does not decode or parse is
+    skipped."""
+    trees = {}
+    for name, data in files.items():
+        try:
+            trees[name] = ast.parse(data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n"))
+        except (UnicodeDecodeError, SyntaxError, ValueError):
             continue
     return trees
 
@@ -138,8 +151,21 @@ def needs(task: Task, harness: str = "task") -> Needs:
 
 
 def _needs(task: Task, harness: str = "task") -> Needs:
-    trees = _sources(task, harness)
-    local = {Path(f.name).stem for f in task.files}
+    files = _files(task, harness)
+    local = sorted({Path(f.name).stem for f in task.files})
+    # What the files say depends on their bytes and names alone: remembered per content (memo.py).
+    key = memo.digest("needs", [Path(__file__)], [json.dumps([task.main, local, list(files)]), *files.values()])
+    found = memo.remembered("needs", key, lambda: _read_needs(_parsed(files), set(local), task.main),
+                            dump=dict, load=_loaded)
+    world = max([int(c.get("world_size", 1)) for c in task.tests + task.benchmarks
+                 if isinstance(c.get("world_size", 1), int)] or [1])
+    if world > 1 and not found.get("gpu"):
+        found["gpu"] = f"cases ask for world_size {world}"
+    return Needs(world_size=world, leaderboard_vendor=_gpus_vendor(task.gpus), **found)
+
+
+def _read_needs(trees: Mapping[str, ast.Module], local: set[str], main: str) -> dict[str, Any]:
+    """The needs the files themselves say (Needs' fields but world_size and leaderboard_vendor)."""
     found: dict[str, Any] = {}
     packages = _third_party_imports(trees, local)
     names = {name for name, _ in packages}
@@ -158,13 +184,16 @@ def _needs(task: Task, harness: str = "task") -> Needs:
             found.update(min_sm=100, sm_why=f"{fname} uses fp4 (torch.float4_e2m1fn_x2), which needs sm_100 (B200)")
     if found.get("min_sm") and not found.get("vendor"):
         found.update(vendor="nvidia", vendor_why=found["sm_why"])
-    memory, why = _flush_buffer(task, trees)
-    world = max([int(c.get("world_size", 1)) for c in task.tests + task.benchmarks
-                 if isinstance(c.get("world_size", 1), int)] or [1])
-    if world > 1 and not found.get("gpu"):
-        found["gpu"] = f"cases ask for world_size {world}"
-    return Needs(world_size=world, packages=packages, memory_bytes=memory, memory_why=why,
-                 leaderboard_vendor=_gpus_vendor(task.gpus), **found)
+    memory, why = _flush_buffer(main, trees)
+    return {**found, "packages": packages, "memory_bytes": memory, "memory_why": why}
+
+
+def _loaded(data: Any) -> dict[str, Any]:
+    """A remembered _read_needs answer as it was computed (TypeError or ValueError when it is not one)."""
+    found = dict(data)
+    found["packages"] = tuple((str(name), str(fname)) for name, fname in found["packages"])
+    Needs(**found)  # every key is a field
+    return found
 
 
 def _gpus_vendor(gpus: Sequence[str]) -> str:
@@ -280,13 +309,13 @@ def _alloc_bytes(call: ast.Call) -> int:
     return count * width
 
 
-def _flush_buffer(task: Task, trees: Mapping[str, ast.Module]) -> tuple[int, str]:
-    """The largest constant-size CUDA allocation in the eval or in a function the eval imports by name."""
-    main = trees.get(task.main)
-    if main is None:
+def _flush_buffer(main: str, trees: Mapping[str, ast.Module]) -> tuple[int, str]:
+    """The largest constant-size CUDA allocation in the eval (`main`) or in a function it imports by name."""
+    tree = trees.get(main)
+    if tree is None:
         return 0, ""
-    scopes: list[tuple[str, ast.AST]] = [(task.main, main)]
-    for node in _walk(main):
+    scopes: list[tuple[str, ast.AST]] = [(main, tree)]
+    for node in _walk(tree):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in {Path(n).stem for n in trees}:
             module = trees[node.module + ".py"]
             wanted = {a.name for a in node.names}

@@ -298,7 +298,7 @@ def set_up(task: Task, submission: Path, data: bytes, ws: Workspace, options: Ru
     When the extension did not build, the pre-step's compiler messages are placed at lines of the
     submission (`compile_diagnostics`). `side` names the candidate of an A/B in the progress line.
     """
-    main = ws.prepare(task, data, options.harness)
+    main = ws.prepare(task, data, options.harness, later=True)
     step, plan, tampered = pre_step(ws, data, options, progress, side)
     if step is not None and step.build_failed:
         step = replace(step, diagnostics=compile_diagnostics(step, submission, data))
@@ -341,10 +341,15 @@ def run_submission(task: Task, submission: Path, mode: str, options: RunOptions 
         task = scale_world_size(task, options.world_size)
         notes = (f"world_size scaled to {options.world_size} (the task's cases ask for "
                  f"{', '.join(map(str, asked))}): not leaderboard-faithful",)
-    probe = probe_and_preflight(task, options, system, executor)
+    # A chain that starts with test mode starts the probe beside its first process (on a busy CPU, a probe
+    # started before it delays it); any other mode waits for the probe before it runs (run_chain).
+    first = chain_modes(mode, options.chain)[0]
+    probe = probe_and_preflight(task, options, system, executor, start=first != "test")
     report = reporter(task, submission, data, mode, options, started, t0, system, probe, notes,
                                       executor)
     with executor.workspace("popkit-run-", keep=options.keep_workdir) as ws:
+        if probe is not None:
+            ws.after_start(probe.start)
         if options.keep_workdir:
             progress(f"working directory kept: {ws.root}")
         prepared = set_up(task, submission, data, ws, options, progress)
@@ -354,7 +359,6 @@ def run_submission(task: Task, submission: Path, mode: str, options: RunOptions 
             # is the same, so popkit stops here and points the compiler's messages at the submission.
             return report(step, [], ())
         if prepared.tampered:
-            first = chain_modes(mode, options.chain)[0]
             runs = [ModeRun(mode=first, secret=False, seed=None, exit_code=0, duration_s=0.0,
                             timeout_s=task.timeout_for(first), outcome="failed", summary=prepared.tampered)]
             return report(step, runs, (), prepared.skipped)
@@ -398,11 +402,12 @@ def compile_diagnostics(step: CompileStep, submission: Path, data: bytes) -> tup
 
 
 def probe_and_preflight(task: Task, options: RunOptions, system: Mapping[str, Any] | None,
-                        executor: Executor | None = None) -> "SystemProbe | None":
-    """Start the system probe beside the runs (none when `system` is given), then stop here (exit 11) when
-    the task cannot run on this machine (runnable.preflight); both see the environment the evals get."""
+                        executor: Executor | None = None, start: bool = True) -> "SystemProbe | None":
+    """The system probe to run beside the runs (none when `system` is given; started now, or with `start`
+    False by its start() or first result()), after stopping here (exit 11) when the task cannot run on this
+    machine (runnable.preflight); both see the environment the evals get."""
     env = (executor or Executor()).env(child_env(options))
-    probe = SystemProbe(options.python, env) if system is None else None
+    probe = SystemProbe(options.python, env, start=start) if system is None else None
     runnable.preflight(task, options.python, lambda: system if system is not None else probe.result(), env=env,
                        harness=options.harness)
     return probe
@@ -410,12 +415,19 @@ def probe_and_preflight(task: Task, options: RunOptions, system: Mapping[str, An
 
 class SystemProbe:
     """Probes the eval's interpreter and environment on a thread while the runs go on (system.probe: tens of
-    milliseconds from the driver, or seconds where it must import torch)."""
+    milliseconds from the driver, or seconds where it must import torch), from start() or the first result()."""
 
-    def __init__(self, python: str, env: Mapping[str, str] | None = None):
+    def __init__(self, python: str, env: Mapping[str, str] | None = None, start: bool = True):
         self._result: dict[str, Any] = {}
         self._thread = threading.Thread(target=self._run, args=(python, env), daemon=True)
-        self._thread.start()
+        self._lock = threading.Lock()
+        if start:
+            self.start()
+
+    def start(self) -> None:
+        with self._lock:
+            if self._thread.ident is None:
+                self._thread.start()
 
     def _run(self, python: str, env: Mapping[str, str] | None) -> None:
         try:
@@ -424,6 +436,7 @@ class SystemProbe:
             self._result = {"error": f"{type(exc).__name__}: {exc}"}
 
     def result(self) -> dict[str, Any]:
+        self.start()
         self._thread.join(90)
         return self._result
 

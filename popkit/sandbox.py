@@ -79,10 +79,10 @@ class SandboxExecutor(Executor):
 
     def argv(self, workspace: Workspace, python: str, script: str, args: Sequence[str],
              env: Mapping[str, str]) -> list[str]:
-        spec = {"files": str(workspace.files.resolve()), "cwd": str(workspace.cwd.resolve()),
-                "writable": build_caches(env), "visible": needed_paths(python, env)}
+        spec = _sandbox.spec_args(str(workspace.files.resolve()), str(workspace.cwd.resolve()),
+                                  build_caches(env), needed_paths(python, env))
         return [self.unshare, *UNSHARE_ARGS, "--", sys.executable or "python3", "-I", "-S", str(SANDBOX_SCRIPT),
-                json.dumps(spec), "--", python, str(workspace.files.resolve() / script), *args]
+                *spec, "--", python, str(workspace.files.resolve() / script), *args]
 
     def finish(self, done: proc.Finished) -> proc.Finished:
         setup = next((line for line in done.stderr.splitlines() if line.startswith(_sandbox.SETUP_FAILED)), "")
@@ -160,7 +160,7 @@ def _try(unshare: str | None) -> str:
     root = Path(os.environ.get("TMPDIR") or "/tmp")
     try:
         argv = [tool, *UNSHARE_ARGS, "--", sys.executable or "python3", "-I", "-S", str(SANDBOX_SCRIPT),
-                json.dumps({"files": str(root), "cwd": str(root), "writable": []}), "--", "true"]
+                *_sandbox.spec_args(str(root), str(root)), "--", "true"]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=_PROBE_TIMEOUT_S,
                               stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as exc:

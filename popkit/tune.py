@@ -26,7 +26,6 @@ import queue
 import re
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -229,6 +228,8 @@ class Tuner:
         """`fn` on every state, `jobs` at a time; an interrupt cancels what has not started."""
         if not states:
             return
+        from concurrent.futures import ThreadPoolExecutor  # here: it brings logging, which few runs need
+
         pool = ThreadPoolExecutor(max_workers=max(1, min(jobs or self.jobs, len(states))))
         try:
             for future in [pool.submit(fn, s) for s in states]:

@@ -11,7 +11,6 @@ itself, cheaply, since it is also called directly by popkit.api users and cluste
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -276,6 +275,8 @@ def spread(request: Request, progress: Progress | None = None, executor: Executo
             except PopkitError as exc:
                 done.append((j, SpreadRun(source, task, gpu, error=exc)))
         return done
+
+    from concurrent.futures import ThreadPoolExecutor  # here: it brings logging, which few runs need
 
     with ThreadPoolExecutor(max_workers=len(gpus)) as pool:
         finished = [item for share in pool.map(worker, range(min(len(gpus), len(jobs)))) for item in share]

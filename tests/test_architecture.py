@@ -214,6 +214,20 @@ def test_the_cli_starts_without_the_template_engine():
     assert done.stdout.strip() == "[]"
 
 
+def test_a_json_command_runs_without_rich():
+    """Rich is for people: `--json` prints with json alone (views.common imports rich where output is made)."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "popkit", "test", "missing.py", "--json"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert json.loads(done.stdout)["schema"] == "popkit/error/1" and done.returncode == 4, done.stdout
+    imported = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")]
+    assert "popkit.views.common" in imported
+    assert not [name for name in imported if name == "rich" or name.startswith("rich.")]
+
+
 MAX_MODULE_LINES = 500
 SCRIPTS = ROOT / "scripts"
 

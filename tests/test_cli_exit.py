@@ -40,3 +40,27 @@ def test_a_run_and_its_ledger_are_complete_when_the_process_has_ended(tmp_path):
 def test_a_usage_error_keeps_its_code_and_message(tmp_path):
     done = popkit("no-such-command", home=tmp_path)
     assert done.returncode == 2 and "No such command" in done.stderr
+
+
+def _cases() -> list[list[str]]:
+    from popkit.cli import app
+    import typer.main
+
+    found = []
+    for name, command in typer.main.get_command(app).commands.items():
+        found += [[name, "--help"], [name, "--bogus-option"], [name, "--json", "--bogus-option"]]
+        found += [[name, sub, "--help"] for sub in getattr(command, "commands", {})]
+    return found + [["--help"], ["--version"], ["tset"], ["--json", "test"], []]
+
+
+@pytest.mark.parametrize("args", _cases(), ids=lambda args: " ".join(args) or "(none)")
+def test_the_app_narrowed_to_one_command_says_and_exits_as_the_whole_app(args):
+    """main() hands Typer only the command the line names (Typer builds every command it holds first): help,
+    usage errors and their --json documents, exit codes are those of the whole app."""
+    from typer.testing import CliRunner
+
+    from popkit.cli import app, narrowed
+
+    whole = CliRunner().invoke(app, args, prog_name="popkit", env={"NO_COLOR": "1", "POPKIT_WIDTH": "100"})
+    one = CliRunner().invoke(narrowed(args), args, prog_name="popkit", env={"NO_COLOR": "1", "POPKIT_WIDTH": "100"})
+    assert (one.exit_code, one.output) == (whole.exit_code, whole.output)

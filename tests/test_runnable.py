@@ -171,3 +171,32 @@ def test_python_3_10_flags_without_safe_path_still_answer_here(monkeypatch):
     py310 = SimpleNamespace(isolated=0, ignore_environment=0, no_user_site=0, no_site=0)  # no -P before 3.11
     monkeypatch.setattr(sys, "flags", py310)
     assert runnable._answers_for(sys.executable, dict(runnable.os.environ))
+
+
+def test_needs_are_remembered_per_content_of_the_files(monkeypatch, tmp_path):
+    """The second run of the same task files reads what they need back (memo.py) without parsing them; a changed
+    file, another harness or a memo that cannot be read is read from the files again, with the same answer."""
+    import ast
+    import shutil
+
+    shutil.copytree(FIX, tmp_path / "fixtures")
+    task_dir = tmp_path / "fixtures" / "needs" / "gpu"
+    parses = []
+    parse = ast.parse
+    monkeypatch.setattr(ast, "parse", lambda *a, **k: parses.append(1) or parse(*a, **k))
+    first = runnable.needs(load_task(task_dir))
+    assert first.gpu == 'reference.py puts tensors on "cuda"' and parses
+    parses.clear()
+    assert runnable.needs(load_task(task_dir)) == first and not parses
+    runnable.needs(load_task(task_dir), "popkit")  # popkit's harness in place of the task's eval: other files
+    assert parses
+    parses.clear()
+    reference = task_dir / "reference.py"
+    reference.write_text(reference.read_text().replace('"cuda"', '"cpu"'))
+    assert runnable.needs(load_task(task_dir)).gpu == "" and parses
+    memo_file = next(Path(runnable.os.environ["POPKIT_CACHE_DIR"]).glob("needs-memo.json"))
+    memo_file.write_text(json.dumps({key: {"packages": 7} for key in json.loads(memo_file.read_text())}))
+    parses.clear()
+    assert runnable.needs(load_task(task_dir)).gpu == "" and parses
+    memo_file.write_text("not json")
+    assert runnable.needs(load_task(NEEDS / "gpu")) == first

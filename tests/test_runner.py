@@ -294,3 +294,26 @@ def test_a_malformed_number_from_the_eval_fails_the_case_naming_it(tmp_path, key
     wanted = "a list of numbers" if key == "samples" else "a number"
     assert report.runs[0].summary == (f"check failed: benchmark, benchmark size: 1: the eval wrote a malformed"
                                       f" result: `benchmark.0.{key}` is {value!r}, not {wanted}")
+
+
+def test_the_tamper_check_reads_the_task_imports_beside_the_first_process(tmp_path):
+    """A run reads the module names its task's files import (a module of that name planted in the folder is
+    tampering) on a thread once its first process is up, or when the check asks first; the same names."""
+    task_dir = tmp_path / "task"
+    task_dir.mkdir()
+    (task_dir / "task.yml").write_text((TASKS / "double" / "task.yml").read_text().replace(
+        "../common/tiny_eval.py", "eval.py"))
+    (task_dir / "eval.py").write_text("import planted_helper\n" + (TASKS / "common" / "tiny_eval.py").read_text())
+    task = load_task(task_dir)
+    for started in (True, False):
+        ws = Executor().new_workspace(tmp_path / f"ws-{started}")
+        ws.prepare(task, (SUBS / "good.py").read_bytes(), later=True)
+        calls = []
+        ws.after_start(lambda: calls.append("after start"))
+        if started:
+            ws.add("noop.py", b"")
+            assert ws.run(sys.executable, "noop.py", [], runner.child_env(runner.RunOptions()), 20).code == 0
+            assert calls == ["after start"]
+        (ws.cwd / "planted_helper.py").write_text("")
+        assert "planted_helper.py" in ws.tampered("the test mode")
+        assert not (ws.cwd / "planted_helper.py").exists()

@@ -4,6 +4,7 @@ without it, with no isolation. Each attack file (tests/adversarial/) says its cl
 from __future__ import annotations
 
 import os
+import py_compile
 import signal
 import threading
 import time
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from popkit import runner, sandbox
-from popkit.executor import Executor
+from popkit.executor import Executor, forged_byte_code
 from popkit.tasks import load_task
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,6 +62,27 @@ def test_nothing_of_popkit_is_within_reach_of_the_sandbox():
     # the harness's result pipe or a key: the verdict is the wrong kernel's own.
     assert run.summary.startswith("check failed: test, test size: 1; seed: 4242: 1 of 1 elements mismatch"), run.summary
     assert "environ of" not in run.stderr, run.stderr[-2000:]
+
+
+def test_byte_code_python_wrote_for_a_file_is_not_forged_and_other_code_is(tmp_path):
+    """The workspace check removes every __pycache__; only byte code of other code than its source fails a run."""
+    source = tmp_path / "submission.py"
+    source.write_text("def custom_kernel(data):\n    return data[0] + data[1]\n")
+    pyc = Path(py_compile.compile(str(source), doraise=True))
+    assert pyc.parent.name == "__pycache__"
+    assert not forged_byte_code(pyc, tmp_path)
+    source.write_text("def custom_kernel(data):\n    return data[0] - data[1]\n")
+    assert forged_byte_code(pyc, tmp_path)
+
+
+@pytest.mark.slow
+def test_an_honest_run_that_writes_byte_code_passes_without_the_sandbox():
+    """Without the sandbox the eval imports the submission from its own folder; where Python writes byte code
+    (PYTHONDONTWRITEBYTECODE unset, Python's default) that byte code is the submission's own, not tampering."""
+    options = runner.RunOptions(env={"PYTHONDONTWRITEBYTECODE": ""})
+    report = runner.run_submission(bundled("vectoradd"), ROOT / "submissions" / "vectoradd" / "pytorch.py", "test",
+                                   options, system=NO_PROBE, executor=Executor())
+    assert report.outcome == "passed", [r.summary for r in report.runs]
 
 
 @pytest.mark.parametrize("executor", executors())
@@ -145,6 +167,27 @@ if __name__ == "__main__":
 def custom_kernel(d):
     return 2 * d
 '''
+
+
+def test_the_sandbox_spec_is_plain_arguments_and_any_path_comes_back_as_it_was():
+    """The spec goes to the sandbox's process 1 as flag and value pairs (no JSON to import there): values that
+    look like flags or the separator are still values; anything else is a usage error (exit 2)."""
+    import subprocess
+    import sys
+
+    from popkit import _sandbox
+
+    odd = ["/tmp/a b", "--", "--files", "/x=y", "/ü"]
+    args = _sandbox.spec_args("/w/files", "/w/work", odd[:3], odd[3:])
+    spec, argv = _sandbox.parse_spec(args + ["--", "python", "--", "x"])
+    assert spec == {"files": "/w/files", "cwd": "/w/work", "writable": odd[:3], "visible": odd[3:]}
+    assert argv == ["python", "--", "x"]
+    for bad in (args, args + ["--"], ["--cwd", "/w", "--", "true"], ["--files"], ["--bogus", "x"] + args + ["--", "true"],
+                ['{"files": "/w", "cwd": "/w", "writable": []}', "--", "true"]):
+        assert _sandbox.parse_spec(bad) is None, bad
+    done = subprocess.run([sys.executable, "-I", "-S", str(sandbox.SANDBOX_SCRIPT), "--files", "/w", "--", "true"],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2 and done.stderr.startswith("usage: _sandbox.py --files DIR --cwd DIR"), done.stderr
 
 
 @needs_sandbox

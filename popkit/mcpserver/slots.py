@@ -4,12 +4,12 @@ A device is a GPU index, or the CPU on a machine without a GPU (a timing taken b
 a timing either way). A call holds every device it names for its whole run; calls are served in the order
 they asked, so a call that needs every GPU is not passed over forever by calls that need one. While a call
 waits it says for what and behind whom, at once and then every WAIT_NOTE_EVERY_S seconds (the server turns
-that into MCP progress). Plain asyncio: the server runs under anyio's asyncio back end.
+that into MCP progress). Plain asyncio: the server runs under anyio's asyncio back end. asyncio is imported where
+it is used: every other command of the CLI imports this module too, and asyncio costs tens of milliseconds.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from dataclasses import dataclass, field
@@ -48,6 +48,8 @@ class Slots:
         self.devices = tuple(devices)
         self.holders: dict[str, _Ticket] = {}
         self.queue: list[_Ticket] = []
+        import asyncio
+
         self._changed = asyncio.Event()
 
     def wanted(self, gpus: Sequence[str] | None) -> tuple[str, ...]:
@@ -73,6 +75,8 @@ class Slots:
         return f"waiting for {devices} ({now - ticket.since:.0f} s): " + "; ".join(parts)
 
     def _notify(self) -> None:
+        import asyncio
+
         self._changed.set()
         self._changed = asyncio.Event()
 
@@ -81,6 +85,8 @@ class Slots:
         if not wanted:
             yield
             return
+        import asyncio
+
         ticket = _Ticket(frozenset(wanted), who)
         self.queue.append(ticket)
         said = None

@@ -1,4 +1,8 @@
-"""Shared view helpers: the consoles, the leaderboard's time format, JSON emission, error printing."""
+"""Shared view helpers: the consoles, the leaderboard's time format, JSON emission, error printing.
+
+Rich is imported where terminal output is made, not with this module: a `--json` command prints with json
+alone, and would otherwise pay rich's import (some 50 ms on a small machine) on every run.
+"""
 
 from __future__ import annotations
 
@@ -9,14 +13,14 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable, Sequence
-
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from popkit.documents import schema_document
 from popkit.errors import PopkitError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
 
 _state = {"json": False}
 
@@ -48,12 +52,23 @@ def _width() -> int | None:
     return None
 
 
+def escape(markup: str) -> str:
+    """Text with rich's markup characters escaped (rich.markup.escape)."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(markup)
+
+
 def console() -> Console:
     """stdout console; made per call so tests that swap sys.stdout see the output."""
+    from rich.console import Console
+
     return Console(file=sys.stdout, width=_width(), highlight=False, soft_wrap=False, emoji=False)
 
 
 def err_console() -> Console:
+    from rich.console import Console
+
     return Console(file=sys.stderr, width=_width(), highlight=False, soft_wrap=True, emoji=False)
 
 
@@ -64,6 +79,8 @@ def table(columns, *, right=(), no_wrap=(), **options) -> Table:
     value); a column is never narrower than its header's longest word. `right` names the right-justified
     columns, `no_wrap` those kept on one line.
     """
+    from rich.table import Table
+
     out = Table(**options)
     for name in columns:
         out.add_column(name, justify="right" if name in right else "left", overflow="ellipsis",
@@ -105,10 +122,17 @@ class ProgressPrinter:
 
     def __init__(self, enabled: bool = True, con: Console | None = None):
         self.enabled = enabled
-        self.con = con or err_console()
+        self._con = con
         self._status = None
         self._key: str | None = None
         self._printed_at = 0.0
+
+    @property
+    def con(self) -> Console:
+        """stderr's console, made when first used (never in JSON mode)."""
+        if self._con is None:
+            self._con = err_console()
+        return self._con
 
     def __call__(self, msg: str) -> None:
         if not self.enabled:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 from popkit import stats
 from popkit.ab import ABReport, Series
@@ -11,6 +11,9 @@ from popkit.runcompare import SAME_BYTES, RunComparison
 from popkit.stats import Interval
 from popkit.views.common import console, emit_json, escape, format_time, table as common_table
 from popkit.views.running import isolation_line, system_line
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 
 def _plural(n: int, word: str) -> str:

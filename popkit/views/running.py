@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Mapping, Sequence
-
-from rich.table import Table
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from popkit import stats
 from popkit.documents import SpreadOutcome, TaskChecks, TaskDetail, TaskList
@@ -17,6 +15,9 @@ from popkit.tasks import Skipped, Task, display_path
 from popkit.workflows import RunOutcome, SpreadRun, speedup_intervals
 from popkit.views.common import (console, emit_json, err_console, escape, fold, format_interval, format_time, keep_whole,
                                   table as common_table)
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 TAIL_LINES = 25  # lines of a log shown on screen; the JSON keeps the whole log
 
@@ -409,6 +410,8 @@ def show_ncu(report: NcuReport, *, json: bool = False) -> None:
     case = "; ".join(f"{k}: {v}" for k, v in report.case.items())
     con.print(f"[bold]popkit bench --profile ncu[/] · task [bold]{escape(report.task)}[/] · {escape(report.submission)}")
     con.print(f"[dim]one call of custom_kernel (after a warm-up call) on:[/] {escape(case)}")
+    from rich.table import Table  # here, not at the top: views.common says why
+
     table = Table(show_edge=False)
     for col in ("kernel", "time", "DRAM", "DRAM % peak", "SM % peak", "regs", "occupancy"):
         table.add_column(col, justify="left" if col == "kernel" else "right", overflow="fold")
