@@ -14,7 +14,8 @@ A kernel.yml declares what a simple, correct kernel for a task needs; the templa
   scalars     [{name, type: int | float, value: C++ expression}] extra kernel arguments
   geometry    {kind: elementwise_flat | elementwise_2d | row_reduction | full_reduction | matmul,
                over: INPUT, block: threads, rows_of: [..] (row_reduction), a, b, tile (matmul)};
-              `block` and `tile` are the starting values of the tunable BLOCK and TILE (TUNABLE)
+              `block` and `tile` are the starting values of the tunable BLOCK and TILE (TUNABLE); a float16
+              x float16 matmul on CUDA tunes BM, BN, WARPS_M, WARPS_N, STAGES instead (tensor cores)
   reductions  [{name, op: sum | max | min, init, value}] (row_reduction: several; full_reduction: one)
   body        C++ statements per element (i; row, col, idx; j; row, col, acc), or {cuda: .., hip: ..}
   finish      C++ statements run once per block by thread 0 after the reductions

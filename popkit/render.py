@@ -3,6 +3,12 @@
 A rendered file is a whole submission: the `#!POPCORN` directives, a module-level `load_inline` build,
 the kernel with its launch checked, and `custom_kernel(data)`. The word the server refuses (see
 FORBIDDEN) never appears in a template, and render() refuses to return text that holds it.
+
+Fast paths the templates choose (README, "Tuning"): CUDA row_reduction stages its read-only `rows_of`
+tensors in dynamic shared memory when the rows fit (the launcher falls back to three passes over global
+memory otherwise); a CUDA matmul of two float16 operands is a WMMA tensor-core kernel (templates/common/
+matmul_wmma.cu.j2, tunables TUNABLE["matmul_wmma"], kernelspec.tuning_key). Their locals start with `pk_`,
+which spec names may not.
 """
 
 from __future__ import annotations
