@@ -14,7 +14,8 @@ A kernel.yml declares what a simple, correct kernel for a task needs; the templa
   scalars     [{name, type: int | float, value: C++ expression}] extra kernel arguments
   geometry    {kind: elementwise_flat | elementwise_2d | row_reduction | full_reduction | matmul,
                over: INPUT, block: threads, rows_of: [..] (row_reduction), a, b, tile (matmul)};
-              `block` and `tile` are the starting values of the tunable BLOCK and TILE (TUNABLE)
+              `block` and `tile` are the starting values of the tunable BLOCK and TILE (TUNABLE); a float16
+              x float16 matmul on CUDA tunes BM, BN, WARPS_M, WARPS_N, STAGES instead (tensor cores)
   reductions  [{name, op: sum | max | min, init, value}] (row_reduction: several; full_reduction: one)
   body        C++ statements per element (i; row, col, idx; j; row, col, acc), or {cuda: .., hip: ..}
   finish      C++ statements run once per block by thread 0 after the reductions
@@ -60,7 +61,9 @@ RESERVED = frozenset({
     "block", "grid", "blocks_y", "err", "data", "tile_a", "tile_b", "torch", "at", "std", "half", "float", "double",
     "int", "bool", "auto", "const", "void", "return", "new", "delete", "class", "struct", "this",
     "v", "w", "ty", "ak", "bk", "bv", "base", "first", "accs", "found", "BLOCK", "VEC", "ROWS", "TILE", "WPT",
+    "BM", "BN", "WARPS_M", "WARPS_N", "STAGES", "nvcuda", "wmma",
 })
+RESERVED_PREFIX = "pk_"  # the templates' own locals (shared-memory rows, the tensor-core kernel) start with it
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -134,15 +137,32 @@ TUNABLE: dict[str, tuple[Tunable, ...]] = {
                       Tunable("ROWS", (1, 2, 4, 8), "rows per block, one after another")),
     "matmul": (Tunable("TILE", (8, 16, 32), "output tile per block: TILE x TILE, k in steps of TILE"),
                Tunable("WPT", (1, 2, 4, 8), "outputs per thread, TILE/WPT rows apart (TILE x TILE/WPT threads)")),
+    # matmul of two float16 operands on CUDA: WMMA tensor cores (see tuning_key).
+    "matmul_wmma": (Tunable("BM", (64, 128), "output rows per block"),
+                    Tunable("BN", (64, 128), "output columns per block"),
+                    Tunable("WARPS_M", (2, 4), "warps along m: each owns BM/WARPS_M rows"),
+                    Tunable("WARPS_N", (2, 4), "warps along n: each owns BN/WARPS_N columns"),
+                    Tunable("STAGES", (2, 3), "k slices of 32 in shared memory (cp.async pipeline depth)")),
 }
 # At least one warp of threads per block: a smaller matmul block leaves most of each warp idle.
-TUNE_IF: dict[str, str] = {"matmul": "TILE * TILE // WPT >= 32"}
+# matmul_wmma: at most 8 warps, and no warp tile of 64 x 64 (its accumulators alone fill the 255 registers of a thread).
+TUNE_IF: dict[str, str] = {"matmul": "TILE * TILE // WPT >= 32",
+                           "matmul_wmma": "WARPS_M * WARPS_N <= 8 and BM * BN // (WARPS_M * WARPS_N) <= 2048"}
+_WMMA_START = {"BM": 128, "BN": 128, "WARPS_M": 2, "WARPS_N": 4, "STAGES": 2}  # submissions/matmul/cuda.py's
 
 
-def tunable_defaults(geometry: "Geometry") -> dict[str, int]:
-    """The value each tunable parameter of `geometry` starts at in a rendered file."""
-    start = {"BLOCK": geometry.block, "TILE": geometry.tile}
-    return {t.name: start.get(t.name, 1) for t in TUNABLE[geometry.kind]}
+def tuning_key(spec: "KernelSpec", target: str) -> str:
+    """The TUNABLE key of a spec rendered for `target`: its geometry, or matmul_wmma for float16 x float16 on CUDA."""
+    geo = spec.geometry
+    if geo.kind == "matmul" and target == "cuda" and spec.input(geo.a).dtype == spec.input(geo.b).dtype == "float16":
+        return "matmul_wmma"
+    return geo.kind
+
+
+def tunable_defaults(geometry: "Geometry", key: str | None = None) -> dict[str, int]:
+    """The value each tunable parameter of `geometry` (under TUNABLE key `key`) starts at in a rendered file."""
+    start = {"BLOCK": geometry.block, "TILE": geometry.tile, **_WMMA_START}
+    return {t.name: start.get(t.name, 1) for t in TUNABLE[key or geometry.kind]}
 
 
 @dataclass(frozen=True)
@@ -186,7 +206,7 @@ class _Check:
 
     def ident(self, raw: Any, key: str, taken: set[str]) -> str:
         self.need(isinstance(raw, str) and bool(_IDENT.match(raw)), key, "a C identifier", raw)
-        if raw in RESERVED or keyword.iskeyword(raw):
+        if raw in RESERVED or keyword.iskeyword(raw) or raw.startswith(RESERVED_PREFIX):
             raise self.fail(key, f"`{raw}` is reserved (the templates use it); choose another name")
         if raw in taken:
             raise self.fail(key, f"`{raw}` is already used by another input, scalar or reduction")
@@ -467,6 +487,6 @@ def spec_for_task(task_dir: Path) -> KernelSpec:
 
 __all__: Sequence[str] = (
     "DTYPES", "GEOMETRIES", "Geometry", "Input", "KernelSpec", "Output", "Reduction", "Scalar", "TARGETS",
-    "TUNABLE", "TUNE_IF", "Tunable", "tunable_defaults",
+    "TUNABLE", "TUNE_IF", "Tunable", "tunable_defaults", "tuning_key",
     "find_spec", "infer_skeleton", "load_spec", "spec_for_task", "spec_from_mapping",
 )

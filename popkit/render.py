@@ -3,6 +3,12 @@
 A rendered file is a whole submission: the `#!POPCORN` directives, a module-level `load_inline` build,
 the kernel with its launch checked, and `custom_kernel(data)`. The word the server refuses (see
 FORBIDDEN) never appears in a template, and render() refuses to return text that holds it.
+
+Fast paths the templates choose (README, "Tuning"): CUDA row_reduction stages its read-only `rows_of`
+tensors in dynamic shared memory when the rows fit (the launcher falls back to three passes over global
+memory otherwise); a CUDA matmul of two float16 operands is a WMMA tensor-core kernel (templates/common/
+matmul_wmma.cu.j2, tunables TUNABLE["matmul_wmma"], kernelspec.tuning_key). Their locals start with `pk_`,
+which spec names may not.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from popkit.errors import ExitCode, PopkitError, TaskError, UsageError
 from popkit.gpus import AMD, DEFAULT_GPU, NVIDIA, TARGET_VENDOR, leaderboard_gpu, leaderboard_names
 from popkit.kernelspec import (  # noqa: F401  (re-exported: render is where callers find the spec API)
     DTYPES, GEOMETRIES, SCALAR_TYPES, SPEC_FILE, TARGETS, TUNABLE, TUNE_IF, KernelSpec, find_spec, infer_skeleton,
-    load_spec, spec_for_task, spec_from_mapping, tunable_defaults,
+    load_spec, spec_for_task, spec_from_mapping, tunable_defaults, tuning_key,
 )
 from popkit.kernelspec import REDUCE_OPS
 from popkit.resources import data_dir
@@ -195,7 +201,8 @@ def build_context(spec: KernelSpec, *, task: str, leaderboard: str, target: str,
     """Everything the templates use, derived from the spec (the templates hold no task knowledge)."""
     ctype = {name: row[0 if target == "cuda" else 1] for name, row in DTYPES.items()}
     out, geo, fn = spec.output, spec.geometry, spec.function
-    headers = [_RUNTIME[target]["runtime_header"]]
+    key = tuning_key(spec, target)
+    headers = [_RUNTIME[target]["runtime_header"]] + (["<mma.h>"] if key == "matmul_wmma" else [])
     for dtype in dict.fromkeys([x.dtype for x in spec.inputs if x.is_tensor] + [out.dtype]):
         header = DTYPES[dtype][5 if target == "cuda" else 6]
         if header:
@@ -234,7 +241,7 @@ def build_context(spec: KernelSpec, *, task: str, leaderboard: str, target: str,
         kparams.append(f"int64_t {name}")
         kargs.append(name)
     knames = [p.rsplit(" ", 1)[-1] for p in kparams]
-    tune = _tune_context(spec)
+    tune = _tune_context(spec, key)
     params += [f"int64_t {t['name']}" for t in tune["parameters"]]
     schema += [f"int {t['name']}" for t in tune["parameters"]]
     call_args += [t["name"] for t in tune["parameters"]]
@@ -252,7 +259,10 @@ def build_context(spec: KernelSpec, *, task: str, leaderboard: str, target: str,
         "sizes": extents["host"], "scalars": [f"const {SCALAR_TYPES[s.type][0]} {s.name} = {s.value};"
                                               for s in spec.scalars],
         "launch": launch, "geometry": geo.kind,
-        "rows_of": list(geo.rows_of), "reductions": reductions,
+        "rows_of": list(geo.rows_of), "reductions": reductions, "tensor_cores": key == "matmul_wmma",
+        # CUDA row_reduction: the read-only rows copied to shared memory when they fit (one read of global memory)
+        "staged": [{"name": r, "type": ctype[spec.input(r).dtype]} for r in geo.rows_of
+                   if target == "cuda" and r in tensors and r != out.reuse],
         "body": spec.code("body", target), "finish": spec.code("finish", target),
         "load_a": DTYPES[spec.input(geo.a).dtype][4].format(f"{geo.a}[row * k + ak]") if geo.kind == "matmul" else "",
         "load_b": DTYPES[spec.input(geo.b).dtype][4].format(f"{geo.b}[bk * n + col]") if geo.kind == "matmul" else "",
@@ -263,12 +273,13 @@ def build_context(spec: KernelSpec, *, task: str, leaderboard: str, target: str,
     }
 
 
-def _tune_context(spec: KernelSpec) -> dict[str, Any]:
-    """The geometry's tunable parameters (kernelspec.TUNABLE): the `#!POPKIT tune` lines, the Python defaults,
-    the kernel's template parameters and every grid point the extension compiles (those the tune-if keeps)."""
-    tunables = TUNABLE[spec.geometry.kind]
-    defaults = tunable_defaults(spec.geometry)
-    rule = TUNE_IF.get(spec.geometry.kind, "")
+def _tune_context(spec: KernelSpec, key: str) -> dict[str, Any]:
+    """The tunable parameters of TUNABLE[key] (kernelspec.tuning_key): the `#!POPKIT tune` lines, the Python
+    defaults, the kernel's template parameters and every grid point the extension compiles (those the tune-if
+    keeps)."""
+    tunables = TUNABLE[key]
+    defaults = tunable_defaults(spec.geometry, key)
+    rule = TUNE_IF.get(key, "")
     constraint = Constraint(rule, 0, "kernelspec.TUNE_IF") if rule else None
     points = []
     for combo in itertools.product(*(t.values for t in tunables)):

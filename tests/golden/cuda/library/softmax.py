@@ -21,22 +21,20 @@ CUDA_SRC = r"""
 #include <cmath>
 #include <cstdint>
 
-// Tree reduction in shared memory over a block whose size is a power of two. It does not depend
-// on the warp width, so the same code is right for 32-lane warps and 64-lane wavefronts. Every
-// thread gets the result.
+// Block-wide reduction: warp shuffles, then one value per warp through shared memory. Every thread gets the
+// result; the trailing barrier lets the next reduction reuse smem.
 struct SumOp { __device__ float operator()(float a, float b) const { return a + b; } };
 struct MaxOp { __device__ float operator()(float a, float b) const { return fmaxf(a, b); } };
 struct MinOp { __device__ float operator()(float a, float b) const { return fminf(a, b); } };
 
 template <typename Op>
 __device__ float block_reduce(float value, float* smem, Op op) {
-    smem[threadIdx.x] = value;
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) value = op(value, __shfl_xor_sync(0xffffffffu, value, offset));
+    if (threadIdx.x % 32 == 0) smem[threadIdx.x / 32] = value;
     __syncthreads();
-    for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) smem[threadIdx.x] = op(smem[threadIdx.x], smem[threadIdx.x + s]);
-        __syncthreads();
-    }
-    const float result = smem[0];
+    float result = smem[0];
+    for (unsigned int w = 1; w < blockDim.x / 32; ++w) result = op(result, smem[w]);
     __syncthreads();  // smem is reused by the next reduction
     return result;
 }
@@ -72,6 +70,71 @@ __global__ void __launch_bounds__(BLOCK) softmax_kernel(const float* __restrict_
     }
 }
 
+// Rows in shared memory: the read-only rows (x) are copied into shared memory once per
+// row (16-byte cp.async copies when the row is 16-byte aligned, element by element otherwise), and the
+// reductions and the body read them there: one read of global memory per element instead of one per pass.
+// The launcher picks this kernel when the rows fit in the GPU's shared memory (227 KB per block on an H100),
+// the three-pass kernel above when they do not.
+template <typename T>
+__device__ __forceinline__ void pk_stage_row(T* pk_dst, const T* pk_src, int64_t pk_cols, int pk_threads) {
+    const int64_t pk_bytes = pk_cols * static_cast<int64_t>(sizeof(T));
+    if (reinterpret_cast<uintptr_t>(pk_src) % 16 == 0 && pk_bytes % 16 == 0) {  // pk_dst is 16-byte aligned
+        const char* pk_from = reinterpret_cast<const char*>(pk_src);
+        char* pk_to = reinterpret_cast<char*>(pk_dst);
+        for (int64_t pk_q = threadIdx.x; pk_q < pk_bytes / 16; pk_q += pk_threads) {
+#if __CUDA_ARCH__ >= 800
+            const unsigned pk_addr = static_cast<unsigned>(__cvta_generic_to_shared(pk_to + pk_q * 16));
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(pk_addr), "l"(pk_from + pk_q * 16));
+#else
+            reinterpret_cast<uint4*>(pk_to)[pk_q] = reinterpret_cast<const uint4*>(pk_from)[pk_q];
+#endif
+        }
+    } else {
+        for (int64_t pk_j = threadIdx.x; pk_j < pk_cols; pk_j += pk_threads) pk_dst[pk_j] = pk_src[pk_j];
+    }
+}
+
+template <int BLOCK, int ROWS>
+__global__ void __launch_bounds__(BLOCK) softmax_kernel_staged(const float* __restrict__ x,
+                                                                float* __restrict__ y,
+                                                                int64_t rows,
+                                                                int64_t cols) {
+    __shared__ float smem[BLOCK];
+    extern __shared__ __align__(16) unsigned char pk_rows[];
+    const int64_t first = static_cast<int64_t>(blockIdx.x) * ROWS;
+    x += first * cols;
+    y += first * cols;
+    int64_t pk_offset = 0;  // each staged row starts on a 16-byte boundary
+    float* const pk_x = reinterpret_cast<float*>(pk_rows + pk_offset);
+    pk_offset += (cols * static_cast<int64_t>(sizeof(float)) + 15) / 16 * 16;
+    for (int64_t row = first; row < rows && row < first + ROWS; ++row, x += cols, y += cols) {
+        pk_stage_row(pk_x, x, cols, BLOCK);
+#if __CUDA_ARCH__ >= 800
+        asm volatile("cp.async.wait_all;\n" ::);
+#endif
+        __syncthreads();  // the row is in shared memory for every thread
+        {
+            const float* __restrict__ x = pk_x;  // this row, in shared memory
+            float row_max = -INFINITY;
+            for (int64_t j = threadIdx.x; j < cols; j += BLOCK) {
+                row_max = fmaxf(row_max, x[j]);
+            }
+            row_max = block_reduce(row_max, smem, MaxOp());
+
+            float row_sum = 0.0f;
+            for (int64_t j = threadIdx.x; j < cols; j += BLOCK) {
+                row_sum += expf(x[j] - row_max);
+            }
+            row_sum = block_reduce(row_sum, smem, SumOp());
+
+            for (int64_t j = threadIdx.x; j < cols; j += BLOCK) {
+                y[j] = expf(x[j] - row_max) / row_sum;
+            }
+        }
+        __syncthreads();  // every thread is done with the row before the next one's copies overwrite it
+    }
+}
+
 // One grid point's launch.
 template <int BLOCK, int ROWS>
 cudaError_t softmax_launch(const float* __restrict__ x,
@@ -80,6 +143,21 @@ cudaError_t softmax_launch(const float* __restrict__ x,
                            int64_t cols) {
     const dim3 block(BLOCK);
     const dim3 grid(static_cast<unsigned int>((rows + ROWS - 1) / ROWS));
+    // The staged rows' bytes, each rounded up to 16; the staged kernel when they fit beside its BLOCK floats.
+    const size_t pk_bytes = 0 + static_cast<size_t>((cols * static_cast<int64_t>(sizeof(float)) + 15) / 16 * 16);
+    int pk_device = 0, pk_optin = 0;
+    if (cudaGetDevice(&pk_device) == cudaSuccess &&
+        cudaDeviceGetAttribute(&pk_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, pk_device) == cudaSuccess &&
+        pk_bytes + sizeof(float) * BLOCK <= static_cast<size_t>(pk_optin)) {
+        if (pk_bytes + sizeof(float) * BLOCK > 48 * 1024) {  // above the default limit: opt in
+            const cudaError_t pk_err = cudaFuncSetAttribute(softmax_kernel_staged<BLOCK, ROWS>,
+                                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                            static_cast<int>(pk_bytes));
+            if (pk_err != cudaSuccess) return pk_err;
+        }
+        softmax_kernel_staged<BLOCK, ROWS><<<grid, block, pk_bytes>>>(x, y, rows, cols);
+        return cudaGetLastError();
+    }
     softmax_kernel<BLOCK, ROWS><<<grid, block>>>(x, y, rows, cols);
     return cudaGetLastError();
 }

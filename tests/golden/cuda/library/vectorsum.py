@@ -21,22 +21,20 @@ CUDA_SRC = r"""
 #include <cmath>
 #include <cstdint>
 
-// Tree reduction in shared memory over a block whose size is a power of two. It does not depend
-// on the warp width, so the same code is right for 32-lane warps and 64-lane wavefronts. Every
-// thread gets the result.
+// Block-wide reduction: warp shuffles, then one value per warp through shared memory. Every thread gets the
+// result; the trailing barrier lets the next reduction reuse smem.
 struct SumOp { __device__ float operator()(float a, float b) const { return a + b; } };
 struct MaxOp { __device__ float operator()(float a, float b) const { return fmaxf(a, b); } };
 struct MinOp { __device__ float operator()(float a, float b) const { return fminf(a, b); } };
 
 template <typename Op>
 __device__ float block_reduce(float value, float* smem, Op op) {
-    smem[threadIdx.x] = value;
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) value = op(value, __shfl_xor_sync(0xffffffffu, value, offset));
+    if (threadIdx.x % 32 == 0) smem[threadIdx.x / 32] = value;
     __syncthreads();
-    for (unsigned int s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) smem[threadIdx.x] = op(smem[threadIdx.x], smem[threadIdx.x + s]);
-        __syncthreads();
-    }
-    const float result = smem[0];
+    float result = smem[0];
+    for (unsigned int w = 1; w < blockDim.x / 32; ++w) result = op(result, smem[w]);
     __syncthreads();  // smem is reused by the next reduction
     return result;
 }
