@@ -247,7 +247,8 @@ class Race:
         t.check([state])
         self.composite = state
         if not state.passed:
-            t.note(f"the per-shape file did not pass its check ({state.message}): not a candidate")
+            t.note(f"the per-shape file is not a candidate: {state.message}" if not state.outcome else
+                   f"the per-shape file did not pass its check ({state.message}): not a candidate")
             return None
         self._rows = rows
         return state
