@@ -7,6 +7,7 @@ A task is a directory holding task.yml and the files it names. A problem set is 
 from __future__ import annotations
 
 import difflib
+import functools
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -335,7 +336,19 @@ def load_problem_set(path: Path | str) -> ProblemSet:
 
 
 def bundled_problem_set() -> ProblemSet:
-    return load_problem_set(data_dir("tasks") / "problems.yaml")
+    """popkit's own problem set, read once per version of its file (resolving a name read it twice a run)."""
+    path = data_dir("tasks") / "problems.yaml"
+    try:
+        stat = path.stat()
+        version = (stat.st_mtime_ns, stat.st_size)
+    except OSError:
+        version = None
+    return _bundled_set(path, version)
+
+
+@functools.lru_cache(maxsize=4)
+def _bundled_set(path: Path, version: tuple[int, int] | None) -> ProblemSet:
+    return load_problem_set(path)
 
 
 def task_roots(explicit: Iterable[Path | str] = ()) -> list[Path]:

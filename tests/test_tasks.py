@@ -224,3 +224,23 @@ def test_popkits_own_task_files_may_be_named_from_anywhere(tmp_path):
 def test_a_yaml_nested_past_the_stack_under_a_root_is_not_a_problem_set(tmp_path):
     (tmp_path / "deep.yaml").write_text("[" * 5000 + "]" * 5000)
     assert problem_sets([tmp_path]) == []
+
+
+def test_the_bundled_set_is_read_once_per_version_of_its_file(tmp_path, monkeypatch):
+    """Resolving a bundled name and looking for tasks it hides both need popkit's own problem set: one read."""
+    import shutil
+
+    from popkit import tasks
+
+    shutil.copytree(Path(tasks.data_dir("tasks")), tmp_path / "tasks")
+    monkeypatch.setattr(tasks, "data_dir", lambda name: tmp_path / name)
+    reads = []
+    load = tasks.load_problem_set
+    monkeypatch.setattr(tasks, "load_problem_set", lambda path: reads.append(path) or load(path))
+    first = tasks.bundled_problem_set()
+    assert resolve_task("vectoradd").bundled and shadowed_tasks("vectoradd") == []
+    assert tasks.bundled_problem_set() is first and len(reads) == 1
+    index = tmp_path / "tasks" / "problems.yaml"
+    index.write_text(index.read_text().replace("name: vectoradd", "name: vectoradd_renamed"))
+    assert tasks.bundled_problem_set() is not first and len(reads) == 2
+    assert any(p.name == "vectoradd_renamed" for p in tasks.bundled_problem_set().problems)
