@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sys
-import threading
 from pathlib import Path
 from typing import Any, Callable, Sequence, TypeVar
 
 from popkit import __version__
 from popkit.prestep import cache_dir
+from popkit.resources import write_cache_json
 
 MAX_ENTRIES = 500  # per kind; the oldest go first
 T = TypeVar("T")
@@ -51,7 +50,7 @@ def remembered(kind: str, key: str, compute: Callable[[], T], dump: Callable[[T]
     value = compute()
     entries.pop(key, None)
     entries[key] = dump(value)
-    _write(path, dict(list(entries.items())[-MAX_ENTRIES:]))
+    write_cache_json(path, dict(list(entries.items())[-MAX_ENTRIES:]))
     return value
 
 
@@ -63,11 +62,3 @@ def _read(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _write(path: Path, entries: dict[str, Any]) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}-{threading.get_ident()}.tmp")
-        tmp.write_text(json.dumps(entries), encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        pass

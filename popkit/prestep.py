@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from popkit.resources import user_dir
+from popkit.resources import user_dir, write_cache_json
 
 BUILD_MARKERS = (b"load_inline", b"cpp_extension", b"__main__")
 # Everything in the environment that changes what torch builds or where it puts it.
@@ -152,11 +152,4 @@ def record(key: str, env: Mapping[str, str]) -> None:
     index.pop(key, None)
     index[key] = stamp
     index = dict(list(index.items())[-_MAX_ENTRIES:])
-    path = _index_path()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(index), encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        pass
+    write_cache_json(_index_path(), index)

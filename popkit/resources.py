@@ -3,9 +3,11 @@ checkout) and the folder where it keeps its own data (history, builds)."""
 
 from __future__ import annotations
 
+import json
 import os
+import threading
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 HOME_ENV = "POPKIT_HOME"
 LEGACY_DIR = ".popkit"  # the per-folder ledger of earlier versions, still used where it exists
@@ -57,3 +59,15 @@ def user_dir(xdg_var: str, fallback: str, env: Mapping[str, str] | None = None) 
     env = os.environ if env is None else env
     base = env.get(xdg_var) or str(Path(env.get("HOME") or Path.home()) / fallback)
     return Path(base).expanduser()
+
+
+def write_cache_json(path: Path, data: Any) -> None:
+    """Replace the cache file `path` with `data` as JSON, whole or not at all (a temporary file per process and
+    thread, then a rename); a cache that cannot be written is left as it was: it only costs work next time."""
+    tmp = path.with_suffix(f".{os.getpid()}-{threading.get_ident()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(data), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
