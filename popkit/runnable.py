@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ast
 import functools
-import importlib.machinery
 import json
 import os
 import subprocess
@@ -335,8 +334,6 @@ def _flush_buffer(main: str, trees: Mapping[str, ast.Module]) -> tuple[int, str]
 
 _FIND_SCRIPT = "import importlib.util, json, sys; print(json.dumps([m for m in sys.argv[1:] " \
                "if importlib.util.find_spec(m) is None]))"
-# What decides where an interpreter looks for packages, besides the interpreter itself.
-_PATH_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONNOUSERSITE", "PYTHONSAFEPATH")
 
 
 def missing_packages(python: str, names: Iterable[str], timeout: float = 30.0,
@@ -344,47 +341,21 @@ def missing_packages(python: str, names: Iterable[str], timeout: float = 30.0,
     """Top-level import names the interpreter `python` cannot find (find_spec only: nothing is imported).
 
     `env` is the eval's environment (default: this one). When the eval runs this very interpreter with
-    the same path settings, this process answers (`_findable_here`): no interpreter start-up before a run.
+    the same path settings, this process answers (system.find_here, without the folder popkit started from:
+    the eval's is its own working directory): no interpreter start-up before a run.
     """
     names = sorted(set(names))
     if not names:
         return set()
     env = dict(os.environ) if env is None else dict(env)
-    if _answers_for(python, env):
-        return {name for name in names if not _findable_here(name)}
+    if sysmod.answers_here(python, env):
+        return {name for name in names if sysmod.find_here(name) is None}
     try:
         done = subprocess.run([python, "-c", _FIND_SCRIPT, *names], capture_output=True, text=True,
                               timeout=timeout, stdin=subprocess.DEVNULL, env=env)
         return set(json.loads(done.stdout.strip().splitlines()[-1]))
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
         return set()  # unknown: the run itself will tell
-
-
-def _answers_for(python: str, env: Mapping[str, str]) -> bool:
-    """Whether this process finds packages where `python` started with `env` would (same executable path,
-    path settings and start-up flags)."""
-    flags = sys.flags
-    return (os.path.abspath(python) == os.path.abspath(sys.executable)
-            and not (flags.isolated or flags.ignore_environment or flags.no_user_site or flags.no_site
-                     or getattr(flags, "safe_path", False))  # -P is Python 3.11+
-            and all(env.get(k) == os.environ.get(k) for k in _PATH_ENV))
-
-
-def _findable_here(name: str) -> bool:
-    """find_spec as the eval's interpreter runs it: every meta-path finder, with sys.path less its first entry
-    (the folder of the script that started this process; the eval's is its own working directory)."""
-    path = sys.path[1:]
-    for finder in sys.meta_path:
-        find = getattr(finder, "find_spec", None)
-        if find is None:
-            continue
-        try:
-            spec = find(name, path) if finder is importlib.machinery.PathFinder else find(name, None)
-        except (ImportError, ValueError):
-            continue
-        if spec is not None:
-            return True
-    return False
 
 
 def machine(python: str | None = None, packages: Iterable[str] = (),

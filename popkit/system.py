@@ -8,8 +8,10 @@ interpreter or tool: a failure becomes a field ("error") or a check with its fix
 from __future__ import annotations
 
 import glob
+import importlib.machinery
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -76,10 +78,11 @@ def probe(python: str | None = None, timeout: float = 60.0, env: Mapping[str, st
     """{python, platform, torch, cuda, hip, device ('cpu' or the GPU's name), arch, gpu_count, memory (bytes)}.
 
     What that interpreter (default: this one) would see under `env` (default: this process's environment):
-    its versions read without importing torch, the NVIDIA GPUs from the driver (popkit.nvml), in a
-    fraction of a second and without a CUDA context. Where the driver cannot answer as torch would (an AMD
-    or HIP build, GPUs named by UUID, mixed models, a driver older than torch's CUDA, no torch), a tiny
-    script imports torch in that interpreter instead (seconds). `timeout` bounds each of the two.
+    its versions read without importing torch (by this process when it is that interpreter with the same
+    path settings, `answers_here`; else by a tiny script in it), the NVIDIA GPUs from the driver
+    (popkit.nvml), in a fraction of a second and without a CUDA context. Where the driver cannot answer as
+    torch would (an AMD or HIP build, GPUs named by UUID, mixed models, a driver older than torch's CUDA, no
+    torch), a tiny script imports torch in that interpreter instead (seconds). `timeout` bounds each script.
     Never raises: what could not be learned is None, and "error" says why.
     """
     python = python or sys.executable
@@ -106,9 +109,12 @@ def _major(version: str) -> int:
 def _probe_without_torch(python: str, timeout: float, env: Mapping[str, str]) -> dict | None:
     """probe()'s answer from torch's version file and NVML; None where only importing torch can tell."""
     try:
-        done = subprocess.run([python, "-c", _FACTS_SCRIPT], capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL, env=dict(env))
-        facts = json.loads(done.stdout.strip().splitlines()[-1])
+        if answers_here(python, env):
+            facts = facts_here()
+        else:
+            done = subprocess.run([python, "-c", _FACTS_SCRIPT], capture_output=True, text=True, timeout=timeout,
+                                  stdin=subprocess.DEVNULL, env=dict(env))
+            facts = json.loads(done.stdout.strip().splitlines()[-1])
     except (OSError, ValueError, IndexError, subprocess.SubprocessError):
         return None
     if not isinstance(facts, dict) or facts.get("error") or not facts.get("torch") or facts.get("hip"):
@@ -125,6 +131,57 @@ def _probe_without_torch(python: str, timeout: float, env: Mapping[str, str]) ->
         first = driver.gpus[0]
         out.update(device=first.name, arch=first.arch, gpu_count=len(driver.gpus), memory=first.memory)
     return out
+
+
+def facts_here() -> dict[str, Any]:
+    """What _FACTS_SCRIPT prints, found by this process for a `python -c` of its own interpreter (answers_here):
+    the same versions and platform, torch's version file found as that child finds it (its current folder first
+    on the import path), read, never imported; as JSON gives it back. A Python start-up fewer beside each run."""
+    out: dict[str, Any] = {"python": platform.python_version(), "platform": platform.platform(), "torch": None,
+                           "cuda": None, "hip": None}
+    spec = find_here("torch", first="")
+    if spec is not None and spec.origin:
+        ns: dict[str, Any] = {}
+        try:
+            with open(os.path.join(os.path.dirname(spec.origin), "version.py")) as f:
+                exec(f.read(), ns)
+            out.update(torch=ns.get("__version__"), cuda=ns.get("cuda"), hip=ns.get("hip"))
+        except Exception as exc:  # as the script says it
+            out["error"] = repr(exc)
+    return json.loads(json.dumps(out))
+
+
+# What decides where an interpreter looks for packages, besides the interpreter itself.
+PATH_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONNOUSERSITE", "PYTHONSAFEPATH")
+
+
+def answers_here(python: str, env: Mapping[str, str]) -> bool:
+    """Whether this process finds packages where `python` started with `env` would (same executable path,
+    path settings and start-up flags)."""
+    flags = sys.flags
+    return (os.path.abspath(python) == os.path.abspath(sys.executable)
+            and not (flags.isolated or flags.ignore_environment or flags.no_user_site or flags.no_site
+                     or getattr(flags, "safe_path", False))  # -P is Python 3.11+
+            and all(env.get(k) == os.environ.get(k) for k in PATH_ENV))
+
+
+def find_here(name: str, first: str | None = None) -> importlib.machinery.ModuleSpec | None:
+    """find_spec as another start of this interpreter runs it: every meta-path finder, with sys.path less its
+    first entry (the folder of the script that started this process), `first` in its place when given ("" is
+    a `python -c` child's current folder). Nothing is imported, and a module imported here already is looked for
+    anew."""
+    path = ([first] if first is not None else []) + sys.path[1:]
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        if find is None:
+            continue
+        try:
+            spec = find(name, path) if finder is importlib.machinery.PathFinder else find(name, None)
+        except (ImportError, ValueError):
+            continue
+        if spec is not None:
+            return spec
+    return None
 
 
 BACKGROUND_NICE = 10

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import ctypes
+import json
+import os
 import stat
+import subprocess
+import sys
 
 import pytest
 
@@ -186,3 +190,24 @@ def test_hidden_gpus_are_none_without_asking_the_driver(tmp_path, monkeypatch):
     monkeypatch.setattr(nvml, "visible_gpus", lambda env: pytest.fail("NVML asked with every GPU hidden"))
     info = system.probe(interpreter(tmp_path, CUDA_TORCH), env={"CUDA_VISIBLE_DEVICES": ""})
     assert (info["device"], info["gpu_count"], info.get("error")) == ("cpu", 0, None)
+
+
+def test_this_interpreter_is_probed_here_as_its_facts_script_would_say(monkeypatch):
+    """Where the eval runs popkit's own interpreter with its path settings, the facts come from this process
+    (no Python start-up beside the run), equal to what the script prints in a child of that interpreter."""
+    env = dict(os.environ)
+    done = subprocess.run([sys.executable, "-c", system._FACTS_SCRIPT], capture_output=True, text=True, env=env,
+                          timeout=60)
+    assert system.answers_here(sys.executable, env)
+    assert system.facts_here() == json.loads(done.stdout.strip().splitlines()[-1])
+
+    def no_process(*args, **kwargs):
+        raise AssertionError(f"a process was started: {args}")
+
+    monkeypatch.setattr(system.subprocess, "run", no_process)
+    monkeypatch.setattr(system, "gpu_devices_visible", lambda env=None: False)
+    info = system.probe(sys.executable, env=env)
+    assert {k: info[k] for k in ("python", "torch", "cuda", "device")} == {
+        "python": "%d.%d.%d" % sys.version_info[:3], "torch": system.facts_here()["torch"],
+        "cuda": system.facts_here()["cuda"], "device": "cpu"}
+    assert not system.answers_here(sys.executable, {**env, "PYTHONPATH": "/elsewhere"})

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from popkit import runnable, runner
+from popkit import runnable, runner, system
 from popkit.cli import app
 from popkit.errors import EnvironmentProblem
 from popkit.tasks import load_task
@@ -170,7 +170,7 @@ def test_python_3_10_flags_without_safe_path_still_answer_here(monkeypatch):
 
     py310 = SimpleNamespace(isolated=0, ignore_environment=0, no_user_site=0, no_site=0)  # no -P before 3.11
     monkeypatch.setattr(sys, "flags", py310)
-    assert runnable._answers_for(sys.executable, dict(runnable.os.environ))
+    assert system.answers_here(sys.executable, dict(runnable.os.environ))
 
 
 def test_needs_are_remembered_per_content_of_the_files(monkeypatch, tmp_path):
