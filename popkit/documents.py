@@ -9,26 +9,20 @@ and the MCP server build each document from the same code. `document(result)` ad
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-from popkit.compile import CompileReport
 from popkit.contract import entry_points
-from popkit.doctor import DoctorReport
 from popkit.errors import ExitCode, PopkitError
-from popkit.history import RunRecord
-from popkit.lint import LintReport
-from popkit.ncu import NcuReport
-from popkit.render import Catalog, Written
-from popkit.runcompare import RunComparison
-from popkit.runnable import Verdict
-from popkit.submit import SubmitResult
-from popkit.taskcheck import TaskCheck
-from popkit.tasks import Skipped, Task
-from popkit.tuneresult import TuneReport
-from popkit.workflows import ABOutcome, RunOutcome, SpreadRun, first_failure
+
+if TYPE_CHECKING:  # the result types are imported where a document is made (_kinds): `popkit test` needs two
+    from popkit.history import RunRecord
+    from popkit.runnable import Verdict
+    from popkit.tasks import Skipped, Task
+    from popkit.workflows import SpreadRun
 
 
 def schema_document(kind: str, payload: Mapping[str, Any]) -> dict[str, Any]:
@@ -125,25 +119,39 @@ class SpreadOutcome:
 
     @property
     def exit_code(self) -> int:
+        from popkit.workflows import first_failure
+
         return first_failure([r.exit_code for r in self.runs])
 
     def to_json(self) -> dict[str, Any]:
         return {"runs": [r.to_json() for r in self.runs]}
 
 
-KINDS: tuple[tuple[type, str], ...] = (
-    (RunOutcome, "run"), (ABOutcome, "ab"), (SpreadOutcome, "runs"), (NcuReport, "ncu"),
-    (TaskList, "tasks"), (TaskChecks, "tasks"), (TaskDetail, "task"), (TaskCheck, "taskcheck"),
-    (Written, "new"), (Catalog, "templates"), (CompileReport, "compile"), (DoctorReport, "doctor"),
-    (LintReport, "check"), (SubmitResult, "submit"), (TuneReport, "tune"),
-    (HistoryList, "history"), (RunDetail, "history-run"), (RunComparison, "compare"),
-    (PopkitError, "error"),
-)
+@functools.cache
+def _kinds() -> tuple[tuple[type, str], ...]:
+    from popkit.compile import CompileReport
+    from popkit.doctor import DoctorReport
+    from popkit.lint import LintReport
+    from popkit.ncu import NcuReport
+    from popkit.render import Catalog, Written
+    from popkit.runcompare import RunComparison
+    from popkit.submit import SubmitResult
+    from popkit.taskcheck import TaskCheck
+    from popkit.tuneresult import TuneReport
+    from popkit.workflows import ABOutcome, RunOutcome
 
+    return (
+        (RunOutcome, "run"), (ABOutcome, "ab"), (SpreadOutcome, "runs"), (NcuReport, "ncu"),
+        (TaskList, "tasks"), (TaskChecks, "tasks"), (TaskDetail, "task"), (TaskCheck, "taskcheck"),
+        (Written, "new"), (Catalog, "templates"), (CompileReport, "compile"), (DoctorReport, "doctor"),
+        (LintReport, "check"), (SubmitResult, "submit"), (TuneReport, "tune"),
+        (HistoryList, "history"), (RunDetail, "history-run"), (RunComparison, "compare"),
+        (PopkitError, "error"),
+    )
 
 def kind_of(result: object) -> str:
     """The schema kind of a result (`run`, `ab`, `tasks`, ...); TypeError for an object popkit does not report."""
-    for cls, kind in KINDS:
+    for cls, kind in _kinds():
         if isinstance(result, cls):
             return kind
     raise TypeError(f"no popkit document for {type(result).__name__}")
@@ -158,6 +166,10 @@ def document(result: Any) -> dict[str, Any]:
 def exit_code(result: Any) -> int:
     """The exit code the CLI gives `result`: the run's verdict, 8 for a check with errors, 11 for a doctor that
     found problems, 0 for listings."""
+    from popkit.doctor import DoctorReport
+    from popkit.lint import LintReport
+    from popkit.taskcheck import TaskCheck
+
     if isinstance(result, LintReport):
         return int(ExitCode.OK if result.ok else ExitCode.REFUSED)
     if isinstance(result, DoctorReport):

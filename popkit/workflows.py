@@ -13,15 +13,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from popkit import ab, cluster, history, runner, sandbox, sizing, stats, system
+from popkit import ab, history, runner, sandbox, sizing, stats, system
 from popkit.contract import entry_points
 from popkit.errors import EnvironmentProblem, PopkitError, UsageError
 from popkit.executor import Executor
 from popkit.results import CaseResult, RunReport
 from popkit.source import Source, check_runnable, reference_submission, task_spec_for
 from popkit.tasks import Task, resolve_task, shadowed_tasks, task_roots
+
+if TYPE_CHECKING:
+    from popkit import cluster
 
 Progress = Callable[[str], None]
 
@@ -289,6 +292,8 @@ def on_cluster(request: Request, address: str | None, *, require_gpu: str | None
     """Every file (or, with `pairs`, every two files as one A/B) on Ray at `address` (None: a local instance);
     results are recorded here, the only history writer, as they arrive. Returns the run and the history's
     warnings."""
+    from popkit import cluster
+
     groups = ([request.sources[i:i + 2] for i in range(0, len(request.sources), 2)] if pairs
               else [(s,) for s in request.sources])
     jobs = []

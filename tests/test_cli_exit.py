@@ -64,3 +64,35 @@ def test_the_app_narrowed_to_one_command_says_and_exits_as_the_whole_app(args):
     whole = CliRunner().invoke(app, args, prog_name="popkit", env={"NO_COLOR": "1", "POPKIT_WIDTH": "100"})
     one = CliRunner().invoke(narrowed(args), args, prog_name="popkit", env={"NO_COLOR": "1", "POPKIT_WIDTH": "100"})
     assert (one.exit_code, one.output) == (whole.exit_code, whole.output)
+
+
+def test_each_command_is_registered_by_the_module_the_table_names():
+    """main() imports only the module COMMAND_MODULES names for the command on the line: a command missing from
+    the table, or listed under another module, would be 'No such command' for users."""
+    import subprocess
+    import sys
+
+    from popkit.cli import COMMAND_MODULES, MODULES
+
+    code = ("import importlib, sys; from typer.main import get_command_name; "
+            "importlib.import_module('popkit.cli.' + sys.argv[1]); from popkit.cli.app import app; "
+            "print(' '.join([c.name or get_command_name(c.callback.__name__) for c in app.registered_commands]"
+            " + [g.name for g in app.registered_groups]))")
+    every = set()
+    for module in MODULES:  # a module may import another's (tune takes bench's options), never fewer
+        done = subprocess.run([sys.executable, "-c", code, module], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert {n for n, m in COMMAND_MODULES.items() if m == module} <= set(done.stdout.split()), module
+        every |= set(done.stdout.split())
+    assert every == set(COMMAND_MODULES)
+
+
+def test_a_command_imports_its_own_module_alone():
+    import subprocess
+    import sys
+
+    code = ("import sys; from popkit.cli import narrowed; narrowed(['test', 'x.py']); "
+            "print(sorted(m for m in sys.modules if m.startswith('popkit.cli.') and m != 'popkit.cli.app'))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['popkit.cli.running']"

@@ -3,19 +3,28 @@
 from __future__ import annotations
 
 import copy
+import importlib
 import os
 import signal
 import sys
-from typing import NoReturn, Sequence
-
-import typer
-from typer.main import get_command_name
+from typing import TYPE_CHECKING, NoReturn, Sequence
 
 from popkit.errors import Interrupted
 
+if TYPE_CHECKING:
+    import typer
+
 # Importing a command module registers its commands on `app`; help lists them in this order.
-from popkit.cli import running, tuning, authoring, remote, serve  # noqa: F401,I001
-from popkit.cli.app import app
+MODULES = ("running", "tuning", "authoring", "remote", "serve")
+# The module of each command: `popkit NAME ...` imports NAME's module alone (the others' imports cost every
+# command tens of milliseconds: the MCP server, tune, the cluster). tests/test_cli_exit.py checks the table.
+COMMAND_MODULES = {
+    "test": "running", "bench": "running", "tasks": "running",
+    "tune": "tuning",
+    "new": "authoring", "templates": "authoring", "compile": "authoring", "doctor": "authoring",
+    "check": "remote", "submit": "remote", "history": "remote", "show": "remote", "compare": "remote",
+    "mcp": "serve",
+}
 
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -38,12 +47,37 @@ def main() -> None:
     leave(0)
 
 
+def registered(name: str | None = None) -> typer.Typer:
+    """The app with command `name`'s module imported (every module for None or a name it does not know)."""
+    whole = name not in COMMAND_MODULES
+    for module in MODULES if whole else [COMMAND_MODULES[name]]:
+        importlib.import_module(f"popkit.cli.{module}")
+    from popkit.cli.app import app
+
+    # Importing popkit.cli.app made `app` this package's attribute: the module. `from popkit.cli import app` is
+    # the Typer app with every command; until all are registered it goes through __getattr__ below.
+    if whole:
+        globals()["app"] = app
+    else:
+        globals().pop("app", None)
+    return app
+
+
+def __getattr__(attribute: str):
+    if attribute == "app":  # `from popkit.cli import app`: the whole app, every command registered
+        return registered()
+    raise AttributeError(f"module {__name__!r} has no attribute {attribute!r}")
+
+
 def narrowed(args: Sequence[str]) -> typer.Typer:
     """`app` holding only the command that `args` name (a group with its sub-commands), where they name one.
-    Typer builds every command it holds before it parses (tens of milliseconds for all of popkit's); what one
-    command parses, prints and does is the same in either. Anything else (--help, --version, an unknown name)
-    gets the whole app."""
+    Only that command's module is imported, and Typer builds every command it holds before it parses (tens of
+    milliseconds for all of popkit's); what one command parses, prints and does is the same in either. Anything
+    else (--help, --version, an unknown name) gets the whole app."""
+    from typer.main import get_command_name
+
     name = next((arg for arg in args if not arg.startswith("-")), None)
+    app = registered(name)
     commands = [c for c in app.registered_commands
                 if (c.name or (get_command_name(c.callback.__name__) if c.callback else None)) == name]
     groups = [g for g in app.registered_groups if g.name == name]

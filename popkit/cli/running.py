@@ -12,7 +12,9 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from popkit import hiponcuda, ncu, ray_session, runnable, system, taskcheck, watch as watching, workflows
+# What only some options use (--watch, --hip-on-cuda, --cluster, ncu, tasks check) is imported where they
+# run: `popkit test FILE` pays for none of it.
+from popkit import runnable, system, workflows
 from popkit.cli.app import app
 from popkit.contract import entry_points
 from popkit.errors import ExitCode, UsageError
@@ -20,12 +22,9 @@ from popkit.protocol import MAX_SECRET_RUNS, MAX_SECRET_SEED, random_secret_seed
 from popkit.runner import RunOptions
 from popkit.source import Source, validate_submission
 from popkit.tasks import list_tasks, resolve_task, task_roots
-from popkit.views import cluster as cluster_view
 from popkit.views import common
-from popkit.views import comparison as comparison_view
 from popkit.views.common import escape
 from popkit.views import running as view
-from popkit.views import watching as watch_view
 
 TaskOpt = Annotated[Optional[str], typer.Option("--task", "-t", help="Bundled task name, task directory, or leaderboard name. Default: the file's `#!POPCORN leaderboard` directive.")]
 RootsOpt = Annotated[Optional[List[Path]], typer.Option("--tasks-root", help="Folder or problem-set yaml to look up leaderboard names in (repeatable; also POPKIT_TASKS_PATH).")]
@@ -75,6 +74,9 @@ def _say(notes) -> None:
 
 def _watch(request: workflows.Request, json: bool) -> None:
     """--watch: verdicts until Ctrl-C (exit 130); an error before the first verdict exits with its code."""
+    from popkit import watch as watching
+    from popkit.views import watching as watch_view
+
     with common.progress_printer(json) as progress:
         def verdict(v: watching.Verdict) -> None:
             progress.close()
@@ -143,6 +145,8 @@ def test(
                          "popkit test a.py b.py --gpus 0,1, or --cluster ray")
     notes: tuple[str, ...] = ()
     if hip_on_cuda:
+        from popkit import hiponcuda
+
         text = sources[0].text
         hiponcuda.require_hip(text, str(sources[0].path))
         options = replace(options, env={**options.env, **hiponcuda.child_env()}, label=hiponcuda.LABEL)
@@ -254,6 +258,9 @@ def _on_cluster(request: workflows.Request, spec: Optional[str], require_gpu: Op
     if pairs and (files % 2 or request.mode != "benchmark" or request.options.world_size or request.rounds % 2):
         raise UsageError(f"--pairs runs A/Bs in benchmark mode on files taken two by two ({files} given), in "
                          "an even number of --rounds", "popkit bench a1.py b1.py a2.py b2.py --pairs --cluster ray")
+    from popkit import ray_session
+    from popkit.views import cluster as cluster_view
+
     address = ray_session.address_of(spec)
     with common.progress_printer(json) as progress:
         run, warnings = workflows.on_cluster(request, address, require_gpu=require_gpu, pairs=pairs, progress=progress,
@@ -274,6 +281,8 @@ def _ncu(submission: Path, task_spec: Optional[str], roots: Optional[List[Path]]
         raise UsageError(f"--profiler ncu calls custom_kernel; {found.task.name} asks for "
                          f"{', '.join(entry_points(found.task))}", "profile with --profiler torch")
     validate_submission(submission, source.content, entry_points(found.task))
+    from popkit import ncu
+
     report = ncu.profile(found.task, submission, source.content, python or sys.executable)
     view.show_ncu(report, json=json)
 
@@ -289,6 +298,8 @@ def _spread(request: workflows.Request, json: bool) -> None:
 def _ab(request: workflows.Request, json: bool) -> None:
     with common.progress_printer(json) as progress:
         outcome = workflows.compare(request, progress=progress)
+    from popkit.views import comparison as comparison_view
+
     comparison_view.show_ab(outcome.report, json=json)
     for warning in outcome.warnings:
         common.err_console().print(f"warning: {escape(warning)}")
@@ -358,6 +369,8 @@ def tasks_check(
     Example: popkit tasks check ~/reference-kernels/problems/pmpp_v2/vectoradd_py
     """
     common.set_json(json)
+    from popkit import taskcheck
+
     with common.progress_printer(json) as progress:
         result = taskcheck.check_task_dir(directory, root=root, python=python, run=run, progress=progress)
     view.show_taskcheck(result, json=json)

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 from popkit import stats
 from popkit.documents import SpreadOutcome, TaskChecks, TaskDetail, TaskList
 from popkit.diagnostics import submission_frame
-from popkit.ncu import NcuReport
 from popkit.results import CaseResult, ModeRun, RunReport
 from popkit.taskhints import other_task_hint
 from popkit.tasks import Skipped, Task, display_path
@@ -17,6 +16,7 @@ from popkit.views.common import (console, emit_json, err_console, escape, fold, 
                                   table as common_table)
 
 if TYPE_CHECKING:
+    from popkit.ncu import NcuReport
     from rich.table import Table
 
 TAIL_LINES = 25  # lines of a log shown on screen; the JSON keeps the whole log
