@@ -278,8 +278,8 @@ class Tuner:
             if report.mode == "test" and state.resumed_check is None and report.outcome in ("passed", "failed"):
                 state.resumed_check = (report.outcome, first_line(report))
             elif report.mode == "benchmark" and report.outcome == "passed" and report.label.startswith("tune"):
-                times = race_stats(report, len(self.task.benchmarks))
-                if times is not None:
+                times = race_stats(report, len(self.task.cases_for("benchmark")))
+                if not isinstance(times, str):
                     state.resumed_rounds.insert(0, times)
 
     # ---------------------------------------------------------------------------------- building

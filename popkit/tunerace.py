@@ -97,13 +97,21 @@ def exception_line(stderr: str) -> str:
     return ""
 
 
-def race_stats(report: RunReport, shapes: int) -> tuple[float, ...] | None:
-    """Each benchmark shape's time in a passed benchmark run (ns: the median of its calls, else the mean)."""
+def race_stats(report: RunReport, shapes: int) -> tuple[float, ...] | str:
+    """Each benchmark shape's time in a passed benchmark run (ns: the median of its calls, else the mean), or
+    why the report has none to race with."""
     run = next((r for r in report.runs if r.mode == "benchmark" and not r.secret and r.passed), None)
     if run is None:
-        return None
+        modes = ", ".join(f"{r.mode}{' (secret)' if r.secret else ''}: {'passed' if r.passed else 'failed'}"
+                          for r in report.runs) or "none"
+        return f"no passed benchmark run in its report (runs: {modes})"
+    if len(run.benchmarks) != shapes:
+        return f"its eval reported {len(run.benchmarks)} of the {shapes} benchmark shape(s) it was given"
     times = tuple(float(c.median_ns or c.mean_ns or 0.0) for c in run.benchmarks)
-    return times if len(times) == shapes and all(t > 0 for t in times) else None
+    untimed = [c.spec or f"benchmark {c.index}" for c, t in zip(run.benchmarks, times) if not t > 0]
+    if untimed:
+        return f"no time for {untimed[0]} (neither a median nor a mean above 0)"
+    return times
 
 
 def _spec(case: dict) -> str:
@@ -145,7 +153,7 @@ class Race:
         """Round `r`: one benchmark-mode eval of each state that has fewer rounds (a resumed time counts); one
         at a time on this GPU, or one per GPU at a time over `gpus`."""
         t = self.t
-        shapes = len(t.task.benchmarks)
+        shapes = len(t.task.cases_for("benchmark"))  # `ranking_by: last`: the last shape alone
         order = [s for s in (states if r % 2 else list(reversed(states))) if len(s.rounds) < r]
         done = [0]
 
@@ -157,11 +165,10 @@ class Race:
             else:
                 report = t.run(state, "benchmark", t.options_for(state), progress=None if t.gpus else t.quiet)
                 t.eval_s.append(report.duration_s)
-                times = race_stats(report, shapes) if report.outcome == "passed" else None
+                times = race_stats(report, shapes) if report.outcome == "passed" else first_line(report)
             done[0] += 1
-            if times is None:
-                state.race_failure = (first_line(report) if report is not None else "") or \
-                    "benchmark mode passed without timing every shape"
+            if isinstance(times, str):
+                state.race_failure = times or "benchmark mode failed"
                 t.say(f"race round {r}: {done[0]}/{len(order)} {state.label}: {state.race_failure}")
                 return
             state.rounds.append(times)

@@ -157,6 +157,26 @@ def test_drops_the_wrong_value_by_name_races_out_the_slow_one_and_writes_the_win
     assert SUBMISSION.read_text().count("\nCHUNK = 256\n") == 1  # the input is untouched
 
 
+def test_a_task_ranked_by_its_last_shape_races_on_the_shape_its_evals_are_given(task, tmp_path):
+    """Under `ranking_by: last` a benchmark eval is given the last shape alone (Task.cases_for, as the runner
+    does); the race once counted the task's every shape and dropped each variant (pmpp_v2 vectoradd on an H100)."""
+    from dataclasses import replace
+
+    report = run(replace(task, ranking_by="last"), tmp_path, Fake())
+    v = by_label(report)
+    assert not [x.race_failure for x in report.variants if x.race_failure]
+    assert v["CHUNK=1"].left_after == 1 and report.winner_label == "CHUNK=4096" and report.confirmed
+
+
+def test_race_stats_says_why_a_passed_report_cannot_be_raced(task):
+    fake = Fake()
+    report = fake.run(task, SUBMISSION, "benchmark", runner.RunOptions())
+    assert tunerace.race_stats(report, 2) == tuple(c.median_ns for c in report.runs[0].benchmarks)
+    assert tunerace.race_stats(report, 3) == "its eval reported 2 of the 3 benchmark shape(s) it was given"
+    assert tunerace.race_stats(fake.run(task, SUBMISSION, "test", runner.RunOptions()), 2) == \
+        "no passed benchmark run in its report (runs: test: passed)"
+
+
 def test_the_report_ranks_names_the_dropped_and_says_what_was_written(task, tmp_path, capsys, monkeypatch):
     from popkit.views import tuning as view
 
