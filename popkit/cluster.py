@@ -294,7 +294,7 @@ def run_jobs(jobs: Sequence[Job], mode: str, options: runner.RunOptions, address
     for job in jobs:
         if id(job.task) not in files:
             files[id(job.task)] = bundles.task_files(job.task)
-    with connect(address, say) as session:
+    with connect(address, say, slots=len(jobs)) as session:
         ray = session.ray
         total = ray.cluster_resources()
         capacity = {"CPU": float(total.get("CPU", 0)), "GPU": float(total.get("GPU", 0))}

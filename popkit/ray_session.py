@@ -99,10 +99,12 @@ def _shutdown(ray: Any) -> None:
 
 
 @contextlib.contextmanager
-def connect(address: str | None, progress: Progress) -> Iterator[Session]:
+def connect(address: str | None, progress: Progress, slots: int | None = None) -> Iterator[Session]:
     """Ray for the block: a local instance (address None) or the cluster at `address`; disconnected after.
 
-    A process already connected (a library caller ran ray.init) keeps its connection, before and after.
+    A local instance offers at most `slots` CPU slots (the runs that could ever go at once): Ray starts a worker
+    process per slot as it starts, 32 on a 32-core GPU host for 8 runs, each importing Ray beside the first
+    evals. A process already connected (a library caller ran ray.init) keeps its connection, before and after.
     """
     ray = import_ray()
     if ray.is_initialized():
@@ -117,6 +119,8 @@ def connect(address: str | None, progress: Progress) -> Iterator[Session]:
     options: dict[str, Any] = dict(include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
     if address is None:
         options.update(object_store_memory=OBJECT_STORE_BYTES, _system_config=LOCAL_CONFIG)
+        if slots is not None:
+            options["num_cpus"] = max(1, min(os.cpu_count() or 1, slots))
     else:
         options.update(runtime_env={"env_vars": WORKER_ENV})
     saved = _stop_handlers()

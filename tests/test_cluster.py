@@ -392,3 +392,21 @@ def test_a_lost_worker_a_worker_without_popkit_and_a_bug_on_the_worker_each_have
     bug = cluster.collect(FakeRay(RayTaskError(KeyError("x"))), None, 0, job)
     assert (bug.outcome, bug.exit_code, bug.failure) == ("error", 70, "worker error: KeyError: 'x' (a popkit bug: "
                                                                       "please report it)")
+
+
+def test_a_local_instance_offers_no_more_cpu_slots_than_there_are_runs(monkeypatch):
+    """Ray starts a worker process per CPU slot of a local instance; a cluster joined keeps its own."""
+    inits = []
+
+    class FakeRay:
+        is_initialized = staticmethod(lambda: False)
+        init = staticmethod(lambda **kw: inits.append(kw))
+        shutdown = staticmethod(lambda **kw: None)
+
+    monkeypatch.setattr(ray_session, "import_ray", lambda: FakeRay)
+    monkeypatch.setattr(ray_session, "check_reachable", lambda address: None)
+    monkeypatch.setattr(ray_session.os, "cpu_count", lambda: 32)
+    for address, slots in ((None, 8), (None, 64), (None, None), ("10.0.0.5:6379", 8)):
+        with ray_session.connect(address, lambda _msg: None, slots=slots):
+            pass
+    assert [kw.get("num_cpus") for kw in inits] == [8, 32, None, None]
