@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -145,26 +146,26 @@ def test_usage_errors_are_json_for_every_command(cli, path):
         "hint": f"`{' '.join(['popkit', *path])} --help` lists the arguments and options", "exit_code": 2}
 
 
+# The words after an option's name are Typer's: typer 0.29 (pydantic) says "Input should be ...", earlier ones
+# (click) "... is not in the range ...". Each pattern takes either; the option's name and the bound are popkit's.
 @pytest.mark.parametrize("args,message", [
-    (["bench", "--json"], "Missing argument 'submissions'."),
-    (["history", "-n", "x", "--json"], "Invalid value for '-n' / '--limit': Input should be a valid integer"),
-    (["tasks", "show", "--json"], "Missing argument 'name'."),
-    (["nosuch", "--json"], "No such command 'nosuch'."),
-    (["submit", "x.py", "--timeout", "inf", "--json"],
-     "Invalid value for '--timeout': Input should be less than or equal to 86400"),
-    (["compile", "x.py", "--timeout", "inf", "--json"],
-     "Invalid value for '--timeout': Input should be less than or equal to 86400"),
+    (["bench", "--json"], r"Missing argument 'submissions'\."),
+    (["history", "-n", "x", "--json"], r"Invalid value for '-n' / '--limit': .*(valid integer|valid int)"),
+    (["tasks", "show", "--json"], r"Missing argument 'name'\."),
+    (["nosuch", "--json"], r"No such command 'nosuch'\."),
+    (["submit", "x.py", "--timeout", "inf", "--json"], r"Invalid value for '--timeout': .*(<= ?|to )86400"),
+    (["compile", "x.py", "--timeout", "inf", "--json"], r"Invalid value for '--timeout': .*(<= ?|to )86400"),
     (["test", "x.py", "--secret-seed", str(2**64), "--json"],
-     "Invalid value for '--secret-seed': Input should be less than or equal to 2147483647"),
+     r"Invalid value for '--secret-seed': .*(<= ?|to )2147483647"),
     (["bench", "x.py", "--secret-seed", "-1", "--json"],
-     "Invalid value for '--secret-seed': Input should be greater than or equal to 0"),
-    (["--json", "test", "x.py"], "No such option: --json"),  # --json before the command: still JSON
+     r"Invalid value for '--secret-seed': (.*greater than or equal to 0|-1 is not in the range 0<=x)"),
+    (["--json", "test", "x.py"], r"No such option: --json"),  # --json before the command: still JSON
 ])
 def test_missing_arguments_and_bad_numbers_are_json_errors(cli, args, message):
     result = cli(*args)
     assert result.exit_code == 2, result.output
     doc = json.loads(result.stdout)
-    assert doc["schema"] == "popkit/error/1" and doc["exit_code"] == 2 and doc["message"].startswith(message)
+    assert doc["schema"] == "popkit/error/1" and doc["exit_code"] == 2 and re.match(message, doc["message"]), doc
 
 
 def test_a_task_with_its_own_entry_points_runs_from_the_cli(cli):
