@@ -149,6 +149,7 @@ def _kinds() -> tuple[tuple[type, str], ...]:
         (PopkitError, "error"),
     )
 
+
 def kind_of(result: object) -> str:
     """The schema kind of a result (`run`, `ab`, `tasks`, ...); TypeError for an object popkit does not report."""
     for cls, kind in _kinds():

@@ -158,7 +158,6 @@ class Race:
         done = [0]
 
         def one(state: State) -> None:
-            report = None
             if len(state.resumed_rounds) >= r:
                 times = state.resumed_rounds[r - 1]
                 state.resumed.append(f"round {r}")
