@@ -114,7 +114,11 @@ def mount_layout(spec: dict) -> None:
     """The file system the eval sees: read-only but for its working folder and the build caches."""
     keep = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in [spec["files"], spec["cwd"], *spec["writable"]]
             if os.path.isdir(p)}
-    wanted = sorted(p for p in spec.get("visible", ()) if under_fresh(p) and os.path.exists(p))
+    held = [spec["files"], spec["cwd"], *spec["writable"]]
+    # A visible path holding one of those (a fresh folder itself: `python -m popkit` run from /tmp puts /tmp on
+    # popkit's import path) would cover it read-only; the processes do not need it, so it stays fresh.
+    wanted = sorted(p for p in spec.get("visible", ()) if under_fresh(p) and os.path.exists(p)
+                    and not any(h == p or h.startswith(p.rstrip("/") + "/") for h in held))
     outermost = [p for p in wanted if not any(p != q and p.startswith(q.rstrip("/") + "/") for q in wanted)]
     visible = {p: os.open(p, os.O_PATH) for p in outermost}
     read_only_everywhere()

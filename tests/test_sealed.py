@@ -226,6 +226,21 @@ def test_an_interpreter_under_tmp_stays_visible_in_the_sandbox(tmp_path):
     assert str(tmp_path / "venv") in sandbox.needed_paths(str(wrapper), {})
 
 
+@needs_sandbox
+def test_a_fresh_folder_on_popkits_import_path_does_not_cover_the_run_read_only(monkeypatch):
+    """`python -m popkit` run from /tmp puts /tmp on popkit's import path, which the sandbox keeps visible; made
+    visible whole, it covered the run's folders under /tmp read-only and every sandboxed run failed to start."""
+    import sys
+    import tempfile
+
+    monkeypatch.setattr(sys, "path", [tempfile.gettempdir(), *sys.path])
+    assert tempfile.gettempdir() in sandbox.needed_paths(sys.executable, {})
+    report = runner.run_submission(load_task(TASKS / "double"), Path(__file__).parent / "fixtures" / "submissions" /
+                                   "good.py", "test", runner.RunOptions(precompile=False), system=NO_PROBE,
+                                   executor=sandbox.SandboxExecutor())
+    assert report.outcome == "passed", [r.summary + r.stderr[-500:] for r in report.runs]
+
+
 def _with_token(token: str) -> list[int]:
     """Processes on this machine whose environment holds `token` (popkit's, its watchdogs', the sandbox's)."""
     found = []
