@@ -210,9 +210,22 @@ def measure(case: dict, repeats: int, probe_beside: bool = False) -> dict:
             row["probe_beside_s"].append(secs)
             row["probe_after_s"].append(after)
     row["ratio"] = statistics.median(row["popkit_s"]) / statistics.median(row["bare_s"])
+    row.update(paired(row))
     row["verdicts_agree"] = set(row["bare_outcomes"]) == set(row["popkit_outcomes"])
     row["as_expected"] = set(row["popkit_outcomes"]) == {case["expect"]}
     return row
+
+
+def paired(row: dict) -> dict:
+    """Statistics of the pairs (each bare run with the popkit run next to it): the median of their ratios, the
+    ratio of the sums, and the ratio that popkit's own time alone implies (median bare plus median own, over
+    median bare), which the eval's scatter between processes does not blur; with the share of pairs above 1.1."""
+    ratios = [p / b for p, b in zip(row["popkit_s"], row["bare_s"])]
+    bare = statistics.median(row["bare_s"])
+    return {"pair_ratios": ratios, "pair_ratio_median": statistics.median(ratios),
+            "sum_ratio": sum(row["popkit_s"]) / sum(row["bare_s"]),
+            "own_ratio": (bare + statistics.median(row["own_s"])) / bare,
+            "eval_ratio": sum(p - o for p, o in zip(row["popkit_s"], row["own_s"])) / sum(row["bare_s"])}
 
 
 def card_name() -> str:
@@ -279,11 +292,12 @@ def builds_toolkit() -> tuple[str | None, str]:
 def markdown(results: dict) -> str:
     lines = [f"Time to verdict on {results.get('card', '?')}, warm build cache, median of "
              f"{results.get('repeats', '?')} (`scripts/gpu_inner_loop.py`):", "",
-             "| task | verdict (popkit / bare) | compile pre-step | bare test mode | popkit test | ratio |",
-             "|---|---|---|---|---|---|"]
+             "| task | verdict (popkit / bare) | compile pre-step | bare test mode | popkit test | ratio | "
+             "median of pair ratios | sum ratio | (bare + own) / bare | its evals / bare |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for row in results.get("rows", []):
         if row.get("skipped"):
-            lines.append(f"| {row['label']} | {row['skipped']} | | | | |")
+            lines.append(f"| {row['label']} | {row['skipped']} | | | | | | | | |")
             continue
         verdict = f"{row['popkit_outcomes'][0]} / {row['bare_outcomes'][0]}"
         if not row["verdicts_agree"]:
@@ -293,7 +307,9 @@ def markdown(results: dict) -> str:
         prestep = "skipped: " + row["prestep"][-1] if row["prestep"][-1] not in ("", "ran") else (
             "ran" if row["prestep"][-1] == "ran" else "off")
         lines.append(f"| {row['label']} | {verdict} | {prestep} | {statistics.median(row['bare_s']):.2f} s | "
-                     f"{statistics.median(row['popkit_s']):.2f} s | {row['ratio']:.2f} |")
+                     f"{statistics.median(row['popkit_s']):.2f} s | {row['ratio']:.2f} |"
+                     + "".join(f" {row[k]:.2f} |" if k in row else " |" for k in
+                               ("pair_ratio_median", "sum_ratio", "own_ratio", "eval_ratio")))
     lines += overhead_lines(results.get("rows", []))
     probe = results.get("probes")
     if probe:

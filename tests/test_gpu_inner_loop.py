@@ -36,7 +36,21 @@ def test_table_rows_ratio_and_disagreement():
     text = inner.markdown({"card": "NVIDIA H100 80GB HBM3", "repeats": 2, "rows": [row]})
     assert "on NVIDIA H100 80GB HBM3" in text
     assert ("| matmul_v2 (wrong kernel) | failed / passed **(differ)** | skipped: nothing to build | 5.00 s | "
-            "5.25 s | 1.05 |") in text
+            "5.25 s | 1.05 | | | | |") in text
+
+
+def test_pair_statistics_set_each_popkit_run_against_the_bare_run_beside_it():
+    row = {"bare_s": [4.0, 5.0, 6.0], "popkit_s": [4.4, 6.0, 6.3], "own_s": [0.3, 0.4, 0.3]}
+    stats = inner.paired(row)
+    assert stats["pair_ratios"] == pytest.approx([1.1, 1.2, 1.05])
+    assert stats["pair_ratio_median"] == pytest.approx(1.1)
+    assert stats["sum_ratio"] == pytest.approx(16.7 / 15.0)
+    assert stats["own_ratio"] == pytest.approx(5.3 / 5.0)
+    assert stats["eval_ratio"] == pytest.approx(15.7 / 15.0)
+    text = inner.markdown({"card": "c", "repeats": 3, "rows": [{
+        **row, **stats, "label": "t", "popkit_outcomes": ["passed"], "bare_outcomes": ["passed"],
+        "verdicts_agree": True, "as_expected": True, "prestep": [""], "ratio": 6.0 / 5.0}]})
+    assert "| t | passed / passed | off | 5.00 s | 6.00 s | 1.20 | 1.10 | 1.11 | 1.06 | 1.05 |" in text
 
 
 def test_cli_help_does_not_import_torch():
