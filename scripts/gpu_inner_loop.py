@@ -310,6 +310,7 @@ def markdown(results: dict) -> str:
                      f"{statistics.median(row['popkit_s']):.2f} s | {row['ratio']:.2f} |"
                      + "".join(f" {row[k]:.2f} |" if k in row else " |" for k in
                                ("pair_ratio_median", "sum_ratio", "own_ratio", "eval_ratio")))
+    lines += pooled_line(results.get("rows", []))
     lines += overhead_lines(results.get("rows", []))
     probe = results.get("probes")
     if probe:
@@ -325,6 +326,36 @@ def markdown(results: dict) -> str:
                       f"{startup['popkit_cli_import_us'] / 1000:.0f} ms; torch imported: "
                       f"{'yes' if startup['imports_torch'] else 'no'}."]
     return "\n".join(lines) + "\n"
+
+
+def pooled(rows: list[dict], draws: int = 10000, seed: int = 1) -> dict | None:
+    """Every pair of the timed rows together: the sum ratio with a 95% bootstrap interval over pairs, the median
+    of the pair ratios, popkit's median own time and its share of the bare time, and its evals over the bare
+    ones. None without a timed pair."""
+    pairs = [(p, b, o) for r in rows if not r.get("skipped")
+             for p, b, o in zip(r.get("popkit_s", ()), r.get("bare_s", ()), r.get("own_s", ()))]
+    if not pairs:
+        return None
+    import random
+
+    pick = random.Random(seed)
+    ratio = lambda chosen: sum(p for p, _, _ in chosen) / sum(b for _, b, _ in chosen)  # noqa: E731
+    boots = sorted(ratio([pick.choice(pairs) for _ in pairs]) for _ in range(draws))
+    bare = sum(b for _, b, _ in pairs)
+    return {"pairs": len(pairs), "sum_ratio": ratio(pairs), "low": boots[int(0.025 * draws)],
+            "high": boots[int(0.975 * draws) - 1], "pair_ratio_median": statistics.median(p / b for p, b, _ in pairs),
+            "own_median_s": statistics.median(o for _, _, o in pairs), "own_share": sum(o for _, _, o in pairs) / bare,
+            "eval_ratio": sum(p - o for p, _, o in pairs) / bare}
+
+
+def pooled_line(rows: list[dict]) -> list[str]:
+    found = pooled(rows)
+    if found is None:
+        return []
+    return ["", f"All {found['pairs']} pairs: popkit test took {found['sum_ratio']:.3f}x the bare eval (sum ratio, "
+                f"95% bootstrap interval over pairs [{found['low']:.3f}, {found['high']:.3f}]; median of pair ratios "
+                f"{found['pair_ratio_median']:.3f}); popkit's own time {found['own_median_s']:.2f} s (median), "
+                f"{100 * found['own_share']:.1f}% of the bare time; its evals {found['eval_ratio']:.3f}x the bare ones."]
 
 
 def overhead_lines(rows: list[dict]) -> list[str]:
@@ -348,7 +379,7 @@ def overhead_lines(rows: list[dict]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True, help="folder for inner.json and inner.md")
+    parser.add_argument("--out", type=Path, help="folder for inner.json and inner.md (required unless --pool)")
     parser.add_argument("--problems", type=Path, default=ROOT / ".refk" / "problems",
                         help="checkout of the public problem sets (default .refk/problems)")
     parser.add_argument("--repeats", type=int, default=1,
@@ -356,11 +387,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="comma-separated substrings of case labels to run")
     parser.add_argument("--budget-s", type=float, default=300.0, help="start no new case after this many seconds")
     parser.add_argument("--dry-run", action="store_true", help="write the submissions and the plan; run nothing")
+    parser.add_argument("--pool", type=Path, nargs="+", metavar="INNER_JSON",
+                        help="print the pooled statistics of these inner.json files' pairs (with --out unused); run nothing")
     parser.add_argument("--probe-beside", action="store_true",
                         help="also time each bare run with popkit's system probe beside it (one more eval per pair)")
     args = parser.parse_args(argv)
+    if args.pool:
+        rows = [row for path in args.pool for row in json.loads(path.read_text()).get("rows", [])]
+        print("\n".join(pooled_line(rows)).strip() or "no timed pairs")
+        return 0
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
+    if args.out is None:
+        parser.error("--out is required")
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
     cases = plan(args.problems, out / "submissions")

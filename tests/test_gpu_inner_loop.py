@@ -75,3 +75,21 @@ def test_measure_times_a_bundled_case_on_the_cpu():
     row = inner.measure(case, 1, probe_beside=True)
     assert row["bare_outcomes"] == row["popkit_outcomes"] == ["passed"] and row["as_expected"]
     assert 0 < row["own_s"][0] < row["popkit_s"][0] and row["probe_beside_s"][0] > 0 and row["probe_after_s"][0] >= 0
+
+
+def test_pooled_statistics_take_every_pair_of_every_row_and_the_pool_option_prints_them(tmp_path, capsys):
+    rows = [{"label": "a", "bare_s": [4.0, 6.0], "popkit_s": [4.4, 6.6], "own_s": [0.4, 0.6]},
+            {"label": "b", "skipped": "task not found"},
+            {"label": "c", "bare_s": [10.0], "popkit_s": [10.0], "own_s": [0.5]}]
+    found = inner.pooled(rows, draws=200)
+    assert found["pairs"] == 3
+    assert found["sum_ratio"] == pytest.approx(21.0 / 20.0)
+    assert found["pair_ratio_median"] == pytest.approx(1.1)
+    assert found["own_median_s"] == pytest.approx(0.5) and found["own_share"] == pytest.approx(1.5 / 20.0)
+    assert found["eval_ratio"] == pytest.approx(19.5 / 20.0)
+    assert 1.0 <= found["low"] <= found["sum_ratio"] <= found["high"] <= 1.1
+    assert inner.pooled([rows[1]]) is None and inner.pooled_line([]) == []
+    (tmp_path / "one.json").write_text(json.dumps({"rows": rows[:2]}))
+    (tmp_path / "two.json").write_text(json.dumps({"rows": rows[2:]}))
+    assert inner.main(["--pool", str(tmp_path / "one.json"), str(tmp_path / "two.json")]) == 0
+    assert capsys.readouterr().out.startswith("All 3 pairs: popkit test took 1.050x the bare eval (sum ratio")
