@@ -13,9 +13,8 @@ killed it). When it exits, the kernel kills every process left in the namespace.
 The spec (`spec_args` writes it): `files` (the task's files as popkit wrote them) stays read-only; `cwd` and
 each `writable` folder are writable; each `visible` path under a replaced folder (the interpreter, its
 packages, when they live under /tmp) stays visible, read-only, but one that holds those folders; all keep their
-paths. Every sandboxed process
-waits for this script's start-up, so it imports little: no json (the spec is plain arguments) and `_socket`,
-the C module under socket.py, whose enums and selectors would double that start-up.
+paths. Every sandboxed process waits for this script's start-up, so it imports little: no json (the spec is plain
+arguments) and `_socket`, the C module under socket.py, whose enums and selectors would double that start-up.
 """
 
 from __future__ import annotations
