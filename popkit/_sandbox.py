@@ -91,8 +91,13 @@ def bind_writable(fds: dict[str, int]) -> None:
 FRESH = ("/tmp", "/dev/shm", "/run")  # replaced by empty tmpfs in the sandbox
 
 
+def within(path: str, top: str) -> bool:
+    """Whether `path` is `top` or lies below it."""
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
 def under_fresh(path: str) -> bool:
-    return any(path == top or path.startswith(top + "/") for top in FRESH)
+    return any(within(path, top) for top in FRESH)
 
 
 def keep_visible(fds: dict[str, int]) -> None:
@@ -112,14 +117,13 @@ def keep_visible(fds: dict[str, int]) -> None:
 
 def mount_layout(spec: dict) -> None:
     """The file system the eval sees: read-only but for its working folder and the build caches."""
-    keep = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in [spec["files"], spec["cwd"], *spec["writable"]]
-            if os.path.isdir(p)}
     held = [spec["files"], spec["cwd"], *spec["writable"]]
+    keep = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in held if os.path.isdir(p)}
     # A visible path holding one of those (a fresh folder itself: `python -m popkit` run from /tmp puts /tmp on
     # popkit's import path) would cover it read-only; the processes do not need it, so it stays fresh.
     wanted = sorted(p for p in spec.get("visible", ()) if under_fresh(p) and os.path.exists(p)
-                    and not any(h == p or h.startswith(p.rstrip("/") + "/") for h in held))
-    outermost = [p for p in wanted if not any(p != q and p.startswith(q.rstrip("/") + "/") for q in wanted)]
+                    and not any(within(h, p) for h in held))
+    outermost = [p for p in wanted if not any(p != q and within(p, q) for q in wanted)]
     visible = {p: os.open(p, os.O_PATH) for p in outermost}
     read_only_everywhere()
     # This namespace's own /proc (unshare --mount-proc) stays writable: the user-namespace maps are written there.
