@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import re
 import statistics
 import subprocess
@@ -217,15 +218,26 @@ def measure(case: dict, repeats: int, probe_beside: bool = False) -> dict:
 
 
 def paired(row: dict) -> dict:
-    """Statistics of the pairs (each bare run with the popkit run next to it): the median of their ratios, the
-    ratio of the sums, and the ratio that popkit's own time alone implies (median bare plus median own, over
-    median bare), which the eval's scatter between processes does not blur; with the share of pairs above 1.1."""
-    ratios = [p / b for p, b in zip(row["popkit_s"], row["bare_s"])]
+    """Statistics of one case's pairs (each bare run with the popkit run next to it): their ratios, and of
+    `pair_stats` the median of the ratios, the ratio of the sums and its evals over the bare ones; with the ratio
+    that popkit's own time alone implies (median bare plus median own, over median bare), which the eval's
+    scatter between processes does not blur."""
+    pairs = list(zip(row["popkit_s"], row["bare_s"], row["own_s"]))
+    stats = pair_stats(pairs)
     bare = statistics.median(row["bare_s"])
-    return {"pair_ratios": ratios, "pair_ratio_median": statistics.median(ratios),
-            "sum_ratio": sum(row["popkit_s"]) / sum(row["bare_s"]),
-            "own_ratio": (bare + statistics.median(row["own_s"])) / bare,
-            "eval_ratio": sum(p - o for p, o in zip(row["popkit_s"], row["own_s"])) / sum(row["bare_s"])}
+    return {"pair_ratios": [p / b for p, b, _ in pairs], "pair_ratio_median": stats["pair_ratio_median"],
+            "sum_ratio": stats["sum_ratio"], "own_ratio": (bare + statistics.median(row["own_s"])) / bare,
+            "eval_ratio": stats["eval_ratio"]}
+
+
+def pair_stats(pairs: list[tuple[float, float, float]]) -> dict:
+    """Of (popkit, bare, popkit's own) times: the sum ratio, the median of the pair ratios, popkit's median own
+    time and its share of the bare time, and its evals (popkit less own) over the bare ones."""
+    bare = sum(b for _, b, _ in pairs)
+    return {"pairs": len(pairs), "sum_ratio": sum(p for p, _, _ in pairs) / bare,
+            "pair_ratio_median": statistics.median(p / b for p, b, _ in pairs),
+            "own_median_s": statistics.median(o for _, _, o in pairs), "own_share": sum(o for _, _, o in pairs) / bare,
+            "eval_ratio": sum(p - o for p, _, o in pairs) / bare}
 
 
 def card_name() -> str:
@@ -329,23 +341,15 @@ def markdown(results: dict) -> str:
 
 
 def pooled(rows: list[dict], draws: int = 10000, seed: int = 1) -> dict | None:
-    """Every pair of the timed rows together: the sum ratio with a 95% bootstrap interval over pairs, the median
-    of the pair ratios, popkit's median own time and its share of the bare time, and its evals over the bare
-    ones. None without a timed pair."""
+    """Every pair of the timed rows together: `pair_stats`, with a 95% bootstrap interval over pairs (`low`,
+    `high`) for the sum ratio. None without a timed pair."""
     pairs = [(p, b, o) for r in rows if not r.get("skipped")
              for p, b, o in zip(r.get("popkit_s", ()), r.get("bare_s", ()), r.get("own_s", ()))]
     if not pairs:
         return None
-    import random
-
     pick = random.Random(seed)
-    ratio = lambda chosen: sum(p for p, _, _ in chosen) / sum(b for _, b, _ in chosen)  # noqa: E731
-    boots = sorted(ratio([pick.choice(pairs) for _ in pairs]) for _ in range(draws))
-    bare = sum(b for _, b, _ in pairs)
-    return {"pairs": len(pairs), "sum_ratio": ratio(pairs), "low": boots[int(0.025 * draws)],
-            "high": boots[int(0.975 * draws) - 1], "pair_ratio_median": statistics.median(p / b for p, b, _ in pairs),
-            "own_median_s": statistics.median(o for _, _, o in pairs), "own_share": sum(o for _, _, o in pairs) / bare,
-            "eval_ratio": sum(p - o for p, _, o in pairs) / bare}
+    boots = sorted(pair_stats([pick.choice(pairs) for _ in pairs])["sum_ratio"] for _ in range(draws))
+    return {**pair_stats(pairs), "low": boots[int(0.025 * draws)], "high": boots[int(0.975 * draws) - 1]}
 
 
 def pooled_line(rows: list[dict]) -> list[str]:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""What a local Ray instance costs popkit's `--cluster ray`, apart from the runs: `import ray`, `ray.init` with
-the options popkit's local instance uses (popkit/ray_session.py), one task (on a GPU where Ray sees one), and
-`ray.shutdown` as popkit calls it. Each start is a fresh Python process, so `import ray` is timed cold.
+"""What a local Ray instance costs popkit's `--cluster ray`, apart from the runs: `import ray`, the start of a
+local instance as popkit makes it (`ray_session.connect`), one task (on a GPU where Ray sees one), and the
+instance's shutdown as `connect` does it. Each start is a fresh Python process, so `import ray` is timed cold.
 
     python3 scripts/ray_start_cost.py --starts 3 [--cpus 8]     # one line per start, then their ranges
 
@@ -21,19 +21,16 @@ ROOT = Path(__file__).resolve().parents[1]
 PHASES = ("import", "init", "first_task", "shutdown")
 
 ONE_START = """
-import json, logging, sys, time
+import json, sys, time
 t0 = time.perf_counter()
 import ray
 t1 = time.perf_counter()
 from popkit import ray_session
-ray.init(address="local", include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False,
-         object_store_memory=ray_session.OBJECT_STORE_BYTES, _system_config=ray_session.LOCAL_CONFIG,
-         num_cpus=int(sys.argv[1]))
-t2 = time.perf_counter()
-gpus = 1 if ray.cluster_resources().get("GPU") else 0
-ray.get(ray.remote(num_gpus=gpus)(lambda: None).remote())
-t3 = time.perf_counter()
-ray.shutdown(wait_for_processes=True)
+with ray_session.connect(None, lambda _said: None, slots=int(sys.argv[1])):
+    t2 = time.perf_counter()
+    gpus = 1 if ray.cluster_resources().get("GPU") else 0
+    ray.get(ray.remote(num_gpus=gpus)(lambda: None).remote())
+    t3 = time.perf_counter()
 t4 = time.perf_counter()
 print(json.dumps({"import": t1 - t0, "init": t2 - t1, "first_task": t3 - t2, "shutdown": t4 - t3, "gpu": gpus}))
 """
