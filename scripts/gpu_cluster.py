@@ -9,18 +9,22 @@ repository's git-ignored `.ray/` folder, and carry that folder to the GPU machin
     python3 scripts/gpu_cluster.py --ray-tar .ray/ray.tar.xz --out OUTDIR      # kind nvidia-h100-x2, ~5 min
 
 `--ray-tar` takes the archive (extracted here into a temporary folder) or a folder it was extracted into.
+Ray's modules and popkit's are compiled to bytecode first, as `pip install` does: the archive has none, and a
+Python that must compile Ray's modules in each of its processes doubles the local instance's start.
 
 1. The CUDA extensions of the 8 bundled submissions (4 tasks x cuda.py, pytorch.py) are built once, in
    parallel, so that no timed phase pays a cold build.
 2. `popkit bench FILES --gpus 0`: every run one after another on GPU 0: the local verdicts, the baseline time.
 3. `popkit bench FILES --cluster ray`: a local Ray instance over both GPUs (its start-up is in the time).
-4. `ray start --head --block` started here (stopped at the end, also on failure), then
+4. `ray start --head --block` started here (stopped after this phase, also on failure), then
    `popkit bench FILES --cluster ray:ADDRESS` joins it.
+5. `popkit bench FILES --gpus 0` again: the baseline after the cluster phases as well as before them (the runs
+   of one phase can take 15% longer than those of another); each phase's ratio is to the mean of the two.
 Every phase runs the same benchmark-mode runs with `--precompile`, so no phase skips a pre-step because an
 earlier phase recorded it. Checks: each cluster report names its worker and GPU, both GPUs ran runs, every
 verdict equals the local one. Writes OUTDIR/cluster.json (after each phase) and OUTDIR/cluster.md, and prints
 the markdown table last. Exit 0 when the checks pass (the time ratio is reported, not enforced).
-Every phase gets what is left of 470 s (a phase past it is stopped with SIGINT, which stops its Ray too).
+Every phase gets what is left of 540 s (a phase past it is stopped with SIGINT, which stops its Ray too).
 `--dry-run` writes the plan and checks the files and the Ray archive, without a GPU. `--cpu --task DIR
 --files ...` runs the whole flow on CPU slots (how this script is tested without a GPU).
 """
@@ -38,13 +42,19 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TASKS = ("vectoradd", "softmax", "grayscale", "vectorsum")
 FILES = tuple(f"submissions/{task}/{kind}.py" for task in TASKS for kind in ("cuda", "pytorch"))
-TOTAL_S = 470.0  # every phase's timeout is what is left of this (under 8 minutes, whatever hangs)
+TOTAL_S = 540.0  # every phase's timeout is what is left of this (under 8 minutes, whatever hangs)
 HEAD_READY_S = 90
+SEQUENTIAL = ("sequential", "sequential_after")
+PHASES = (("sequential", "`--gpus 0` (one GPU, one after another)"),
+          ("embedded", "`--cluster ray` (local instance, start-up included)"),
+          ("joined", "`--cluster ray:ADDRESS` (head started before)"),
+          ("sequential_after", "`--gpus 0` again, after the cluster phases"))
 _END = [time.monotonic() + TOTAL_S]
 
 
@@ -61,6 +71,14 @@ def ray_path(archive: Path, work: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     subprocess.run(["tar", "-C", str(dest), "-xJf", str(archive)], check=True, timeout=300)
     return dest
+
+
+def compile_bytecode(folders: list[Path]) -> dict:
+    """What `pip install` does after unpacking: each folder's modules compiled to __pycache__ (timed apart)."""
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0", *map(str, folders)],
+                          capture_output=True, text=True, timeout=300)
+    return {"seconds": time.monotonic() - started, "exit": done.returncode, "tail": done.stdout[-400:]}
 
 
 def child_env(ray_dir: Path | None, **extra: str) -> dict[str, str]:
@@ -119,6 +137,23 @@ def popkit_bench(files: list[str], extra: list[str], env: dict[str, str], task: 
     except ValueError:
         doc = None
     return {"argv": argv[2:], "exit": code, "seconds": seconds, "doc": doc, "stderr_tail": str(err)[-1500:]}
+
+
+def run_times(phase: dict) -> dict:
+    """The phase's runs as their reports time them: their sum, and the span from the first start to the last end."""
+    doc = phase.get("doc") or {}
+    reports = [r["report"] for r in doc.get("runs") or doc.get("results") or [] if r.get("report")]
+    if not reports:
+        return {}
+    starts = [datetime.fromisoformat(r["started_at"]).timestamp() for r in reports]
+    ends = [start + r["duration_s"] for start, r in zip(starts, reports)]
+    return {"sum": sum(r["duration_s"] for r in reports), "span": max(ends) - min(starts)}
+
+
+def baseline(result: dict) -> float | None:
+    """One after another on one GPU: the mean of the phases that ran so (before and after the cluster)."""
+    seconds = [result["phases"][name]["seconds"] for name in SEQUENTIAL if name in result["phases"]]
+    return sum(seconds) / len(seconds) if seconds else None
 
 
 def local_verdicts(phase: dict) -> list[str]:
@@ -196,23 +231,25 @@ def stop_head(head: subprocess.Popen) -> None:
 
 
 def markdown(result: dict) -> str:
-    seq = result["phases"].get("sequential", {}).get("seconds")
+    base = baseline(result)
     lines = [f"`--cluster` on {result['gpus']}x {result['card']} (Ray {result['ray']}): {len(result['files'])} "
              f"benchmark-mode runs, `--precompile`; the CUDA builds were warm ({result['warm']['seconds']:.0f} s "
-             "to build them first).", "",
-             "| phase | wall s | x one-after-another | GPUs used | verdicts = local | reports name worker+GPU |",
-             "|---|---|---|---|---|---|"]
-    for name, label in (("sequential", "`--gpus 0` (one GPU, one after another)"),
-                        ("embedded", "`--cluster ray` (local instance, start-up included)"),
-                        ("joined", "`--cluster ray:ADDRESS` (head started before)")):
+             "to build them first). One after another on one GPU: "
+             + (f"{base:.1f} s, the mean of the `--gpus 0` phases." if base else "not measured."), "",
+             "| phase | wall s | x one-after-another | runs' sum s | runs' span s | GPUs used | verdicts = local "
+             "| reports name worker+GPU |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, label in PHASES:
         phase = result["phases"].get(name)
         if not phase:
             continue
-        checks = phase.get("checks", {})
-        ratio = f"{phase['seconds'] / seq:.2f}" if seq else "-"
-        lines.append(f"| {label} | {phase['seconds']:.1f} | {ratio} | {','.join(checks.get('gpus_used', ['0']))} | "
+        checks, times = phase.get("checks", {}), run_times(phase)
+        ratio = f"{phase['seconds'] / base:.2f}" if base else "-"
+        spans = " | ".join(f"{times[k]:.1f}" if k in times else "-" for k in ("sum", "span"))
+        lines.append(f"| {label} | {phase['seconds']:.1f} | {ratio} | {spans} | "
+                     f"{','.join(checks.get('gpus_used', ['0']))} | "
                      f"{'yes' if checks.get('verdicts_equal', True) else '**no**'} | "
-                     f"{'yes' if checks.get('reports_name_worker', name == 'sequential') else '**no**'} |")
+                     f"{'yes' if checks.get('reports_name_worker', name in SEQUENTIAL) else '**no**'} |")
     lines += ["", "| submission | local | embedded (GPU) | joined (GPU) |", "|---|---|---|---|"]
     local = result.get("local", [])
     for i, f in enumerate(result["files"]):
@@ -255,7 +292,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.dry_run:
             result["plan"] = ["warm CUDA builds", "popkit bench FILES --gpus 0 --precompile",
                               "popkit bench FILES --cluster ray --precompile", "ray start --head --block",
-                              "popkit bench FILES --cluster ray:ADDRESS --precompile", "stop the head"]
+                              "popkit bench FILES --cluster ray:ADDRESS --precompile", "stop the head",
+                              "popkit bench FILES --gpus 0 --precompile"]
             save()
             print(f"Ray: {result['ray']}\nfiles: {' '.join(args.files)}\nwrote {args.out / 'cluster.json'}")
             return 0
@@ -270,11 +308,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"needs a machine with 2 GPUs (this one has {gpus})", file=sys.stderr)
                 return 11
         result.update(gpus=gpus, card=card)
+        result["bytecode"] = compile_bytecode([ROOT / "popkit"] + ([ray_dir] if ray_dir else []))
         result["warm"] = warm_builds(args.files, env, work) if not args.cpu else {"seconds": 0.0, "builds": {}}
         save()
         # On CPU slots there is no GPU 0 to check for (popkit refuses `--gpus` it cannot find): say there is one.
-        sequential = popkit_bench(args.files, ["--gpus", "0"], {**env, "POPKIT_ASSUME_GPU": "1"} if args.cpu else env,
-                                  args.task)
+        sequential_env = {**env, "POPKIT_ASSUME_GPU": "1"} if args.cpu else env
+        sequential = popkit_bench(args.files, ["--gpus", "0"], sequential_env, args.task)
         result["local"] = local_verdicts(sequential)
         result["phases"]["sequential"] = sequential
         save()
@@ -297,6 +336,13 @@ def main(argv: list[str] | None = None) -> int:
             joined["checks"] = check(joined["rows"], result["local"], args.files, gpus)
             result["phases"]["joined"] = joined
         save()
+        if head is not None:
+            stop_head(head)
+            head = None
+        after = popkit_bench(args.files, ["--gpus", "0"], sequential_env, args.task)
+        after["checks"] = {"verdicts_equal": local_verdicts(after) == result["local"], "gpus_used": ["0"]}
+        result["phases"]["sequential_after"] = after
+        save()
     finally:
         if head is not None:
             stop_head(head)
@@ -307,6 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     checks = [result["phases"].get(name, {}).get("checks", {}) for name in ("embedded", "joined")]
     ok = all(c.get("all_results") and c.get("verdicts_equal") and c.get("reports_name_worker")
              and c.get("every_gpu_used") for c in checks)
+    ok = ok and result["phases"].get("sequential_after", {}).get("checks", {}).get("verdicts_equal", False)
     return 0 if ok else 1
 
 

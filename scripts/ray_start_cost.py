@@ -5,7 +5,9 @@ instance's shutdown as `connect` does it. Each start is a fresh Python process, 
 
     python3 scripts/ray_start_cost.py --starts 3 [--cpus 8]     # one line per start, then their ranges
 
-On the GPU machine, put an unpacked Ray (scripts/gpu_cluster.py's `--ray-tar` archive) on PYTHONPATH.
+On the GPU machine, put an unpacked Ray (scripts/gpu_cluster.py's `--ray-tar` archive) on PYTHONPATH, its
+bytecode compiled first as `pip install` does (`python3 -m compileall -q -j 0 DIR`): that machine sets
+PYTHONDONTWRITEBYTECODE=1, so without it every Ray process compiles Ray's modules, and `ray.init` takes 2x.
 """
 
 from __future__ import annotations

@@ -34,24 +34,47 @@ def test_the_checks_want_every_gpu_every_verdict_and_a_named_worker():
     assert not gpu_cluster.check(rows[:1], ["passed", "failed"], files, 2)["all_results"]
 
 
-def test_the_table_gives_each_phase_its_ratio_to_one_after_another():
+def _bench_doc(key: str, durations: list[float], start: str = "2026-11-27T10:00:00+00:00") -> dict:
+    """A phase's `popkit bench --json`: runs that each start where the one before ended."""
+    from datetime import datetime, timedelta
+
+    t, runs = datetime.fromisoformat(start), []
+    for d in durations:
+        runs.append({"report": {"started_at": t.isoformat(), "duration_s": d}})
+        t += timedelta(seconds=d)
+    return {key: runs}
+
+
+def test_the_table_gives_each_phase_its_ratio_to_the_mean_of_one_after_another():
     rows = [{"file": "a.py", "outcome": "passed", "gpus": ["1"], "named": True}]
     checks = gpu_cluster.check(rows, ["passed"], ["a.py"], 1)
     result = {"files": ["a.py"], "gpus": 2, "card": "NVIDIA H100 80GB HBM3", "ray": "2.60.0",
               "warm": {"seconds": 61.0}, "local": ["passed"],
-              "phases": {"sequential": {"seconds": 100.0},
+              "phases": {"sequential": {"seconds": 110.0, "doc": _bench_doc("runs", [50.0, 55.0])},
                          "embedded": {"seconds": 55.0, "rows": rows, "checks": checks},
-                         "joined": {"seconds": 48.0, "rows": rows, "checks": checks}}}
+                         "joined": {"seconds": 48.0, "rows": rows, "checks": checks},
+                         "sequential_after": {"seconds": 90.0, "checks": {"verdicts_equal": False}}}}
     text = gpu_cluster.markdown(result)
-    assert "| `--cluster ray` (local instance, start-up included) | 55.0 | 0.55 | 1 | yes | yes |" in text
-    assert "| `--cluster ray:ADDRESS` (head started before) | 48.0 | 0.48 | 1 | yes | yes |" in text
+    assert "One after another on one GPU: 100.0 s, the mean of the `--gpus 0` phases." in text
+    assert "| `--gpus 0` (one GPU, one after another) | 110.0 | 1.10 | 105.0 | 105.0 | 0 | yes | yes |" in text
+    assert "| `--cluster ray` (local instance, start-up included) | 55.0 | 0.55 | - | - | 1 | yes | yes |" in text
+    assert "| `--cluster ray:ADDRESS` (head started before) | 48.0 | 0.48 | - | - | 1 | yes | yes |" in text
+    assert "| `--gpus 0` again, after the cluster phases | 90.0 | 0.90 | - | - | 0 | **no** | yes |" in text
     assert "| a.py | passed | passed (1) | passed (1) |" in text
+
+
+def test_run_times_sum_the_reports_and_span_first_start_to_last_end():
+    doc = _bench_doc("results", [2.0, 3.0])
+    doc["results"].append({"report": {"started_at": "2026-11-27T10:00:01+00:00", "duration_s": 1.0}})  # overlaps
+    times = gpu_cluster.run_times({"doc": doc})
+    assert times == {"sum": 6.0, "span": 5.0}
+    assert gpu_cluster.run_times({"doc": None}) == {}
 
 
 def test_a_dry_run_writes_the_plan(tmp_path):
     assert gpu_cluster.main(["--out", str(tmp_path), "--dry-run"]) == 0
     doc = json.loads((tmp_path / "cluster.json").read_text())
-    assert doc["files"] == list(gpu_cluster.FILES) and doc["plan"][-1] == "stop the head"
+    assert doc["files"] == list(gpu_cluster.FILES) and doc["plan"][-2] == "stop the head" and "--gpus 0" in doc["plan"][-1]
 
 
 def test_a_missing_ray_archive_is_said(tmp_path, capsys):
@@ -70,4 +93,6 @@ def test_the_whole_flow_on_cpu_slots(tmp_path):
     assert doc["local"] == ["passed", "failed", "crashed"]
     for phase in ("embedded", "joined"):
         assert [row["outcome"] for row in doc["phases"][phase]["rows"]] == ["passed", "failed", "crashed"]
+    assert doc["phases"]["sequential_after"]["checks"]["verdicts_equal"]
+    assert doc["bytecode"]["exit"] == 0
     assert (tmp_path / "cluster.md").read_text().startswith("`--cluster` on 0x CPU")
