@@ -20,6 +20,8 @@ Python that must compile Ray's modules in each of its processes doubles the loca
    `popkit bench FILES --cluster ray:ADDRESS` joins it.
 5. `popkit bench FILES --gpus 0` again: the baseline after the cluster phases as well as before them (the runs
    of one phase can take 15% longer than those of another); each phase's ratio is to the mean of the two.
+`--pairs N` replaces phases 3-5 with N pairs of `--gpus 0` and `--cluster ray` in alternating order (the first
+pair's `--gpus 0` is phase 2), for a ratio that one pair's scatter cannot decide.
 Every phase runs the same benchmark-mode runs with `--precompile`, so no phase skips a pre-step because an
 earlier phase recorded it. Checks: each cluster report names its worker and GPU, both GPUs ran runs, every
 verdict equals the local one. Writes OUTDIR/cluster.json (after each phase) and OUTDIR/cluster.md, and prints
@@ -38,12 +40,14 @@ import re
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 TASKS = ("vectoradd", "softmax", "grayscale", "vectorsum")
@@ -183,6 +187,30 @@ def check(rows: list[dict], local: list[str], files: list[str], gpus: int) -> di
             "reports_name_worker": all(row["named"] for row in rows)}
 
 
+def sequential_phase(files: list[str], env: dict[str, str], task: str | None, local: list[str] | None) -> dict:
+    """`popkit bench FILES --gpus 0`; checked against `local` (the first such phase's verdicts) where given."""
+    phase = popkit_bench(files, ["--gpus", "0"], env, task)
+    if local is not None:
+        phase["checks"] = {"verdicts_equal": local_verdicts(phase) == local, "gpus_used": ["0"]}
+    return phase
+
+
+def cluster_phase(files: list[str], spec: str, env: dict[str, str], task: str | None, local: list[str],
+                  gpus: int) -> dict:
+    """`popkit bench FILES --cluster SPEC`, its rows and their checks."""
+    phase = popkit_bench(files, ["--cluster", spec], env, task)
+    phase["rows"] = cluster_rows(phase)
+    phase["checks"] = check(phase["rows"], local, files, gpus)
+    return phase
+
+
+def pair_summary(pairs: list[dict]) -> dict:
+    """Alternating pairs of the local instance against one GPU: each pair's ratio, their median, the sum ratio."""
+    ratios = [pair["embedded"]["seconds"] / pair["sequential"]["seconds"] for pair in pairs]
+    return {"ratios": ratios, "median": statistics.median(ratios),
+            "sum_ratio": sum(p["embedded"]["seconds"] for p in pairs) / sum(p["sequential"]["seconds"] for p in pairs)}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -230,7 +258,30 @@ def stop_head(head: subprocess.Popen) -> None:
             head.wait(10)
 
 
+def pairs_markdown(result: dict) -> str:
+    lines = [f"`--cluster ray` against `--gpus 0` on {result['gpus']}x {result['card']} (Ray {result['ray']}), "
+             f"in {len(result['pairs'])} pairs of alternating order: {len(result['files'])} benchmark-mode runs, "
+             f"`--precompile`; the CUDA builds were warm ({result['warm']['seconds']:.0f} s to build them first).", "",
+             "| pair | first | `--gpus 0` s | `--cluster ray` s | ratio | cluster runs' span s | verdicts = local |",
+             "|---|---|---|---|---|---|---|"]
+    for i, pair in enumerate(result["pairs"], 1):
+        seq, emb = pair.get("sequential", {}), pair.get("embedded", {})
+        if not (seq and emb):
+            continue
+        span = run_times(emb).get("span")
+        lines.append(f"| {i} | {pair['order'][0]} | {seq['seconds']:.1f} | {emb['seconds']:.1f} | "
+                     f"{emb['seconds'] / seq['seconds']:.2f} | {'-' if span is None else f'{span:.1f}'} | "
+                     f"{'yes' if emb['checks']['verdicts_equal'] else '**no**'} |")
+    summary = result.get("summary")
+    if summary:
+        lines += ["", f"Sum ratio {summary['sum_ratio']:.3f}; median of pair ratios {summary['median']:.3f} "
+                      f"({min(summary['ratios']):.2f}-{max(summary['ratios']):.2f})."]
+    return "\n".join(lines) + "\n"
+
+
 def markdown(result: dict) -> str:
+    if result.get("pairs"):
+        return pairs_markdown(result)
     base = baseline(result)
     lines = [f"`--cluster` on {result['gpus']}x {result['card']} (Ray {result['ray']}): {len(result['files'])} "
              f"benchmark-mode runs, `--precompile`; the CUDA builds were warm ({result['warm']['seconds']:.0f} s "
@@ -262,6 +313,30 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def joined_and_after(result: dict, args: argparse.Namespace, env: dict[str, str], sequential_env: dict[str, str],
+                     gpus: int, save: Callable[[], None]) -> None:
+    """Phases 3-5, after the first one-GPU phase: the local instance, joined to a head, one GPU again."""
+    result["phases"]["embedded"] = cluster_phase(args.files, "ray", env, args.task, result["local"], gpus)
+    save()
+    try:
+        head, address = start_head(env, gpus, 2 if args.cpu else None, args.out / "ray-head.log")
+    except RuntimeError as exc:
+        result["head_error"] = str(exc)
+        print(exc, file=sys.stderr)
+    else:
+        try:
+            result["address"] = address
+            joined_env = {**env, "RAY_AUTH_MODE": "token"}  # an explicit address gets Ray's token only when told
+            wait_ready(address, joined_env, gpus)
+            result["phases"]["joined"] = cluster_phase(args.files, f"ray:{address}", joined_env, args.task,
+                                                       result["local"], gpus)
+        finally:
+            stop_head(head)
+    save()
+    result["phases"]["sequential_after"] = sequential_phase(args.files, sequential_env, args.task, result["local"])
+    save()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -270,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--files", nargs="+", default=list(FILES), help="submissions, relative to the repository")
     parser.add_argument("--task", help="--task for every file (default: each file's directive)")
     parser.add_argument("--cpu", action="store_true", help="run on CPU slots (tests this script without a GPU)")
+    parser.add_argument("--pairs", type=int, default=0, metavar="N",
+                        help="instead of phases 3-5: N pairs of `--gpus 0` and `--cluster ray`, in alternating order")
     parser.add_argument("--dry-run", action="store_true")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -283,7 +360,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     _END[0] = time.monotonic() + TOTAL_S
     work = Path(tempfile.mkdtemp(prefix="popkit-gpu-cluster-"))
-    head = None
     try:
         ray_dir = ray_path(args.ray_tar.resolve(), work) if args.ray_tar else None
         env = child_env(ray_dir)
@@ -313,49 +389,45 @@ def main(argv: list[str] | None = None) -> int:
         save()
         # On CPU slots there is no GPU 0 to check for (popkit refuses `--gpus` it cannot find): say there is one.
         sequential_env = {**env, "POPKIT_ASSUME_GPU": "1"} if args.cpu else env
-        sequential = popkit_bench(args.files, ["--gpus", "0"], sequential_env, args.task)
+        sequential = sequential_phase(args.files, sequential_env, args.task, None)
         result["local"] = local_verdicts(sequential)
         result["phases"]["sequential"] = sequential
         save()
-        embedded = popkit_bench(args.files, ["--cluster", "ray"], env, args.task)
-        embedded["rows"] = cluster_rows(embedded)
-        embedded["checks"] = check(embedded["rows"], result["local"], args.files, gpus)
-        result["phases"]["embedded"] = embedded
-        save()
-        try:
-            head, address = start_head(env, gpus, 2 if args.cpu else None, args.out / "ray-head.log")
-        except RuntimeError as exc:
-            result["head_error"] = str(exc)
-            print(exc, file=sys.stderr)
+        if args.pairs:
+            run = {"sequential": lambda: sequential_phase(args.files, sequential_env, args.task, result["local"]),
+                   "embedded": lambda: cluster_phase(args.files, "ray", env, args.task, result["local"], gpus)}
+            result["pairs"] = []
+            for i in range(args.pairs):  # alternating order, so that a drift of the machine falls on both sides
+                order = ("embedded", "sequential") if i % 2 else ("sequential", "embedded")
+                pair = {"order": list(order)}
+                result["pairs"].append(pair)
+                for name in order:
+                    pair[name] = sequential if (i, name) == (0, "sequential") else run[name]()
+                    save()
+            result["summary"] = pair_summary(result["pairs"])
+            save()
         else:
-            result["address"] = address
-            joined_env = {**env, "RAY_AUTH_MODE": "token"}  # an explicit address gets Ray's token only when told
-            wait_ready(address, joined_env, gpus)
-            joined = popkit_bench(args.files, ["--cluster", f"ray:{address}"], joined_env, args.task)
-            joined["rows"] = cluster_rows(joined)
-            joined["checks"] = check(joined["rows"], result["local"], args.files, gpus)
-            result["phases"]["joined"] = joined
-        save()
-        if head is not None:
-            stop_head(head)
-            head = None
-        after = popkit_bench(args.files, ["--gpus", "0"], sequential_env, args.task)
-        after["checks"] = {"verdicts_equal": local_verdicts(after) == result["local"], "gpus_used": ["0"]}
-        result["phases"]["sequential_after"] = after
-        save()
+            joined_and_after(result, args, env, sequential_env, gpus, save)
     finally:
-        if head is not None:
-            stop_head(head)
         shutil.rmtree(work, ignore_errors=True)
     text = markdown(result)
     (args.out / "cluster.md").write_text(text)
     print(text)
-    checks = [result["phases"].get(name, {}).get("checks", {}) for name in ("embedded", "joined")]
-    ok = all(c.get("all_results") and c.get("verdicts_equal") and c.get("reports_name_worker")
-             and c.get("every_gpu_used") for c in checks)
-    ok = ok and result["phases"].get("sequential_after", {}).get("checks", {}).get("verdicts_equal", False)
-    return 0 if ok else 1
+    return 0 if passed(result) else 1
 
+
+def passed(result: dict) -> bool:
+    """Every cluster phase: all results, the local verdicts, every GPU used, each report naming its worker; every
+    later one-GPU phase: the first one's verdicts."""
+    phases = list(result["phases"].items()) + [(name, pair[name]) for pair in result.get("pairs", [])
+                                                 for name in pair["order"]]
+    clusters = [phase.get("checks", {}) for name, phase in phases if name not in SEQUENTIAL]
+    later = [phase["checks"] for name, phase in phases if name in SEQUENTIAL and "checks" in phase]
+    pairs = len(result.get("pairs", []))
+    return (len(clusters) >= (pairs or 2) and len(later) >= (pairs - 1 if pairs else 1) and all(c.get("all_results") and c.get("verdicts_equal")
+                                              and c.get("reports_name_worker") and c.get("every_gpu_used")
+                                              for c in clusters)
+            and all(c["verdicts_equal"] for c in later))
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -96,3 +96,38 @@ def test_the_whole_flow_on_cpu_slots(tmp_path):
     assert doc["phases"]["sequential_after"]["checks"]["verdicts_equal"]
     assert doc["bytecode"]["exit"] == 0
     assert (tmp_path / "cluster.md").read_text().startswith("`--cluster` on 0x CPU")
+
+
+def test_pairs_give_each_ratio_and_their_sum_ratio():
+    rows = [{"file": "a.py", "outcome": "passed", "gpus": ["0", "1"], "named": True}]
+    checks = gpu_cluster.check(rows, ["passed"], ["a.py"], 1)
+    seq = lambda s: {"seconds": s, "checks": {"verdicts_equal": True}}  # noqa: E731
+    emb = lambda s: {"seconds": s, "rows": rows, "checks": checks}  # noqa: E731
+    pairs = [{"order": ["sequential", "embedded"], "sequential": {"seconds": 100.0}, "embedded": emb(50.0)},
+             {"order": ["embedded", "sequential"], "sequential": seq(80.0), "embedded": emb(60.0)}]
+    result = {"files": ["a.py"], "gpus": 2, "card": "H", "ray": "2.60.0", "warm": {"seconds": 1.0},
+              "local": ["passed"], "phases": {"sequential": pairs[0]["sequential"]}, "pairs": pairs,
+              "summary": gpu_cluster.pair_summary(pairs)}
+    assert result["summary"]["ratios"] == [0.5, 0.75] and result["summary"]["sum_ratio"] == 110 / 180
+    text = gpu_cluster.markdown(result)
+    assert "| 2 | embedded | 80.0 | 60.0 | 0.75 | - | yes |" in text
+    assert "Sum ratio 0.611; median of pair ratios 0.625 (0.50-0.75)." in text
+    assert gpu_cluster.passed(result)
+    pairs[1]["sequential"]["checks"]["verdicts_equal"] = False
+    assert not gpu_cluster.passed(result)
+    pairs[1]["sequential"]["checks"]["verdicts_equal"] = True
+    pairs[1]["embedded"]["checks"] = {**checks, "every_gpu_used": False}
+    assert not gpu_cluster.passed(result)
+
+
+@pytest.mark.slow
+def test_pairs_on_cpu_slots(tmp_path):
+    pytest.importorskip("ray")
+    subs = "tests/fixtures/submissions/"
+    code = gpu_cluster.main(["--out", str(tmp_path), "--cpu", "--task", "tests/fixtures/tasks/double", "--pairs", "2",
+                             "--files", subs + "good.py", subs + "wrong.py"])
+    doc = json.loads((tmp_path / "cluster.json").read_text())
+    assert code == 0
+    assert [pair["order"][0] for pair in doc["pairs"]] == ["sequential", "embedded"]
+    assert len(doc["summary"]["ratios"]) == 2 and "joined" not in doc["phases"]
+    assert "| 2 | embedded |" in (tmp_path / "cluster.md").read_text()
