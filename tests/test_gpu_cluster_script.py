@@ -74,7 +74,8 @@ def test_run_times_sum_the_reports_and_span_first_start_to_last_end():
 def test_a_dry_run_writes_the_plan(tmp_path):
     assert gpu_cluster.main(["--out", str(tmp_path), "--dry-run"]) == 0
     doc = json.loads((tmp_path / "cluster.json").read_text())
-    assert doc["files"] == list(gpu_cluster.FILES) and doc["plan"][-2] == "stop the head" and "--gpus 0" in doc["plan"][-1]
+    assert doc["files"] == list(gpu_cluster.FILES)
+    assert doc["plan"][-2] == "stop the head" and "--gpus 0" in doc["plan"][-1]
 
 
 def test_a_missing_ray_archive_is_said(tmp_path, capsys):
