@@ -359,7 +359,8 @@ def pooled_line(rows: list[dict]) -> list[str]:
     return ["", f"All {found['pairs']} pairs: popkit test took {found['sum_ratio']:.3f}x the bare eval (sum ratio, "
                 f"95% bootstrap interval over pairs [{found['low']:.3f}, {found['high']:.3f}]; median of pair ratios "
                 f"{found['pair_ratio_median']:.3f}); popkit's own time {found['own_median_s']:.2f} s (median), "
-                f"{100 * found['own_share']:.1f}% of the bare time; its evals {found['eval_ratio']:.3f}x the bare ones."]
+                f"{100 * found['own_share']:.1f}% of the bare time; its evals {found['eval_ratio']:.3f}x the bare "
+                "ones."]
 
 
 def overhead_lines(rows: list[dict]) -> list[str]:
@@ -392,7 +393,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=300.0, help="start no new case after this many seconds")
     parser.add_argument("--dry-run", action="store_true", help="write the submissions and the plan; run nothing")
     parser.add_argument("--pool", type=Path, nargs="+", metavar="INNER_JSON",
-                        help="print the pooled statistics of these inner.json files' pairs (with --out unused); run nothing")
+                        help="print the pooled statistics of these inner.json files' pairs (with --out unused); "
+                             "run nothing")
     parser.add_argument("--probe-beside", action="store_true",
                         help="also time each bare run with popkit's system probe beside it (one more eval per pair)")
     args = parser.parse_args(argv)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -36,8 +37,6 @@ def test_the_checks_want_every_gpu_every_verdict_and_a_named_worker():
 
 def _bench_doc(key: str, durations: list[float], start: str = "2026-11-27T10:00:00+00:00") -> dict:
     """A phase's `popkit bench --json`: runs that each start where the one before ended."""
-    from datetime import datetime, timedelta
-
     t, runs = datetime.fromisoformat(start), []
     for d in durations:
         runs.append({"report": {"started_at": t.isoformat(), "duration_s": d}})
