@@ -29,8 +29,12 @@ OBJECT_STORE_BYTES = 256 * 2**20  # a local instance moves bundles and reports (
 # in this job's environment (a runtime_env, whose set-up costs seconds, so only there); the second is the
 # raylet's, set here for a local instance and by `RAY_process_group_cleanup_enabled=0 ray start ...` on a cluster
 # (README).
+# A local instance also runs Ray's v2 autoscaler monitor. It never autoscales either way, but the v1 monitor
+# answers the SIGTERM of `ray.shutdown` by reporting its own "failure" to the GCS that shutdown has already
+# stopped, and is SIGKILLed only after Ray's 1 s grace: a second of every stop (benchmarks section 18).
 WORKER_ENV = {"RAY_kill_child_processes_on_worker_exit": "0"}
-LOCAL_CONFIG = {"kill_child_processes_on_worker_exit": False, "process_group_cleanup_enabled": False}
+LOCAL_CONFIG = {"kill_child_processes_on_worker_exit": False, "process_group_cleanup_enabled": False,
+                "enable_autoscaler_v2": True}
 Progress = Callable[[str], None]
 
 
