@@ -21,7 +21,9 @@ Python that must compile Ray's modules in each of its processes doubles the loca
 5. `popkit bench FILES --gpus 0` again: the baseline after the cluster phases as well as before them (the runs
    of one phase can take 15% longer than those of another); each phase's ratio is to the mean of the two.
 `--pairs N` replaces phases 3-5 with N pairs of `--gpus 0` and `--cluster ray` in alternating order (the first
-pair's `--gpus 0` is phase 2), for a ratio that one pair's scatter cannot decide.
+pair's `--gpus 0` is phase 2), for a ratio that one pair's scatter cannot decide. `--spread` adds to each pair
+`popkit bench FILES --gpus 0,1`: popkit's own runs over both GPUs, without Ray, the control that tells Ray's cost
+from that of two runs at once on this host (each of the three goes first in turn).
 Every phase runs the same benchmark-mode runs with `--precompile`, so no phase skips a pre-step because an
 earlier phase recorded it. Checks: each cluster report names its worker and GPU, both GPUs ran runs, every
 verdict equals the local one. Writes OUTDIR/cluster.json (after each phase) and OUTDIR/cluster.md, and prints
@@ -204,11 +206,28 @@ def cluster_phase(files: list[str], spec: str, env: dict[str, str], task: str | 
     return phase
 
 
+def spread_phase(files: list[str], env: dict[str, str], task: str | None, local: list[str], gpus: int) -> dict:
+    """`popkit bench FILES --gpus 0,1,...`: popkit's own runs over every GPU at once, without Ray."""
+    indices = [str(i) for i in range(gpus or 2)]  # on CPU slots (no GPU): two, as `--cpu` assumes a GPU
+    phase = popkit_bench(files, ["--gpus", ",".join(indices)], env, task)
+    used = sorted({str(r["gpu"]) for r in (phase["doc"] or {}).get("runs", []) if r.get("gpu") is not None})
+    phase["checks"] = {"verdicts_equal": local_verdicts(phase) == local, "gpus_used": used,
+                       "every_gpu_used": used == indices}
+    return phase
+
+
 def pair_summary(pairs: list[dict]) -> dict:
-    """Alternating pairs of the local instance against one GPU: each pair's ratio, their median, the sum ratio."""
-    ratios = [pair["embedded"]["seconds"] / pair["sequential"]["seconds"] for pair in pairs]
-    return {"ratios": ratios, "median": statistics.median(ratios),
-            "sum_ratio": sum(p["embedded"]["seconds"] for p in pairs) / sum(p["sequential"]["seconds"] for p in pairs)}
+    """Alternating pairs of the local instance against one GPU: each pair's ratio, their median, the sum ratio;
+    under "spread" the same for `--gpus 0,1` where the pairs ran it."""
+    def ratios(name: str) -> dict:
+        each = [pair[name]["seconds"] / pair["sequential"]["seconds"] for pair in pairs]
+        return {"ratios": each, "median": statistics.median(each),
+                "sum_ratio": sum(p[name]["seconds"] for p in pairs) / sum(p["sequential"]["seconds"] for p in pairs)}
+
+    summary = ratios("embedded")
+    if all("spread" in pair for pair in pairs):
+        summary["spread"] = ratios("spread")
+    return summary
 
 
 def free_port() -> int:
@@ -259,23 +278,38 @@ def stop_head(head: subprocess.Popen) -> None:
 
 
 def pairs_markdown(result: dict) -> str:
-    lines = [f"`--cluster ray` against `--gpus 0` on {result['gpus']}x {result['card']} (Ray {result['ray']}), "
-             f"in {len(result['pairs'])} pairs of alternating order: {len(result['files'])} benchmark-mode runs, "
-             f"`--precompile`; the CUDA builds were warm ({result['warm']['seconds']:.0f} s to build them first).", "",
-             "| pair | first | `--gpus 0` s | `--cluster ray` s | ratio | cluster runs' span s | verdicts = local |",
-             "|---|---|---|---|---|---|---|"]
+    spread = any("spread" in pair for pair in result["pairs"])
+    control = (" and `--gpus 0,1` (popkit's own runs over both GPUs, without Ray)" if spread else "")
+    lines = [f"`--cluster ray`{control} against `--gpus 0` on {result['gpus']}x {result['card']} (Ray "
+             f"{result['ray']}), in {len(result['pairs'])} groups of alternating order: {len(result['files'])} "
+             f"benchmark-mode runs, `--precompile`; the CUDA builds were warm ({result['warm']['seconds']:.0f} s to "
+             "build them first).", "",
+             "| group | first | `--gpus 0` s | `--cluster ray` s | ratio | " + ("`--gpus 0,1` s | ratio | " if spread else "")
+             + "runs' span s: cluster" + (" / `--gpus 0,1`" if spread else "") + " | verdicts = local |",
+             "|---|---|---|---|---|" + ("---|---|" if spread else "") + "---|---|"]
+
+    def span(phase: dict) -> str:
+        seconds = run_times(phase).get("span")
+        return "-" if seconds is None else f"{seconds:.1f}"
+
     for i, pair in enumerate(result["pairs"], 1):
-        seq, emb = pair.get("sequential", {}), pair.get("embedded", {})
-        if not (seq and emb):
+        seq, emb, par = pair.get("sequential", {}), pair.get("embedded", {}), pair.get("spread", {})
+        if not (seq and emb and (par or not spread)):
             continue
-        span = run_times(emb).get("span")
-        lines.append(f"| {i} | {pair['order'][0]} | {seq['seconds']:.1f} | {emb['seconds']:.1f} | "
-                     f"{emb['seconds'] / seq['seconds']:.2f} | {'-' if span is None else f'{span:.1f}'} | "
-                     f"{'yes' if emb['checks']['verdicts_equal'] else '**no**'} |")
+        cells = [str(i), pair["order"][0], f"{seq['seconds']:.1f}", f"{emb['seconds']:.1f}",
+                 f"{emb['seconds'] / seq['seconds']:.2f}"]
+        if spread:
+            cells += [f"{par['seconds']:.1f}", f"{par['seconds'] / seq['seconds']:.2f}"]
+        cells.append(span(emb) + (f" / {span(par)}" if spread else ""))
+        equal = all(phase["checks"]["verdicts_equal"] for phase in (emb, par) if phase)
+        cells.append("yes" if equal else "**no**")
+        lines.append("| " + " | ".join(cells) + " |")
     summary = result.get("summary")
-    if summary:
-        lines += ["", f"Sum ratio {summary['sum_ratio']:.3f}; median of pair ratios {summary['median']:.3f} "
-                      f"({min(summary['ratios']):.2f}-{max(summary['ratios']):.2f})."]
+    for name, label in (("embedded", "`--cluster ray`"), ("spread", "`--gpus 0,1`")):
+        part = summary if name == "embedded" else (summary or {}).get("spread")
+        if part:
+            lines += ["", f"{label}: sum ratio {part['sum_ratio']:.3f}; median of the ratios {part['median']:.3f} "
+                          f"({min(part['ratios']):.2f}-{max(part['ratios']):.2f})."]
     return "\n".join(lines) + "\n"
 
 
@@ -347,8 +381,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu", action="store_true", help="run on CPU slots (tests this script without a GPU)")
     parser.add_argument("--pairs", type=int, default=0, metavar="N",
                         help="instead of phases 3-5: N pairs of `--gpus 0` and `--cluster ray`, in alternating order")
+    parser.add_argument("--spread", action="store_true",
+                        help="with --pairs: `--gpus 0,1` in each pair too (popkit's runs over both GPUs, no Ray)")
     parser.add_argument("--dry-run", action="store_true")
     args = parser.parse_args(argv)
+    if args.spread and not args.pairs:
+        parser.error("--spread goes with --pairs N")
     args.out.mkdir(parents=True, exist_ok=True)
     missing = [f for f in args.files if not (ROOT / f).is_file()]
     if missing:
@@ -396,9 +434,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.pairs:
             run = {"sequential": lambda: sequential_phase(args.files, sequential_env, args.task, result["local"]),
                    "embedded": lambda: cluster_phase(args.files, "ray", env, args.task, result["local"], gpus)}
+            if args.spread:
+                run["spread"] = lambda: spread_phase(args.files, sequential_env, args.task, result["local"], gpus)
+            names = list(run)
             result["pairs"] = []
-            for i in range(args.pairs):  # alternating order, so that a drift of the machine falls on both sides
-                order = ("embedded", "sequential") if i % 2 else ("sequential", "embedded")
+            for i in range(args.pairs):  # each goes first in turn, so that a drift of the machine falls on all
+                order = names[i % len(names):] + names[:i % len(names)]
                 pair = {"order": list(order)}
                 result["pairs"].append(pair)
                 for name in order:
@@ -418,15 +459,17 @@ def main(argv: list[str] | None = None) -> int:
 
 def passed(result: dict) -> bool:
     """Every cluster phase: all results, the local verdicts, every GPU used, each report naming its worker; every
-    later one-GPU phase: the first one's verdicts."""
+    later one-GPU phase: the first one's verdicts; every `--gpus 0,1` phase: those verdicts on every GPU."""
     phases = list(result["phases"].items()) + [(name, pair[name]) for pair in result.get("pairs", [])
                                                  for name in pair["order"]]
-    clusters = [phase.get("checks", {}) for name, phase in phases if name not in SEQUENTIAL]
+    clusters = [phase.get("checks", {}) for name, phase in phases if name not in SEQUENTIAL + ("spread",)]
     later = [phase["checks"] for name, phase in phases if name in SEQUENTIAL and "checks" in phase]
+    spreads = [phase["checks"] for name, phase in phases if name == "spread"]
     pairs = len(result.get("pairs", []))
     enough = len(clusters) >= (pairs or 2) and len(later) >= (pairs - 1 if pairs else 1)
-    return enough and all(c.get("all_results") and c.get("verdicts_equal") and c.get("reports_name_worker")
-                          and c.get("every_gpu_used") for c in clusters) and all(c["verdicts_equal"] for c in later)
+    return (enough and all(c.get("all_results") and c.get("verdicts_equal") and c.get("reports_name_worker")
+                           and c.get("every_gpu_used") for c in clusters) and all(c["verdicts_equal"] for c in later)
+            and all(c["verdicts_equal"] and c["every_gpu_used"] for c in spreads))
 
 
 if __name__ == "__main__":

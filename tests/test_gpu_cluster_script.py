@@ -111,7 +111,8 @@ def test_pairs_give_each_ratio_and_their_sum_ratio():
     assert result["summary"]["ratios"] == [0.5, 0.75] and result["summary"]["sum_ratio"] == 110 / 180
     text = gpu_cluster.markdown(result)
     assert "| 2 | embedded | 80.0 | 60.0 | 0.75 | - | yes |" in text
-    assert "Sum ratio 0.611; median of pair ratios 0.625 (0.50-0.75)." in text
+    assert "`--cluster ray`: sum ratio 0.611; median of the ratios 0.625 (0.50-0.75)." in text
+    assert "`--gpus 0,1`" not in text and "spread" not in result["summary"]
     assert gpu_cluster.passed(result)
     pairs[1]["sequential"]["checks"]["verdicts_equal"] = False
     assert not gpu_cluster.passed(result)
@@ -120,14 +121,47 @@ def test_pairs_give_each_ratio_and_their_sum_ratio():
     assert not gpu_cluster.passed(result)
 
 
+def test_spread_is_the_third_of_each_group_with_its_own_ratios_and_checks():
+    rows = [{"file": "a.py", "outcome": "passed", "gpus": ["0", "1"], "named": True}]
+    checks = gpu_cluster.check(rows, ["passed"], ["a.py"], 1)
+    par = lambda s: {"seconds": s, "checks": {"verdicts_equal": True, "gpus_used": ["0", "1"],  # noqa: E731
+                                              "every_gpu_used": True}}
+    groups = [{"order": ["sequential", "embedded", "spread"], "sequential": {"seconds": 100.0},
+               "embedded": {"seconds": 60.0, "rows": rows, "checks": checks}, "spread": par(50.0)},
+              {"order": ["embedded", "spread", "sequential"],
+               "sequential": {"seconds": 80.0, "checks": {"verdicts_equal": True}},
+               "embedded": {"seconds": 50.0, "rows": rows, "checks": checks}, "spread": par(44.0)}]
+    summary = gpu_cluster.pair_summary(groups)
+    assert summary["spread"]["ratios"] == [0.5, 0.55] and summary["spread"]["sum_ratio"] == 94 / 180
+    result = {"files": ["a.py"], "gpus": 2, "card": "H", "ray": "2.60.0", "warm": {"seconds": 1.0},
+              "local": ["passed"], "phases": {"sequential": groups[0]["sequential"]}, "pairs": groups,
+              "summary": summary}
+    text = gpu_cluster.markdown(result)
+    assert "| 2 | embedded | 80.0 | 50.0 | 0.62 | 44.0 | 0.55 | - / - | yes |" in text
+    assert "`--gpus 0,1`: sum ratio 0.522; median of the ratios 0.525 (0.50-0.55)." in text
+    assert gpu_cluster.passed(result)
+    groups[1]["spread"]["checks"]["every_gpu_used"] = False
+    assert not gpu_cluster.passed(result)
+
+
+def test_spread_needs_pairs(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:
+        gpu_cluster.main(["--out", str(tmp_path), "--spread", "--dry-run"])
+    assert stop.value.code == 2 and "--spread goes with --pairs N" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_pairs_on_cpu_slots(tmp_path):
     pytest.importorskip("ray")
     subs = "tests/fixtures/submissions/"
-    code = gpu_cluster.main(["--out", str(tmp_path), "--cpu", "--task", "tests/fixtures/tasks/double", "--pairs", "2",
-                             "--files", subs + "good.py", subs + "wrong.py"])
+    code = gpu_cluster.main(["--out", str(tmp_path), "--cpu", "--task", "tests/fixtures/tasks/double", "--pairs", "3",
+                             "--spread", "--files", subs + "good.py", subs + "wrong.py"])
     doc = json.loads((tmp_path / "cluster.json").read_text())
     assert code == 0
-    assert [pair["order"][0] for pair in doc["pairs"]] == ["sequential", "embedded"]
-    assert len(doc["summary"]["ratios"]) == 2 and "joined" not in doc["phases"]
-    assert "| 2 | embedded |" in (tmp_path / "cluster.md").read_text()
+    assert [pair["order"] for pair in doc["pairs"]] == [["sequential", "embedded", "spread"],
+                                                        ["embedded", "spread", "sequential"],
+                                                        ["spread", "sequential", "embedded"]]
+    assert len(doc["summary"]["ratios"]) == 3 and len(doc["summary"]["spread"]["ratios"]) == 3
+    assert all(pair["spread"]["checks"]["gpus_used"] == ["0", "1"] for pair in doc["pairs"])
+    assert "joined" not in doc["phases"]
+    assert "| 3 | spread |" in (tmp_path / "cluster.md").read_text()
