@@ -21,6 +21,7 @@ run's processes (their watchdog's lifeline closes), and an instance started here
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
 from collections import deque
@@ -28,12 +29,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from popkit import ab, bundle as bundles, parity, runner
+from popkit import ab, bundle as bundles, nvml, parity, runner
 from popkit.cluster_worker import Worker, run_bundle
 from popkit.contract import entry_points
 from popkit.protocol import chain_modes
 from popkit.source import check_language, needs_gpu, validate_submission
-from popkit.errors import EnvironmentProblem, ExitCode
+from popkit.errors import EnvironmentProblem, ExitCode, PopkitError
 from popkit.ray_session import connect
 from popkit.results import RunReport
 from popkit.tasks import Task, scale_world_size
@@ -176,6 +177,29 @@ def gpus_for(job: Job, mode: str, options: runner.RunOptions, cluster_gpus: floa
     return world
 
 
+def local_slots(jobs: Sequence[Job], mode: str, options: runner.RunOptions, allow_cpu: bool,
+                gpus: int | None) -> int:
+    """CPU slots for a local instance over this machine's `gpus` (None: not known): the most runs that can go at
+    once. Ray starts a worker process per slot as the instance starts; 8 runs on 2 GPUs go two at a time, and 6
+    more workers importing Ray beside the first evals cost an H100 host 0.4-0.6 s (benchmarks section 18). Where a
+    run takes a CPU slot, or the GPUs are not known, one slot per run (connect bounds it by the cores)."""
+    if gpus and jobs:
+        try:
+            need = [gpus_for(job, mode, options, gpus, gpus, allow_cpu) for job in jobs]
+        except PopkitError:  # said with Ray's own count once the instance runs
+            return len(jobs)
+        if min(need) > 0:
+            return max(1, min(len(jobs), gpus // min(need)))
+    return len(jobs)
+
+
+def visible_gpus() -> int | None:
+    """How many GPUs a local Ray instance will count here: the NVIDIA GPUs CUDA would see (popkit.nvml), None
+    where NVML cannot tell (no NVIDIA driver, GPUs named by UUID, MIG, mixed models)."""
+    driver = nvml.visible_gpus(os.environ)
+    return len(driver.gpus) if driver is not None else None
+
+
 def deadline_for(job: Job, mode: str, options: runner.RunOptions, max_rounds: int) -> float:
     """Seconds a job may take on its worker: the sum of every timeout its processes run under, plus GRACE_S."""
     task = job.task
@@ -294,7 +318,8 @@ def run_jobs(jobs: Sequence[Job], mode: str, options: runner.RunOptions, address
     for job in jobs:
         if id(job.task) not in files:
             files[id(job.task)] = bundles.task_files(job.task)
-    with connect(address, say, slots=len(jobs)) as session:
+    slots = local_slots(jobs, mode, options, allow_cpu, visible_gpus()) if address is None else None
+    with connect(address, say, slots=slots) as session:
         ray = session.ray
         total = ray.cluster_resources()
         capacity = {"CPU": float(total.get("CPU", 0)), "GPU": float(total.get("GPU", 0))}

@@ -394,6 +394,58 @@ def test_a_lost_worker_a_worker_without_popkit_and_a_bug_on_the_worker_each_have
                                                                       "please report it)")
 
 
+def test_a_local_instance_offers_as_many_slots_as_runs_can_go_at_once():
+    vectoradd = resolve_task("vectoradd")
+    gpu_runs = [cluster.Job((Path(f"p{i}.py"),), (b"def custom_kernel(d): return d\n",), vectoradd) for i in range(8)]
+    cpu_run = cluster.Job((Path("g.py"),), (b"",), load_task(DOUBLE))  # a task made for the CPU
+    options = runner.RunOptions()
+    assert cluster.local_slots(gpu_runs, "benchmark", options, False, 2) == 2  # one per GPU, not one per run
+    assert cluster.local_slots(gpu_runs[:3], "benchmark", options, False, 8) == 3
+    assert cluster.local_slots(gpu_runs + [cpu_run], "benchmark", options, False, 2) == 9  # a CPU run beside them
+    assert cluster.local_slots(gpu_runs, "benchmark", options, False, None) == 8  # GPUs not known
+    assert cluster.local_slots(gpu_runs, "benchmark", options, False, 0) == 8  # CPU slots (refused later: no GPU)
+    assert cluster.local_slots([], "benchmark", options, False, 2) == 0
+    world = [cluster.Job((Path("w.py"),), (b"",), replace(vectoradd, multi_gpu=True))] * 4
+    assert cluster.local_slots(world, "benchmark", replace(options, world_size=2), False, 4) == 2  # 2 GPUs a run
+    assert cluster.local_slots(world, "benchmark", replace(options, world_size=4), False, 2) == 4  # Ray refuses it
+
+
+def test_a_local_instance_counts_the_gpus_cuda_would_see(monkeypatch):
+    monkeypatch.setattr(nvml.ctypes, "CDLL", lambda _name: FakeNvml([H100, H100]))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert cluster.visible_gpus() == 2
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    assert cluster.visible_gpus() == 1
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-4b1c")  # a UUID: NVML cannot map it here
+    assert cluster.visible_gpus() is None
+
+    def no_driver(_name):
+        raise OSError("libnvidia-ml.so.1: cannot open shared object file")
+
+    monkeypatch.setattr(nvml.ctypes, "CDLL", no_driver)
+    assert cluster.visible_gpus() is None
+
+
+def test_run_jobs_starts_a_local_instance_with_those_slots_and_a_cluster_with_its_own(monkeypatch):
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def connect(address, _say, slots=None):
+        seen.append((address, slots))
+        raise Stop
+
+    monkeypatch.setattr(cluster, "connect", connect)
+    monkeypatch.setattr(cluster, "visible_gpus", lambda: 2)
+    vectoradd = resolve_task("vectoradd")
+    jobs = [cluster.Job((SUBS / "good.py",), ((SUBS / "good.py").read_bytes(),), vectoradd)] * 4
+    for address in (None, "10.0.0.5:6379"):
+        with pytest.raises(Stop):
+            cluster.run_jobs(jobs, "benchmark", runner.RunOptions(), address)
+    assert seen == [(None, 2), ("10.0.0.5:6379", None)]
+
+
 def test_a_local_instance_offers_no_more_cpu_slots_than_there_are_runs(monkeypatch):
     """Ray starts a worker process per CPU slot of a local instance; a cluster joined keeps its own."""
     inits = []
