@@ -106,9 +106,9 @@ def _shutdown(ray: Any) -> None:
 def connect(address: str | None, progress: Progress, slots: int | None = None) -> Iterator[Session]:
     """Ray for the block: a local instance (address None) or the cluster at `address`; disconnected after.
 
-    A local instance offers at most `slots` CPU slots (the runs that can go at once, cluster.local_slots): Ray
-    starts a worker process per slot as it starts, 32 on a 32-core GPU host for 8 runs, each importing Ray beside
-    the first evals. A process already connected (a library caller ran ray.init) keeps its connection, before and
+    A local instance offers at most `slots` CPU slots (the runs that can go at once, cluster.local_slots), and
+    never more than the cores: Ray starts a worker process per slot as it starts, each importing Ray beside the
+    first evals. A process already connected (a library caller ran ray.init) keeps its connection, before and
     after.
     """
     ray = import_ray()

@@ -284,7 +284,8 @@ def pairs_markdown(result: dict) -> str:
              f"{result['ray']}), in {len(result['pairs'])} groups of alternating order: {len(result['files'])} "
              f"benchmark-mode runs, `--precompile`; the CUDA builds were warm ({result['warm']['seconds']:.0f} s to "
              "build them first).", "",
-             "| group | first | `--gpus 0` s | `--cluster ray` s | ratio | " + ("`--gpus 0,1` s | ratio | " if spread else "")
+             "| group | first | `--gpus 0` s | `--cluster ray` s | ratio | "
+             + ("`--gpus 0,1` s | ratio | " if spread else "")
              + "runs' span s: cluster" + (" / `--gpus 0,1`" if spread else "") + " | verdicts = local |",
              "|---|---|---|---|---|" + ("---|---|" if spread else "") + "---|---|"]
 

@@ -57,7 +57,8 @@ def summary(starts: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--starts", type=int, default=3, help="fresh processes, one start each (default 3)")
-    parser.add_argument("--cpus", type=int, default=8, help="CPU slots of the instance (default 8; popkit gives GPU runs one per GPU)")
+    parser.add_argument("--cpus", type=int, default=8,
+                        help="CPU slots of the instance (default 8; popkit gives GPU runs one per GPU)")
     args = parser.parse_args(argv)
     if args.starts < 1 or args.cpus < 1:
         parser.error("--starts and --cpus must be at least 1")
