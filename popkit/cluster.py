@@ -269,12 +269,16 @@ def collect(ray: Any, ref: Any, index: int, job: Job) -> Result:
     except ray.exceptions.RayTaskError as exc:  # run_bundle raised, or the worker could not load it
         cause = getattr(exc, "cause", None) or exc
         text = (str(cause).strip().splitlines() or [""])[-1]
-        if isinstance(cause, ImportError):  # no popkit there, or one without this module
+        # Where the worker cannot unpickle run_bundle, Ray raises its own error (a RuntimeError, a RaySystemError)
+        # around the worker's traceback, whose last line names the ImportError.
+        unpickled = text.startswith(("ImportError: ", "ModuleNotFoundError: "))
+        said = text if unpickled else f"{type(cause).__name__}: {text}"
+        if isinstance(cause, ImportError) or unpickled:  # no popkit there, or one without this module
             return Result(index, job, failed=PARITY_MISMATCH, code=_FAILURE_EXIT[PARITY_MISMATCH],
-                          failure=f"parity mismatch: the worker cannot load popkit's worker function "
-                                  f"({type(cause).__name__}: {text}); install the same popkit on every node")
+                          failure=f"parity mismatch: the worker cannot load popkit's worker function ({said}); "
+                                  "install the same popkit on every node")
         return Result(index, job, failed=ERROR, code=_FAILURE_EXIT[ERROR],
-                      failure=f"worker error: {type(cause).__name__}: {text} (a popkit bug: please report it)")
+                      failure=f"worker error: {said} (a popkit bug: please report it)")
     except ray.exceptions.RayError as exc:  # the worker process or its node died: the run has no result
         text = (str(exc).strip().splitlines() or [""])[0]
         return Result(index, job, failed=WORKER_LOST, code=_FAILURE_EXIT[WORKER_LOST],

@@ -13,6 +13,7 @@ import contextlib
 import os
 import signal
 import socket
+import tempfile
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
 
@@ -128,8 +129,23 @@ def connect(address: str | None, progress: Progress, slots: int | None = None) -
             options["num_cpus"] = max(1, min(os.cpu_count() or 1, slots))
     else:
         options.update(runtime_env={"env_vars": WORKER_ENV})
-    saved = _stop_handlers()
+    with tempfile.TemporaryDirectory(prefix="popkit-ray-") as empty:  # outlives the instance, which runs there
+        _init(ray, address, options, empty)
+        try:
+            with _signals_named():
+                yield Session(ray, address or "local", embedded=address is None)
+        finally:
+            _shutdown(ray)
+
+
+def _init(ray: Any, address: str | None, options: Mapping[str, Any], folder: str) -> None:
+    """ray.init from `folder`, an empty one: Ray puts the current folder of the process that calls it first on
+    the import path of every worker, and a local instance's processes run in it. Called from the folder of the
+    submissions, a worker would import `popkit`, or any module, from there before its own (a checkout of another
+    popkit, a `json.py` beside the submissions). What Ray raises is exit 11, naming the address."""
+    saved, here = _stop_handlers(), os.getcwd()
     try:
+        os.chdir(folder)
         ray.init(address=address or "local", **options)
     except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError...: each is "cannot"
         _shutdown(ray)
@@ -146,12 +162,8 @@ def connect(address: str | None, progress: Progress, slots: int | None = None) -
         _shutdown(ray)
         raise
     finally:
+        os.chdir(here)
         _restore(saved)
-    try:
-        with _signals_named():
-            yield Session(ray, address or "local", embedded=address is None)
-    finally:
-        _shutdown(ray)
 
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

@@ -359,6 +359,51 @@ def test_ctrl_c_cancels_every_run_and_leaves_no_ray_or_popkit_process(tmp_path, 
     assert_nothing_left(log)
 
 
+@pytest.mark.slow
+def test_a_popkit_planted_in_the_folder_of_the_call_is_not_what_the_workers_run(tmp_path):
+    """The class: files in the folder popkit runs from (Ray puts it first on every worker's import path). The
+    instance: a `popkit` package there, which a worker imported instead of the popkit that sent the run."""
+    pytest.importorskip("ray")
+    planted = tmp_path / "popkit"
+    planted.mkdir()
+    (planted / "__init__.py").write_text(f"open({str(tmp_path / 'imported')!r}, 'w').close()\n"
+                                         "raise ImportError('the planted popkit')\n")
+    env = {**os.environ, "POPKIT_HOME": str(tmp_path / "home"), "POPKIT_ISOLATION": "none"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    # -P: this process does not import from its current folder either (a `popkit` console script does not).
+    done = subprocess.run([sys.executable, "-P", "-m", "popkit", "test", str(SUBS / "good.py"), "--task", str(DOUBLE),
+                           "--no-precompile", "--no-history", "--cluster", "ray", "--json"],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-1500:] + done.stderr[-1500:]
+    assert json.loads(done.stdout)["results"][0]["outcome"] == "passed"
+    assert not (tmp_path / "imported").exists()
+
+
+@pytest.mark.slow
+def test_a_worker_that_cannot_load_popkit_is_a_parity_mismatch(tmp_path):
+    """Real Ray, started by a library caller from a folder with a broken `popkit` in it (popkit keeps a connection
+    it finds): the worker cannot unpickle run_bundle, and the run fails as a parity mismatch, exit 11."""
+    pytest.importorskip("ray")
+    (tmp_path / "popkit").mkdir()
+    (tmp_path / "popkit" / "__init__.py").write_text("raise ImportError('not the popkit that sent the run')\n")
+    script = (f"import logging, ray\nfrom pathlib import Path\nfrom popkit import cluster, runner\n"
+              f"from popkit.tasks import load_task\n"
+              f"ray.init(address='local', include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)\n"
+              f"path = Path({str(SUBS / 'good.py')!r})\n"
+              f"job = cluster.Job((path,), (path.read_bytes(),), load_task(Path({str(DOUBLE)!r})))\n"
+              f"result, = cluster.run_jobs([job], 'test', runner.RunOptions(precompile=False)).results\n"
+              f"print(result.outcome, result.exit_code, result.failure, sep='|')\nray.shutdown()\n")
+    env = {**os.environ, "POPKIT_HOME": str(tmp_path / "home")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    done = subprocess.run([sys.executable, "-P", "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    outcome, code, failure = done.stdout.strip().splitlines()[-1].split("|")
+    assert (outcome, code) == ("parity_mismatch", "11"), failure
+    assert failure == ("parity mismatch: the worker cannot load popkit's worker function (ImportError: not the popkit "
+                       "that sent the run); install the same popkit on every node")
+
+
 def test_a_lost_worker_a_worker_without_popkit_and_a_bug_on_the_worker_each_have_their_name():
     class RayError(Exception):
         pass
@@ -389,6 +434,12 @@ def test_a_lost_worker_a_worker_without_popkit_and_a_bug_on_the_worker_each_have
     assert (absent.outcome, absent.exit_code) == ("parity_mismatch", 11)
     assert absent.failure.startswith("parity mismatch: the worker cannot load popkit's worker function "
                                      "(ModuleNotFoundError: No module named 'popkit.cluster')")
+    wrapped = RuntimeError("Failed to unpickle serialized function.\nTraceback (most recent call last):\n  ...\n"
+                           "ModuleNotFoundError: No module named 'popkit'")  # what Ray raises around it
+    absent = cluster.collect(FakeRay(RayTaskError(wrapped)), None, 0, job)
+    assert (absent.outcome, absent.exit_code, absent.failure) == (
+        "parity_mismatch", 11, "parity mismatch: the worker cannot load popkit's worker function (ModuleNotFoundError: "
+                               "No module named 'popkit'); install the same popkit on every node")
     bug = cluster.collect(FakeRay(RayTaskError(KeyError("x"))), None, 0, job)
     assert (bug.outcome, bug.exit_code, bug.failure) == ("error", 70, "worker error: KeyError: 'x' (a popkit bug: "
                                                                       "please report it)")
@@ -444,6 +495,33 @@ def test_run_jobs_starts_a_local_instance_with_those_slots_and_a_cluster_with_it
         with pytest.raises(Stop):
             cluster.run_jobs(jobs, "benchmark", runner.RunOptions(), address)
     assert seen == [(None, 2), ("10.0.0.5:6379", None)]
+
+
+def test_ray_starts_from_an_empty_folder_of_its_own_and_the_caller_stays_where_it_was(monkeypatch, tmp_path):
+    """Ray puts the caller's current folder first on every worker's import path: it must not be the user's."""
+    seen = []
+
+    class FakeRay:
+        is_initialized = staticmethod(lambda: False)
+        init = staticmethod(lambda **kw: seen.append((os.getcwd(), os.listdir("."))))
+        shutdown = staticmethod(lambda **kw: None)
+
+    monkeypatch.setattr(ray_session, "import_ray", lambda: FakeRay)
+    monkeypatch.chdir(tmp_path)
+    with ray_session.connect(None, lambda _msg: None):
+        assert os.getcwd() == str(tmp_path)
+        (folder, listed), = seen
+        assert folder != str(tmp_path) and listed == [] and Path(folder).is_dir()  # the instance runs there
+    assert not Path(folder).exists() and os.getcwd() == str(tmp_path)
+
+    def refused(**_kw):
+        raise ConnectionError("no raylet")
+
+    monkeypatch.setattr(FakeRay, "init", staticmethod(refused))
+    with pytest.raises(EnvironmentProblem, match="cannot start a local Ray instance: no raylet"):
+        with ray_session.connect(None, lambda _msg: None):
+            pass
+    assert os.getcwd() == str(tmp_path)
 
 
 def test_a_local_instance_offers_no_more_cpu_slots_than_there_are_runs(monkeypatch):
