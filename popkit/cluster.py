@@ -271,9 +271,9 @@ def collect(ray: Any, ref: Any, index: int, job: Job) -> Result:
         text = (str(cause).strip().splitlines() or [""])[-1]
         # Where the worker cannot unpickle run_bundle, Ray raises its own error (a RuntimeError, a RaySystemError)
         # around the worker's traceback, whose last line names the ImportError.
-        unpickled = text.startswith(("ImportError: ", "ModuleNotFoundError: "))
-        said = text if unpickled else f"{type(cause).__name__}: {text}"
-        if isinstance(cause, ImportError) or unpickled:  # no popkit there, or one without this module
+        cannot_import = text.startswith(("ImportError: ", "ModuleNotFoundError: "))
+        said = text if cannot_import else f"{type(cause).__name__}: {text}"
+        if isinstance(cause, ImportError) or cannot_import:  # no popkit there, or one without this module
             return Result(index, job, failed=PARITY_MISMATCH, code=_FAILURE_EXIT[PARITY_MISMATCH],
                           failure=f"parity mismatch: the worker cannot load popkit's worker function ({said}); "
                                   "install the same popkit on every node")

@@ -295,6 +295,11 @@ def test_twelve_runs_on_a_local_instance_give_the_verdicts_of_one_by_one_and_are
     assert all(r["device"].endswith("CPU]") and "[ray " in r["device"] for r in listed)
 
 
+def _with_this_popkit(env: dict[str, str]) -> dict[str, str]:
+    """`env` with the popkit under test first on PYTHONPATH, for a `python -m popkit` (or -c) in another folder."""
+    return {**env, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)}
+
+
 def _marked(mark: str) -> list[str]:
     """Processes whose environment holds `mark`: everything the popkit under test started, Ray's included."""
     found = []
@@ -337,9 +342,9 @@ def test_ctrl_c_cancels_every_run_and_leaves_no_ray_or_popkit_process(tmp_path, 
     pytest.importorskip("ray")
     mark = f"popkit-test-{uuid.uuid4().hex}"
     log = tmp_path / "attack.log"
-    env = {**os.environ, **attack_env(log), "POPKIT_HOME": str(tmp_path / "home"), "POPKIT_TEST_MARK": mark,
-           "POPKIT_ISOLATION": "none"}  # the attack logs outside the workspace
-    env["PYTHONPATH"] = os.pathsep.join((str(ROOT), env["PYTHONPATH"]))
+    env = _with_this_popkit({**os.environ, **attack_env(log), "POPKIT_HOME": str(tmp_path / "home"),
+                             "POPKIT_TEST_MARK": mark,
+                             "POPKIT_ISOLATION": "none"})  # the attack logs outside the workspace
     escape = str(ATTACKS / "escape.py")  # a detached grandchild, and a kernel that never returns
 
     def defaults() -> None:
@@ -368,8 +373,7 @@ def test_a_popkit_planted_in_the_folder_of_the_call_is_not_what_the_workers_run(
     planted.mkdir()
     (planted / "__init__.py").write_text(f"open({str(tmp_path / 'imported')!r}, 'w').close()\n"
                                          "raise ImportError('the planted popkit')\n")
-    env = {**os.environ, "POPKIT_HOME": str(tmp_path / "home"), "POPKIT_ISOLATION": "none"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    env = _with_this_popkit({**os.environ, "POPKIT_HOME": str(tmp_path / "home"), "POPKIT_ISOLATION": "none"})
     # -P: this process does not import from its current folder either (a `popkit` console script does not).
     done = subprocess.run([sys.executable, "-P", "-m", "popkit", "test", str(SUBS / "good.py"), "--task", str(DOUBLE),
                            "--no-precompile", "--no-history", "--cluster", "ray", "--json"],
@@ -386,15 +390,14 @@ def test_a_worker_that_cannot_load_popkit_is_a_parity_mismatch(tmp_path):
     pytest.importorskip("ray")
     (tmp_path / "popkit").mkdir()
     (tmp_path / "popkit" / "__init__.py").write_text("raise ImportError('not the popkit that sent the run')\n")
-    script = (f"import logging, ray\nfrom pathlib import Path\nfrom popkit import cluster, runner\n"
-              f"from popkit.tasks import load_task\n"
-              f"ray.init(address='local', include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)\n"
+    script = ("import logging, ray\nfrom pathlib import Path\nfrom popkit import cluster, runner\n"
+              "from popkit.tasks import load_task\n"
+              "ray.init(address='local', include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)\n"
               f"path = Path({str(SUBS / 'good.py')!r})\n"
               f"job = cluster.Job((path,), (path.read_bytes(),), load_task(Path({str(DOUBLE)!r})))\n"
-              f"result, = cluster.run_jobs([job], 'test', runner.RunOptions(precompile=False)).results\n"
-              f"print(result.outcome, result.exit_code, result.failure, sep='|')\nray.shutdown()\n")
-    env = {**os.environ, "POPKIT_HOME": str(tmp_path / "home")}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+              "result, = cluster.run_jobs([job], 'test', runner.RunOptions(precompile=False)).results\n"
+              "print(result.outcome, result.exit_code, result.failure, sep='|')\nray.shutdown()\n")
+    env = _with_this_popkit({**os.environ, "POPKIT_HOME": str(tmp_path / "home")})
     done = subprocess.run([sys.executable, "-P", "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
