@@ -14,15 +14,17 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from popkit import shapes
-from popkit import ab, runner, stats
-from popkit.ab import ABReport
-from popkit.shapes import Comparison, compare_shapes
 from popkit.cli import app
 from popkit.errors import ExitCode
-from popkit.results import CaseResult, CompileStep, ModeRun
-from popkit.stats import Interval, Summary
-from popkit.tasks import load_task
+from popkit.measure import ab
+from popkit.measure import shapes
+from popkit.measure.ab import ABReport
+from popkit.measure.shapes import Comparison, compare_shapes
+from popkit.model import stats
+from popkit.model.results import CaseResult, CompileStep, ModeRun
+from popkit.model.stats import Interval, Summary
+from popkit.model.tasks import load_task
+from popkit.run import runner
 from popkit.views.comparison import show_ab
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -329,7 +331,7 @@ def test_early_stopping_keeps_coverage_of_a_real_difference():
 
 
 def test_a_three_percent_slowdown_is_named_with_realistic_noise():
-    # Large shapes on an H100: between-process spread about 0.3% (docs/benchmarks.md, section 3).
+    # Large shapes on an H100: between-process spread about 0.3% (docs/gpu-runs/HISTORY.md, "Timing fidelity").
     _, total, named = _simulate(trials=200, ratio=1.03, process_sd=0.003, shape_sd=0.002, seed=9)
     assert named / total >= 0.9, (named, total)
 
@@ -354,7 +356,7 @@ def test_run_ab_for_real_with_a_wrong_b(tmp_path):
 
 @pytest.fixture
 def cli_env(cli_env, monkeypatch):
-    monkeypatch.setattr("popkit.system.probe", lambda python=None, timeout=60.0, env=None: SYSTEM)
+    monkeypatch.setattr("popkit.machine.system.probe", lambda python=None, timeout=60.0, env=None: SYSTEM)
     return {**cli_env, "POPKIT_WIDTH": "200"}
 
 

@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from popkit import nvml, system
+from popkit.machine import nvml
+from popkit.machine import system
 
 # name, compute capability, NVML's total memory, the driver's reserved part (as an H100 with driver 580 reports)
 H100 = ("NVIDIA H100 80GB HBM3", (9, 0), 85_520_809_984, 503_316_480)

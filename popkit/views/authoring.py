@@ -4,8 +4,8 @@ from __future__ import annotations
 
 
 
-from popkit.compile import CompileReport
-from popkit.doctor import DoctorReport
+from popkit.operations.doctor import DoctorReport
+from popkit.run.compile import CompileReport
 from popkit.views.common import console, emit_json, escape, table as common_table
 
 LOG_TAIL_LINES = 20  # lines of a failed build's log shown when no diagnostic explains it
