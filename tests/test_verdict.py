@@ -7,6 +7,7 @@ vectoradd task through popkit.runner, with small cases so a CPU box gets through
 
 from __future__ import annotations
 
+import os
 import random
 import statistics
 from pathlib import Path
@@ -82,3 +83,114 @@ def test_an_honest_kernel_is_timed_as_before(tmp_path):
     assert result.exit_code == 0 and result.check == "pass", errors_of(result)
     samples = [float(x) for x in result.raw["benchmark.0.samples"].split(",")]
     assert statistics.median(samples) > 0
+
+
+# ============================================================================ the trusted side, without processes
+
+
+def _load_eval():
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("popkit_harness_verdict", ROOT / "tasks" / "eval.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+ev = _load_eval()
+
+
+def test_a_reported_time_far_below_the_trusted_clock_is_forged():
+    walls = [20.3e6] * 5  # the trusted clock: 20 ms per call
+    assert ev.forged_time([1234.0] * 5, walls, 100e3, "cpu").startswith("time forged: the worker reported a median "
+                                                                        "of 1.2 µs per call")
+    assert ev.forged_time([20.0e6] * 5, walls, 100e3, "cpu") is None  # the honest report of the same calls
+
+
+def test_the_empty_calls_overhead_is_credited_only_up_to_its_cap():
+    """A worker that makes its empty calls slow cannot buy an unlimited allowance."""
+    walls = [5e6] * 5
+    assert ev.forged_time([1e3] * 5, walls, 4.9e6, "cpu") is not None
+    assert ev.forged_time([1e3] * 5, [1.1e6] * 5, 1e6, "cpu") is None  # within the overhead and the floor
+
+
+class FakeJudge:
+    cuda = True
+
+    def system(self):
+        return {"device": "Trusted GPU", "torch": "t", "cuda": "c", "hip": "", "arch": "sm_90"}
+
+
+class ReadyOnly:
+    def __init__(self, ready):
+        self.ready = ready
+
+    def receive(self):
+        return self.ready
+
+    def kill(self):
+        pass
+
+
+class Lines:
+    def __init__(self):
+        self.lines = {}
+
+    def write(self, key, value):
+        self.lines[key] = str(value)
+
+
+@pytest.mark.parametrize("ready", [
+    {"ok": True, "system": {"device": "forged-device"}, "audit": "off", "timer": "cpu-monotonic"},
+    {"ok": True, "system": "not a dict", "audit": "drain"},  # a fallback without its self-test note
+])
+def test_the_ready_reply_is_data_the_trusted_side_decides(ready):
+    pipe = Lines()
+    session = ev.Session(pipe, ReadyOnly(ready), "benchmark", [], True, audit="trace", judge=FakeJudge())
+    session.start()
+    assert pipe.lines["system.device"] == "Trusted GPU" and pipe.lines["trust.audit"] == "trace"
+    assert session.timer == "cuda-event"
+
+
+def test_a_failed_trace_self_test_may_still_fall_back_to_the_drain_rule():
+    pipe = Lines()
+    ready = {"ok": True, "audit": "drain", "audit_note": "no usable GPU trace here (why)"}
+    session = ev.Session(pipe, ReadyOnly(ready), "benchmark", [], True, audit="trace", judge=FakeJudge())
+    session.start()
+    assert pipe.lines["trust.audit"] == "drain" and "no usable GPU trace" in pipe.lines["trust.audit_note"]
+
+
+def _judge_reading(tmp_path, data: bytes):
+    fd = os.open(tmp_path / "buffer", os.O_RDWR | os.O_CREAT)
+    os.write(fd, data)
+    judge = object.__new__(ev.Judge)
+    import torch
+
+    judge.torch, judge.fd = torch, fd
+    judge.dtypes = {n: v for n, v in vars(torch).items() if isinstance(v, torch.dtype)}
+    return judge
+
+
+def test_the_trusted_side_rebuilds_an_output_from_bytes_and_json_only(tmp_path):
+    import torch
+
+    t = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    judge = _judge_reading(tmp_path, bytes(t.view(torch.uint8).reshape(-1).tolist()))
+    described = {"structure": {"seq": "tuple", "items": [{"tensor": 0}, {"value": 3}]},
+                 "tensors": [{"dtype": "float32", "shape": [2, 3], "offset": 0, "nbytes": 24}]}
+    out = judge.read(described)
+    assert isinstance(out, tuple) and torch.equal(out[0], t) and out[1] == 3
+
+
+@pytest.mark.parametrize("tensor,why", [
+    ({"dtype": "float32", "shape": [2, 3], "offset": 8, "nbytes": 24}, "do not fit"),  # past the buffer's end
+    ({"dtype": "float32", "shape": [4, 3], "offset": 0, "nbytes": 24}, "do not fit"),  # bytes not of the shape
+    ({"dtype": "os.system", "shape": [2, 3], "offset": 0, "nbytes": 24}, "malformed"),  # no torch dtype
+    ({"dtype": "float32", "shape": [-1], "offset": 0, "nbytes": 24}, "malformed"),
+])
+def test_a_description_that_is_not_an_output_is_refused(tmp_path, tensor, why):
+    judge = _judge_reading(tmp_path, bytes(24))
+    with pytest.raises(ValueError, match=why):
+        judge.read({"structure": {"tensor": 0}, "tensors": [tensor]})
