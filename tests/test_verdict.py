@@ -194,3 +194,35 @@ def test_a_description_that_is_not_an_output_is_refused(tmp_path, tensor, why):
     judge = _judge_reading(tmp_path, bytes(24))
     with pytest.raises(ValueError, match=why):
         judge.read({"structure": {"tensor": 0}, "tensors": [tensor]})
+
+
+@pytest.mark.slow
+def test_the_worker_cannot_reach_the_trusted_process(tmp_path):
+    """ptrace, process_vm_readv/writev and /proc/<pid>/mem from the worker (as root here: CAP_SYS_PTRACE dropped)."""
+    result = run("reach_parent.py", "test", tmp_path)
+    assert result.exit_code == 0, errors_of(result)
+    lines = (tmp_path / "reach_parent-test" / "reach_parent.txt").read_text().splitlines()
+    assert len(lines) == 4 and all(": refused" in line for line in lines), lines
+
+
+def test_the_seccomp_program_refuses_the_calls_that_reach_another_process():
+    """The BPF program run by hand: EPERM for ptrace and process_vm_*, x32 and foreign-ABI calls; others allowed."""
+    def verdict(program, arch, nr):
+        pc, acc = 0, None
+        while True:
+            code, jt, jf, k = program[pc]
+            if code == 0x20:
+                acc = arch if k == 4 else nr
+            elif code in (0x15, 0x35):
+                pc += jt if (acc == k if code == 0x15 else acc >= k) else jf
+            elif code == 0x06:
+                return k
+            pc += 1
+
+    eperm, allow = 0x00050001, 0x7FFF0000
+    program = ev._bpf_program("x86_64")
+    x86 = ev._AUDIT_ARCH["x86_64"]
+    assert [verdict(program, x86, nr) for nr in (101, 310, 311)] == [eperm] * 3
+    assert verdict(program, x86, 0x40000000 + 521) == eperm  # x32 ptrace
+    assert verdict(program, 0x40000003, 26) == eperm  # i386
+    assert [verdict(program, x86, nr) for nr in (0, 1, 9, 257)] == [allow] * 4
