@@ -696,6 +696,8 @@ class Judge:
         self.dtypes = {name: value for name, value in vars(torch).items() if isinstance(value, torch.dtype)}
         self.seen: set = set()
         self.inputs: dict[str, Any] = {}
+        if self.cuda:
+            torch.empty(1, device="cuda")  # the device's context, made while the worker starts (not on a case)
 
     def sync(self) -> None:
         if self.cuda:
