@@ -681,7 +681,8 @@ class Judge:
     submission. It makes its own pristine input of every checked call (from the case, the seed it chose),
     reads the worker's output from the buffer it owns (bytes described by JSON, checked against what a tensor
     of that shape and dtype holds), runs the task's check_implementation, names poison and replayed outputs,
-    and keeps the fingerprints of every output judged right."""
+    and keeps the fingerprints of every output judged right. An output is rebuilt on the device the kernel left
+    it on (the CPU or the GPU), so the task's check sees what it would see in the worker."""
 
     def __init__(self, fd: int):
         import torch
@@ -744,9 +745,12 @@ class Judge:
             itemsize = torch.empty((), dtype=dtype).element_size()
             if numel * itemsize != nbytes or nbytes > MAX_OUTPUT_BYTES or offset + nbytes > size:
                 raise ValueError(f"a tensor description whose bytes do not fit {str(t)[:120]}")
+            if t.get("device") not in ("cpu", "cuda") or (t["device"] == "cuda" and not self.cuda):
+                raise ValueError(f"a tensor on a device this machine lacks {str(t)[:120]}")
             raw = bytearray(os.pread(self.fd, nbytes, offset)) if nbytes else bytearray(itemsize)
             flat = torch.frombuffer(raw, dtype=torch.uint8)[:nbytes]
-            tensors.append((flat.view(dtype) if nbytes else torch.empty(0, dtype=dtype)).reshape(shape))
+            tensor = (flat.view(dtype) if nbytes else torch.empty(0, dtype=dtype)).reshape(shape)
+            tensors.append(tensor.to("cuda") if t["device"] == "cuda" else tensor)  # where the kernel left it
         return self._decode(output.get("structure"), tensors)
 
     def _decode(self, node: Any, tensors: list) -> Any:
@@ -774,16 +778,7 @@ class Judge:
             data = self.pristine(case)
         except BaseException as exc:
             return {"ok": False, "error": f"generate_input failed: {type(exc).__name__}: {_first_line(exc)}"}
-        outs = flatten_tensors(out)
-        device = next((t.device for t in flatten_tensors(data)), None)
-        described = output["tensors"]
-        if device is not None:
-            for t, d in zip(outs, described):
-                if d.get("device") != device.type:
-                    return {"ok": False, "error": f"output is on {d.get('device')}, expected {device.type}",
-                            "probe": True}
-            out = _to_device(out, device)
-            outs = flatten_tensors(out)
+        outs, described = flatten_tensors(out), output["tensors"]
         try:
             result = self.check_implementation(clone_data(data), out)
             self.sync()
@@ -869,16 +864,6 @@ def fingerprint(tensors: list) -> tuple:
         total = flat.sum(dtype=torch.float64).item() if flat.numel() and not flat.dtype.is_complex else 0.0
         parts.append((tuple(t.shape), str(t.dtype), repr(total), repr(flat[::step][:64].tolist())))
     return tuple(parts)
-
-
-def _to_device(out: Any, device: Any) -> Any:
-    import torch
-
-    if isinstance(out, torch.Tensor):
-        return out.to(device)
-    if isinstance(out, (tuple, list)):
-        return type(out)(_to_device(x, device) for x in out)
-    return out
 
 
 def forged_time(samples: list[float], walls: list[float], overhead_ns: float, device: str) -> str | None:
@@ -1093,7 +1078,9 @@ class Session:
                            if judge is not None else (None if checked["ok"] else checked))
                 if failure is not None:
                     error = failure.get("error")
-                    return {**failure, "error": error if "[timed call" in str(error) else f"{error} [timed call {step}]"}
+                    if "[timed call" not in str(error):
+                        error = f"{error} [timed call {step}]"
+                    return {**failure, "error": error}
             return reply
 
         loop = timing_loop(timed_call, self.clock_ns, budget)
@@ -2332,7 +2319,8 @@ class Exporter:
             tensors.append(out)
             return {"tensor": len(tensors) - 1}
         if isinstance(out, (tuple, list)):
-            return {"seq": "list" if isinstance(out, list) else "tuple", "items": [self._encode(x, tensors) for x in out]}
+            items = [self._encode(x, tensors) for x in out]
+            return {"seq": "list" if isinstance(out, list) else "tuple", "items": items}
         if out is None or isinstance(out, (bool, int, float, str)):
             return {"value": out}
         return {"unsupported": type(out).__qualname__}

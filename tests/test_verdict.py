@@ -168,7 +168,7 @@ def _judge_reading(tmp_path, data: bytes):
     judge = object.__new__(ev.Judge)
     import torch
 
-    judge.torch, judge.fd = torch, fd
+    judge.torch, judge.fd, judge.cuda = torch, fd, False
     judge.dtypes = {n: v for n, v in vars(torch).items() if isinstance(v, torch.dtype)}
     return judge
 
@@ -179,7 +179,7 @@ def test_the_trusted_side_rebuilds_an_output_from_bytes_and_json_only(tmp_path):
     t = torch.arange(6, dtype=torch.float32).reshape(2, 3)
     judge = _judge_reading(tmp_path, bytes(t.view(torch.uint8).reshape(-1).tolist()))
     described = {"structure": {"seq": "tuple", "items": [{"tensor": 0}, {"value": 3}]},
-                 "tensors": [{"dtype": "float32", "shape": [2, 3], "offset": 0, "nbytes": 24}]}
+                 "tensors": [{"dtype": "float32", "shape": [2, 3], "offset": 0, "nbytes": 24, "device": "cpu"}]}
     out = judge.read(described)
     assert isinstance(out, tuple) and torch.equal(out[0], t) and out[1] == 3
 
@@ -189,6 +189,7 @@ def test_the_trusted_side_rebuilds_an_output_from_bytes_and_json_only(tmp_path):
     ({"dtype": "float32", "shape": [4, 3], "offset": 0, "nbytes": 24}, "do not fit"),  # bytes not of the shape
     ({"dtype": "os.system", "shape": [2, 3], "offset": 0, "nbytes": 24}, "malformed"),  # no torch dtype
     ({"dtype": "float32", "shape": [-1], "offset": 0, "nbytes": 24}, "malformed"),
+    ({"dtype": "float32", "shape": [2, 3], "offset": 0, "nbytes": 24, "device": "cuda"}, "device this machine lacks"),
 ])
 def test_a_description_that_is_not_an_output_is_refused(tmp_path, tensor, why):
     judge = _judge_reading(tmp_path, bytes(24))
