@@ -51,10 +51,12 @@ alone), benchmark.I.audit_samples (event times of a case the timing audit failed
 hip|arch, trust.checks, trust.audit (the timing audit that judged: trace, drain, off) and trust.audit_note.
 Newlines in values are written as the two characters `\\n`.
 
-Process layout: this process holds the pipe and computes every statistic. The submission runs in
-ONE worker started with the multiprocessing "spawn" method; it lives for the whole invocation,
-never receives the pipe, and sends back raw per-call durations and verdicts as JSON (never pickle,
-so nothing it sends can run code here).
+Process layout (docs/sealed-run.md): this process, the trusted side, holds the pipe, imports the task's
+reference (never the submission), decides the device, the timer, the audit rule and the cases, judges every
+output (Judge) and computes every statistic. The submission runs in ONE worker started with the
+multiprocessing "spawn" method; it lives for the whole invocation, never receives the pipe, and sends back
+JSON only (never pickle, so nothing it sends can run code here) plus its outputs' bytes in a memfd this
+process made (Exporter). With trust off the worker's verdicts stand, as in the leaderboard's own eval.
 
 Code layout (one file, copied whole into the eval's folder): pure pieces (cases file, statistics, the
 drain rule, the trace audit's audit_trace and unsynchronized_trace); the parent (ResultPipe, WorkerLink,
@@ -99,10 +101,17 @@ Trust checks (on unless POPKIT_TRUST=0; each failure names its class in the case
     pipe-guard            the result fd is non-inheritable and this process is made non-dumpable,
                           so /proc/<pid>/fd cannot reopen it (ineffective when running as root);
                           foreign bytes on the worker channel fail the run
+    trusted-verdict       every checked and rechecked output is judged in this process, on its own inputs
+                          (Judge); a worker that hands over no output fails with `no output`
+    time-witness          this process's clock around every timed call; a reported median far below it
+                          (forged_time) fails with `time forged`
+    worker-seal           the worker runs under a seccomp filter refusing ptrace and process_vm_readv/writev,
+                          without CAP_SYS_PTRACE (seal_worker)
 
-What this cannot stop: Python code in the worker can reach the harness objects that live there
-(the channel included) and native code can patch anything in its own process; a process running as
-root can reopen the pipe; grandchild processes that detach from the process group outlive the check.
+What this cannot stop (docs/sealed-run.md): Python or native code in the worker can rewrite the worker's side
+of the harness (its checks are defence in depth; the verdict is this process's), and lower its reported
+times within forged_time's tolerance; a process running as root can reopen the pipe; grandchild processes
+that detach from the process group outlive the check.
 """
 
 from __future__ import annotations
@@ -198,7 +207,8 @@ BUDGETS = {
 
 TRUST_CHECKS = ("clone-inputs", "output-buffer-poison", "freed-memory-poison", "double-run", "fresh-seed",
                 "input-mutation", "output-aliasing", "output-type", "recheck-timed", "benchmark-shapes",
-                "tripwires", "threads", "device-sync", "unsynchronized-work", "mode-probe", "pipe-guard")
+                "tripwires", "threads", "device-sync", "unsynchronized-work", "mode-probe", "pipe-guard",
+                "trusted-verdict", "time-witness", "worker-seal")
 
 # ------------------------------------------------------------------------------ cases file (pure)
 
