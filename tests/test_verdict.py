@@ -227,3 +227,16 @@ def test_the_seccomp_program_refuses_the_calls_that_reach_another_process():
     assert verdict(program, x86, 0x40000000 + 521) == eperm  # x32 ptrace
     assert verdict(program, 0x40000003, 26) == eperm  # i386
     assert [verdict(program, x86, nr) for nr in (0, 1, 9, 257)] == [allow] * 4
+
+
+def test_a_report_says_which_harness_judged():
+    from types import SimpleNamespace
+
+    from popkit.views.running import judged_by
+
+    def report(checks):
+        return SimpleNamespace(runs=[SimpleNamespace(raw={"trust.checks": checks})])
+
+    assert judged_by(report(",".join(ev.TRUST_CHECKS))).startswith("sealed: ")
+    assert judged_by(report("")).startswith("open: ")  # trust off, or a task's own eval (no such key)
+    assert judged_by(SimpleNamespace(runs=[SimpleNamespace(raw={})])).startswith("open: ")
