@@ -752,14 +752,20 @@ class Judge:
                     or not all(isinstance(n, int) and 0 <= n for n in shape + [offset, nbytes])):
                 raise ValueError(f"a malformed tensor description {str(t)[:120]}")
             numel = math.prod(shape)
-            itemsize = torch.empty((), dtype=dtype).element_size()
+            try:
+                itemsize = torch.empty((), dtype=dtype).element_size()
+            except (RuntimeError, TypeError):
+                raise ValueError(f"a dtype no output has {str(t)[:120]}") from None
             if numel * itemsize != nbytes or nbytes > MAX_OUTPUT_BYTES or offset + nbytes > size:
                 raise ValueError(f"a tensor description whose bytes do not fit {str(t)[:120]}")
             if t.get("device") not in ("cpu", "cuda") or (t["device"] == "cuda" and not self.cuda):
                 raise ValueError(f"a tensor on a device this machine lacks {str(t)[:120]}")
             raw = bytearray(os.pread(self.fd, nbytes, offset)) if nbytes else bytearray(itemsize)
             flat = torch.frombuffer(raw, dtype=torch.uint8)[:nbytes]
-            tensor = (flat.view(dtype) if nbytes else torch.empty(0, dtype=dtype)).reshape(shape)
+            try:
+                tensor = (flat.view(dtype) if nbytes else torch.empty(0, dtype=dtype)).reshape(shape)
+            except (RuntimeError, TypeError) as exc:
+                raise ValueError(f"bytes that are no {t['dtype']} tensor ({_first_line(exc)})") from None
             tensors.append(tensor.to("cuda") if t["device"] == "cuda" else tensor)  # where the kernel left it
         return self._decode(output.get("structure"), tensors)
 
