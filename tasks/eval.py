@@ -1063,14 +1063,14 @@ class Session:
 
     def time_case(self, case: dict, budget: Budget) -> tuple[LoopResult | None, dict]:
         """Checked call(s), then the timing loop, then (benchmark mode) the last output's check."""
-        begin = self._ask("bench_begin", case=case, mode=self.mode)
         judge = self.judge
+        overhead = self._overhead() if judge is not None else 0.0  # before the case's GPU trace starts
+        begin = self._ask("bench_begin", case=case, mode=self.mode)
         failure = self._probed(case, judge.checked(case, begin)) if judge is not None else (
             None if begin["ok"] else begin)
         if failure is not None:
             return None, failure
         walls: list[float] = []
-        overhead = self._overhead() if judge is not None else 0.0
         steps = [0]
 
         def timed_call() -> dict:
