@@ -51,10 +51,12 @@ alone), benchmark.I.audit_samples (event times of a case the timing audit failed
 hip|arch, trust.checks, trust.audit (the timing audit that judged: trace, drain, off) and trust.audit_note.
 Newlines in values are written as the two characters `\\n`.
 
-Process layout: this process holds the pipe and computes every statistic. The submission runs in
-ONE worker started with the multiprocessing "spawn" method; it lives for the whole invocation,
-never receives the pipe, and sends back raw per-call durations and verdicts as JSON (never pickle,
-so nothing it sends can run code here).
+Process layout (docs/sealed-run.md): this process, the trusted side, holds the pipe, imports the task's
+reference (never the submission), decides the device, the timer, the audit rule and the cases, judges every
+output (Judge) and computes every statistic. The submission runs in ONE worker started with the
+multiprocessing "spawn" method; it lives for the whole invocation, never receives the pipe, and sends back
+JSON only (never pickle, so nothing it sends can run code here) plus its outputs' bytes in a memfd this
+process made (Exporter). With trust off the worker's verdicts stand, as in the leaderboard's own eval.
 
 Code layout (one file, copied whole into the eval's folder): pure pieces (cases file, statistics, the
 drain rule, the trace audit's audit_trace and unsynchronized_trace); the parent (ResultPipe, WorkerLink,
@@ -99,10 +101,17 @@ Trust checks (on unless POPKIT_TRUST=0; each failure names its class in the case
     pipe-guard            the result fd is non-inheritable and this process is made non-dumpable,
                           so /proc/<pid>/fd cannot reopen it (ineffective when running as root);
                           foreign bytes on the worker channel fail the run
+    trusted-verdict       every checked and rechecked output is judged in this process, on its own inputs
+                          (Judge); a worker that hands over no output fails with `no output`
+    time-witness          this process's clock around every timed call; a reported median far below it
+                          (forged_time) fails with `time forged`
+    worker-seal           the worker runs under a seccomp filter refusing ptrace and process_vm_readv/writev,
+                          without CAP_SYS_PTRACE (seal_worker)
 
-What this cannot stop: Python code in the worker can reach the harness objects that live there
-(the channel included) and native code can patch anything in its own process; a process running as
-root can reopen the pipe; grandchild processes that detach from the process group outlive the check.
+What this cannot stop (docs/sealed-run.md): Python or native code in the worker can rewrite the worker's side
+of the harness (its checks are defence in depth; the verdict is this process's), and lower its reported
+times within forged_time's tolerance; a process running as root can reopen the pipe; grandchild processes
+that detach from the process group outlive the check.
 """
 
 from __future__ import annotations
@@ -198,7 +207,8 @@ BUDGETS = {
 
 TRUST_CHECKS = ("clone-inputs", "output-buffer-poison", "freed-memory-poison", "double-run", "fresh-seed",
                 "input-mutation", "output-aliasing", "output-type", "recheck-timed", "benchmark-shapes",
-                "tripwires", "threads", "device-sync", "unsynchronized-work", "mode-probe", "pipe-guard")
+                "tripwires", "threads", "device-sync", "unsynchronized-work", "mode-probe", "pipe-guard",
+                "trusted-verdict", "time-witness", "worker-seal")
 
 # ------------------------------------------------------------------------------ cases file (pure)
 
@@ -667,14 +677,240 @@ def _case_failed(pipe: ResultPipe, prefix: str, error: str, message: str = "") -
         pipe.write(f"{prefix}.message", message)
 
 
+# ------------------------------------------------------------------------------ parent: the trusted side
+
+CHECKED_CALLS = ((0, 0xFF), (0, 0x7F), (FRESH_SEED_STEP, 0xFF))  # a case's checked calls: (seed offset, poison)
+MAX_OUTPUT_BYTES = 1 << 36  # a description of more bytes than this is not an output
+FORGE_MIN_NS = {"cpu": 250_000.0, "cuda": 1_000_000.0}  # unexplained time per call always tolerated
+FORGE_OVERHEAD_CAP_NS = 1_000_000.0  # the empty call's overhead is credited up to this much
+EMPTY_CALLS = 5  # empty calls that measure the per-call overhead of a timed case
+
+
+class Judge:
+    """The trusted side's verdicts: this process imports the task's reference (trusted) and never the
+    submission. It makes its own pristine input of every checked call (from the case, the seed it chose),
+    reads the worker's output from the buffer it owns (bytes described by JSON, checked against what a tensor
+    of that shape and dtype holds), runs the task's check_implementation, names poison and replayed outputs,
+    and keeps the fingerprints of every output judged right. An output is rebuilt on the device the kernel left
+    it on (the CPU or the GPU), so the task's check sees what it would see in the worker."""
+
+    def __init__(self, fd: int):
+        import torch
+
+        import reference
+
+        self.torch, self.fd = torch, fd
+        self.generate_input = reference.generate_input
+        self.ref_kernel = reference.ref_kernel
+        self.check_implementation = reference.check_implementation
+        self.cuda = torch.cuda.is_available()
+        self.dtypes = {name: value for name, value in vars(torch).items() if isinstance(value, torch.dtype)}
+        self.seen: set = set()
+        self.inputs: dict[str, Any] = {}
+        if self.cuda:
+            torch.empty(1, device="cuda")  # the device's context, made while the worker starts (not on a case)
+
+    def sync(self) -> None:
+        if self.cuda:
+            self.torch.cuda.synchronize()
+
+    def system(self) -> dict:
+        torch = self.torch
+        info = {"device": "cpu", "torch": torch.__version__, "cuda": torch.version.cuda or "",
+                "hip": getattr(torch.version, "hip", None) or "", "arch": ""}
+        if self.cuda:
+            props = torch.cuda.get_device_properties(torch.cuda.current_device())
+            info["device"] = props.name
+            if info["hip"]:
+                info["arch"] = str(getattr(props, "gcnArchName", "")).split(":")[0]
+            else:
+                info["arch"] = f"sm_{props.major}{props.minor}"
+        return info
+
+    def pristine(self, case: dict) -> Any:
+        key = format_spec(case)
+        if key not in self.inputs:
+            if len(self.inputs) > 4:
+                self.inputs.clear()
+            self.inputs[key] = self.generate_input(**case)
+            self.sync()
+        return self.inputs[key]
+
+    def read(self, output: Any) -> Any:
+        """The output a description names, rebuilt from the buffer's bytes; raises ValueError when the
+        description is not one of an output (a wrong type, a range outside the buffer, bytes that do not
+        match the shape and dtype)."""
+        torch = self.torch
+        if not isinstance(output, dict) or not isinstance(output.get("tensors"), list):
+            raise ValueError("no description of the output")
+        size = os.fstat(self.fd).st_size
+        tensors = []
+        for t in output["tensors"]:
+            dtype = self.dtypes.get(t.get("dtype")) if isinstance(t, dict) else None
+            shape, offset, nbytes = (t.get("shape"), t.get("offset"), t.get("nbytes")) if dtype else (0, 0, 0)
+            if (dtype is None or not isinstance(shape, list) or len(shape) > 16
+                    or not all(isinstance(n, int) and 0 <= n for n in shape + [offset, nbytes])):
+                raise ValueError(f"a malformed tensor description {str(t)[:120]}")
+            numel = math.prod(shape)
+            try:
+                itemsize = torch.empty((), dtype=dtype).element_size()
+            except (RuntimeError, TypeError):
+                raise ValueError(f"a dtype no output has {str(t)[:120]}") from None
+            if numel * itemsize != nbytes or nbytes > MAX_OUTPUT_BYTES or offset + nbytes > size:
+                raise ValueError(f"a tensor description whose bytes do not fit {str(t)[:120]}")
+            if t.get("device") not in ("cpu", "cuda") or (t["device"] == "cuda" and not self.cuda):
+                raise ValueError(f"a tensor on a device this machine lacks {str(t)[:120]}")
+            raw = bytearray(os.pread(self.fd, nbytes, offset)) if nbytes else bytearray(itemsize)
+            flat = torch.frombuffer(raw, dtype=torch.uint8)[:nbytes]
+            try:
+                tensor = (flat.view(dtype) if nbytes else torch.empty(0, dtype=dtype)).reshape(shape)
+            except (RuntimeError, TypeError) as exc:
+                raise ValueError(f"bytes that are no {t['dtype']} tensor ({_first_line(exc)})") from None
+            tensors.append(tensor.to("cuda") if t["device"] == "cuda" else tensor)  # where the kernel left it
+        return self._decode(output.get("structure"), tensors)
+
+    def _decode(self, node: Any, tensors: list) -> Any:
+        if isinstance(node, dict) and isinstance(node.get("tensor"), int) and 0 <= node["tensor"] < len(tensors):
+            return tensors[node["tensor"]]
+        if isinstance(node, dict) and node.get("seq") in ("tuple", "list") and isinstance(node.get("items"), list):
+            items = [self._decode(x, tensors) for x in node["items"]]
+            return tuple(items) if node["seq"] == "tuple" else items
+        if isinstance(node, dict) and "value" in node and (node["value"] is None or isinstance(node["value"],
+                                                                                             (bool, int, float, str))):
+            return node["value"]
+        if isinstance(node, dict) and isinstance(node.get("unsupported"), str):
+            raise ValueError(f"custom_kernel returned a {node['unsupported'][:80]}, which is no tensor")
+        raise ValueError("a malformed output structure")
+
+    def judge(self, case: dict, output: Any, byte: int | None) -> dict | None:
+        """None when the output of the call on `case` is right, else the failing reply (the class named
+        where poison or a replayed result shows)."""
+        try:
+            out = self.read(output)
+        except ValueError as exc:
+            return {"ok": False, "error": f"no output: the worker's description of custom_kernel's output is "
+                                          f"unusable ({exc})", "probe": False}
+        try:
+            data = self.pristine(case)
+        except BaseException as exc:
+            return {"ok": False, "error": f"generate_input failed: {type(exc).__name__}: {_first_line(exc)}"}
+        outs, described = flatten_tensors(out), output["tensors"]
+        try:
+            result = self.check_implementation(clone_data(data), out)
+            self.sync()
+        except BaseException as exc:
+            return {"ok": False, "error": f"check_implementation raised {type(exc).__name__}: {_first_line(exc)}",
+                    "message": traceback.format_exc(), "probe": True}
+        ok, message = _normalize_verdict(result)
+        mark = fingerprint(outs)
+        if ok:
+            if len(self.seen) < MAX_REMEMBERED_OUTPUTS:
+                self.seen.add(mark)
+            return None
+        error = message.strip() or "check_implementation failed"
+        if byte is not None:
+            for o, d in zip(outs, described):
+                fraction = poisoned_fraction(o, byte)
+                if d.get("buffer") and fraction >= 0.5:
+                    error = ("fabricated output: custom_kernel returned the output buffer from data without "
+                             "writing it (it still holds the harness's poison)")
+                    break
+                if fraction >= 0.5:
+                    error = (f"stale memory: {fraction:.0%} of the output still holds the poison the harness "
+                             "wrote into freed memory before the call (allocated, never written)")
+                    break
+            else:
+                if mark in self.seen:
+                    error = "output replay: custom_kernel returned a previous call's result for a new input"
+        elif mark in self.seen:
+            error = "output replay: custom_kernel returned a previous call's result for a new input"
+        return {"ok": False, "error": error, "message": message, "probe": True}
+
+    def checked(self, case: dict, reply: dict) -> dict | None:
+        """None when every checked call of `case` (CHECKED_CALLS) handed over a right output, else the failure."""
+        if not reply.get("ok"):
+            return reply
+        calls = [(with_seed_offset(case, step) if step else case, byte) for step, byte in CHECKED_CALLS
+                 if not step or isinstance(case.get("seed"), int)]
+        outputs = reply.get("outputs")
+        if not isinstance(outputs, list) or len(outputs) != len(calls):
+            count = len(outputs) if isinstance(outputs, list) else 0
+            return {"ok": False, "error": f"no output: the worker handed over {count} outputs of custom_kernel for "
+                                          f"the {len(calls)} checked calls of the case (the worker answered for "
+                                          "the harness)"}
+        for (call_case, byte), output in zip(calls, outputs):
+            failure = self.judge(call_case, output, byte)
+            if failure is not None:
+                return failure
+        return None
+
+    def one(self, case: dict, reply: dict, byte: int | None) -> dict | None:
+        """The check of a reply that must hand over exactly one output (a timed call's)."""
+        if not reply.get("ok"):
+            return reply
+        outputs = reply.get("outputs")
+        if not isinstance(outputs, list) or len(outputs) != 1:
+            return {"ok": False, "error": "no output: the worker handed over no output of the timed call (the "
+                                          "worker answered for the harness)"}
+        return self.judge(case, outputs[0], byte)
+
+    def case_facts(self, case: dict) -> tuple[int, bool]:
+        """(the fewest bytes one call must move, whether the reference changes an input it reads), from the
+        reference run here on a copy: inputs it returns or writes into are output buffers, not read."""
+        data = self.pristine(case)
+        copy = clone_data(data)
+        outs = flatten_tensors(self.ref_kernel(copy))
+        self.sync()
+        inputs, originals = flatten_tensors(copy), flatten_tensors(data)
+        buffers = {i for i, t in enumerate(inputs) if any(shares_storage(t, o) for o in outs)}
+        changed = {i for i, (t, p) in enumerate(zip(inputs, originals)) if not same_bits(t, p)}
+        read = sum(t.numel() * t.element_size() for i, t in enumerate(originals) if i not in buffers)
+        return read + sum(o.numel() * o.element_size() for o in outs), bool(changed - buffers)
+
+
+def fingerprint(tensors: list) -> tuple:
+    """Shape, dtype, float64 sum and 64 sampled values of each tensor: cheap, and two different correct outputs
+    never share one in practice (a wrong output equal to an earlier right one is a replay)."""
+    import torch
+
+    parts = []
+    for t in tensors:
+        flat = t.detach().reshape(-1)
+        step = max(1, flat.numel() // 64)
+        total = flat.sum(dtype=torch.float64).item() if flat.numel() and not flat.dtype.is_complex else 0.0
+        parts.append((tuple(t.shape), str(t.dtype), repr(total), repr(flat[::step][:64].tolist())))
+    return tuple(parts)
+
+
+def forged_time(samples: list[float], walls: list[float], overhead_ns: float, device: str) -> str | None:
+    """The trusted clock's witness of a timed case: each timed call's time as this process saw it (request sent
+    to reply received; the worker synchronizes before it replies) against the time the worker reported. A
+    case fails when the median time the report leaves unexplained, beyond the per-call overhead of an empty
+    call (credited up to FORGE_OVERHEAD_CAP_NS), exceeds both the reported median and FORGE_MIN_NS."""
+    if not samples or len(samples) != len(walls):
+        return None
+    credit = min(max(overhead_ns, 0.0), FORGE_OVERHEAD_CAP_NS)
+    unexplained = sorted(w - s - credit for s, w in zip(samples, walls))
+    reported = sorted(samples)[len(samples) // 2]
+    gap = unexplained[len(unexplained) // 2]
+    if gap > max(reported, FORGE_MIN_NS[device]):
+        return (f"time forged: the worker reported a median of {_us(reported)} per call, the trusted process "
+                f"saw {_us(sorted(walls)[len(walls) // 2])} (after {_us(credit)} of per-call overhead, "
+                f"{_us(gap)} unexplained)")
+    return None
+
+
 class Session:
     """One eval invocation in the parent: talks to the worker, writes the pipe, computes statistics."""
 
     def __init__(self, pipe: ResultPipe, link: WorkerLink, mode: str, cases: list[dict], trust: bool,
-                 clock_ns: Callable[[], float] = time.monotonic_ns, audit: str = DEFAULT_AUDIT):
+                 clock_ns: Callable[[], float] = time.monotonic_ns, audit: str = DEFAULT_AUDIT,
+                 judge: "Judge | None" = None, judge_failure: dict | None = None):
         self.pipe, self.link, self.mode, self.cases, self.trust = pipe, link, mode, cases, trust
         self.clock_ns = clock_ns
-        self.audit = audit  # the timing audit asked for; the worker's `ready` says which one applies
+        self.audit = audit  # the timing audit asked for; the worker may only say its trace failed its self-test
+        self.judge = judge  # the trusted side's checks (trust on); None: the worker's verdicts stand
+        self.judge_failure = judge_failure  # the trusted side could not start: every case fails with it
         self.all_passed = True
         self.cuda_failed = False
         self.gone: WorkerGone | None = None  # set once the worker is unusable
@@ -688,22 +924,39 @@ class Session:
         except WorkerGone as gone:
             self._lose_worker(gone)
             return
+        system = self.judge.system() if self.judge is not None else ready.get("system")
         for key in ("device", "torch", "cuda", "hip", "arch"):
-            self.pipe.write(f"system.{key}", ready.get("system", {}).get(key, ""))
+            value = system.get(key, "") if isinstance(system, dict) else ""
+            self.pipe.write(f"system.{key}", value if isinstance(value, str) else "")
         self.pipe.write("trust.checks", ",".join(TRUST_CHECKS) if self.trust else "")
-        self.audit = ready.get("audit", self.audit)
+        if self.judge is not None:
+            # The trusted side decides: a CPU has no device queues to audit; the worker may only report that
+            # its trace failed the self-test, and the drain rule judges then.
+            note = ready.get("audit_note")
+            if not self.judge.cuda:
+                self.audit = "off"
+            elif self.audit == "trace" and ready.get("audit") == "drain" and isinstance(note, str):
+                self.audit = "drain"
+            else:
+                note = None
+            self.timer = "cuda-event" if self.judge.cuda else "cpu-monotonic"
+        else:
+            self.audit = ready.get("audit", self.audit)
+            note = ready.get("audit_note")
+            self.timer = ready.get("timer", self.timer)
         if self.mode in BUDGETS:
-            self.pipe.write("trust.audit", self.audit)
-            if ready.get("audit_note"):
-                self.pipe.write("trust.audit_note", ready["audit_note"])
-        self.timer = ready.get("timer", self.timer)
+            self.pipe.write("trust.audit", str(self.audit))
+            if note:
+                self.pipe.write("trust.audit_note", str(note))
         if not ready["ok"]:
             self.global_failure = ready
+        elif self.judge_failure is not None:
+            self.global_failure = self.judge_failure
 
     def _fail(self, prefix: str, reply: dict) -> None:
         self.all_passed = False
-        _case_failed(self.pipe, prefix, reply.get("error", "failed"), reply.get("message", ""))
-        if reply.get("cuda"):
+        _case_failed(self.pipe, prefix, str(reply.get("error", "failed")), str(reply.get("message", "")))
+        if reply.get("cuda") is True:
             self.cuda_failed = True
 
     def _blocked(self, prefix: str) -> bool:
@@ -746,11 +999,11 @@ class Session:
             self.pipe.write(f"{prefix}.spec", format_spec(case))
             if self.cuda_failed or self._blocked(prefix):
                 continue
-            reply = self._ask("check", case=case, mode=self.mode)
+            reply = self._ask("check", case=case)
+            if self.judge is not None:
+                reply = self._probed(case, self.judge.checked(case, reply)) or {"ok": True}
             if reply["ok"]:
                 self.pipe.write(f"{prefix}.status", "pass")
-                if reply.get("message"):
-                    self.pipe.write(f"{prefix}.message", reply["message"])
             else:
                 self._fail(prefix, reply)
             if self.cuda_failed:
@@ -795,18 +1048,86 @@ class Session:
             if isinstance(info.get("bytes"), int) and info["bytes"] > 0:
                 self.pipe.write(f"{prefix}.bytes", info["bytes"])
 
+    def _probed(self, case: dict, failure: dict | None) -> dict | None:
+        """A case's failure outside test mode, named mode branching when it repeats in this mode (a control
+        rerun) and goes away when sys.argv says test (a failure that goes away on a plain rerun depends on
+        earlier calls, not on the mode)."""
+        if failure is None or self.mode == "test" or not failure.get("probe"):
+            return failure
+        if self.judge.checked(case, self._ask("check", case=case, shown=self.mode)) is None:
+            return failure
+        if self.judge.checked(case, self._ask("check", case=case, shown="test")) is None:
+            return {**failure, "error": f"mode branching: custom_kernel's output is wrong in {self.mode} mode but "
+                                        f"right when sys.argv says test ({failure.get('error')})"}
+        return failure
+
     def time_case(self, case: dict, budget: Budget) -> tuple[LoopResult | None, dict]:
         """Checked call(s), then the timing loop, then (benchmark mode) the last output's check."""
+        judge = self.judge
+        overhead = self._overhead() if judge is not None else 0.0  # before the case's GPU trace starts
         begin = self._ask("bench_begin", case=case, mode=self.mode)
-        if not begin["ok"]:
-            return None, begin
-        loop = timing_loop(lambda: self._ask("bench_call"), self.clock_ns, budget)
+        failure = self._probed(case, judge.checked(case, begin)) if judge is not None else (
+            None if begin["ok"] else begin)
+        if failure is not None:
+            return None, failure
+        walls: list[float] = []
+        steps = [0]
+
+        def timed_call() -> dict:
+            if self.mode == "leaderboard":
+                steps[0] += 1
+                ready = self._ask("bench_next")
+                if not ready["ok"]:
+                    return ready
+            started = self.clock_ns()
+            reply = self._ask("bench_call")
+            walls.append(float(self.clock_ns() - started))
+            if not reply["ok"]:
+                return reply
+            ns = reply.get("ns")
+            if not isinstance(ns, (int, float)) or isinstance(ns, bool) or not 0 <= ns < math.inf:
+                return {"ok": False, "error": f"time forged: the worker reported {str(ns)[:40]} as a call's time"}
+            if self.mode == "leaderboard":
+                checked = self._ask("bench_output")
+                step = steps[0]
+                failure = (judge.one(with_seed_offset(case, LEADERBOARD_SEED_STEP * step), checked, 0xFF)
+                           if judge is not None else (None if checked["ok"] else checked))
+                if failure is not None:
+                    error = failure.get("error")
+                    if "[timed call" not in str(error):
+                        error = f"{error} [timed call {step}]"
+                    return {**failure, "error": error}
+            return reply
+
+        loop = timing_loop(timed_call, self.clock_ns, budget)
         if loop.stop == "failed":
             return None, loop.failure
         end = self._ask("bench_end")
         if not end["ok"]:
             return None, end
-        return loop, {**begin, "audit": end.get("audit")}
+        if judge is None:
+            return loop, {**begin, "audit": end.get("audit")}
+        size, in_out = judge.case_facts(case)
+        if self.mode == "benchmark" and not in_out:
+            failure = judge.one(case, end, None) if end.get("last_output") else {
+                "ok": False, "error": "no output: the worker handed over no output of the last timed call"}
+            if failure is not None:
+                return None, {**failure, "error": f"timed output wrong: the last timed call's output fails the "
+                                                  f"check (the checked calls passed): {failure.get('error')}"}
+        forged = forged_time(loop.samples, walls, overhead, "cuda" if judge.cuda else "cpu")
+        if forged:
+            return None, {"ok": False, "error": forged}
+        return loop, {"ok": True, "bytes": size, "audit": end.get("audit")}
+
+    def _overhead(self) -> float:
+        """The median time this process sees for a timed call of a kernel that does nothing (EMPTY_CALLS)."""
+        walls = []
+        for _ in range(EMPTY_CALLS):
+            started = self.clock_ns()
+            if not self._ask("bench_empty")["ok"]:
+                return 0.0
+            walls.append(float(self.clock_ns() - started))
+        return sorted(walls)[len(walls) // 2]
 
     def write_audit(self, prefix: str, loop: LoopResult, audit: dict | None) -> None:
         """The timing audit's signals of a case, per timed call: drains (host clock) and, from the GPU trace,
@@ -861,6 +1182,8 @@ class Session:
             if self.cuda_failed or self._blocked(prefix):
                 continue
             begin = self._ask("bench_begin", case=case, mode=self.mode)
+            if self.judge is not None:
+                begin = self._probed(case, self.judge.checked(case, begin)) or begin
             reply = self._ask("profile") if begin["ok"] else begin
             if not reply["ok"]:
                 self._fail(prefix, reply)
@@ -926,10 +1249,43 @@ def read_go(fd: int) -> dict | None:
     return go
 
 
+def output_buffer() -> int:
+    """The buffer the worker hands its outputs over in: an anonymous file of this process (a memfd), given to
+    the worker at spawn; this process reads it with pread (it never maps what the worker can write)."""
+    if hasattr(os, "memfd_create"):
+        return os.memfd_create("popkit-outputs", os.MFD_CLOEXEC)
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix="popkit-outputs-")
+    os.unlink(path)
+    return fd
+
+
+def start_judge(fd: int | None) -> tuple[Judge | None, dict | None]:
+    """The trusted side (trust on: `fd` is the output buffer), or the failure every case fails with."""
+    if fd is None:
+        return None, None
+    try:
+        return Judge(fd), None
+    except BaseException as exc:
+        traceback.print_exc()
+        return None, {"ok": False, "error": f"the trusted side failed to start: {type(exc).__name__}: "
+                                            f"{_first_line(exc)}", "message": traceback.format_exc()}
+
+
+def worker_settings(trust: bool, audit: str, fd: int | None) -> dict:
+    """What the worker starts with; the output buffer travels as a descriptor the spawn passes on."""
+    from multiprocessing.reduction import DupFd
+
+    return {"trust": trust, "audit": audit, "outputs_fd": DupFd(fd) if fd is not None else None}
+
+
 def run_session(pipe: ResultPipe, link: WorkerLink, mode: str, cases: list[dict], trust: bool,
-                gone: WorkerGone | None = None, audit: str = "off") -> int:
+                gone: WorkerGone | None = None, audit: str = "off", outputs: int | None = None,
+                judged: tuple[Judge | None, dict | None] | None = None) -> int:
     """The mode's cases on the pipe, then `check` and the closing record once the worker is gone; the exit code."""
-    session = Session(pipe, link, mode, cases, trust, audit=audit)
+    judge, failure = judged if judged is not None else start_judge(outputs)
+    session = Session(pipe, link, mode, cases, trust, audit=audit, judge=judge, judge_failure=failure)
     try:
         if gone is None:
             session.start()
@@ -950,7 +1306,9 @@ def warm_main(fd: int, control: int, mode: str, cases: list[dict], trust: bool, 
               audit: str = "off") -> int:
     """A warm start (POPKIT_CONTROL_FD): the worker prepares everything but the submission, `popkit.warm: ready`
     goes on the pipe, and on `go` the mode runs as in a cold start, with `go`'s cases and key."""
-    link = WorkerLink({"trust": trust, "audit": audit, "warm": {"mode": mode, "cases": cases}})
+    outputs = output_buffer() if trust else None
+    link = WorkerLink({**worker_settings(trust, audit, outputs), "warm": {"mode": mode, "cases": cases}})
+    judged = start_judge(outputs)
     gone = None
     try:
         link.receive()  # the worker is warm (a failure in its start-up is kept for the `load` reply)
@@ -978,7 +1336,7 @@ def warm_main(fd: int, control: int, mode: str, cases: list[dict], trust: bool, 
         except WorkerGone as exc:
             gone = exc
             link.kill()
-    return run_session(ResultPipe(fd, go["key"]), link, mode, cases, trust, gone, audit=audit)
+    return run_session(ResultPipe(fd, go["key"]), link, mode, cases, trust, gone, audit=audit, judged=judged)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1020,8 +1378,9 @@ def main(argv: list[str] | None = None) -> int:
     audit = audit if trust and mode in BUDGETS else "off"
     if control is not None:
         return warm_main(fd, control, mode, cases, trust, secret, audit)
-    return run_session(ResultPipe(fd, pipe_key), WorkerLink({"trust": trust, "audit": audit}), mode, cases, trust,
-                       audit=audit)
+    outputs = output_buffer() if trust else None
+    return run_session(ResultPipe(fd, pipe_key), WorkerLink(worker_settings(trust, audit, outputs)), mode, cases,
+                       trust, audit=audit, outputs=outputs)
 
 
 # ====================================================================================== the worker
@@ -1037,7 +1396,7 @@ class CaseFailure(Exception):
         self.probe = probe  # a wrong-output kind of failure, worth retrying with sys.argv saying test
 
     def reply(self) -> dict:
-        return {"ok": False, "error": self.error, "message": self.message, "cuda": self.cuda}
+        return {"ok": False, "error": self.error, "message": self.message, "cuda": self.cuda, "probe": self.probe}
 
 
 def _first_line(text: str) -> str:
@@ -1720,13 +2079,15 @@ class Caller:
         self._after_call(before)
         return out
 
-    def timed(self, kernel_input: Any, trace: TraceAudit | None = None) -> tuple[Any, dict]:
+    def timed(self, kernel_input: Any, trace: TraceAudit | None = None, kernel: Callable | None = None
+              ) -> tuple[Any, dict]:
         """One timed call: synchronize, then Device.measure (L2 flush, events; the trace's markers when a trace
-        runs); the reply part {"ns", "drain", "lead"}."""
+        runs); the reply part {"ns", "drain", "lead"}. `kernel`: another function than custom_kernel (the
+        empty call that measures the per-call overhead)."""
         self.device.sync()
         before = self.guards.snapshot()
         try:
-            out, timing = self.device.measure(self.kernel, kernel_input, trace)
+            out, timing = self.device.measure(kernel or self.kernel, kernel_input, trace)
         except BaseException as exc:
             raise _exception_failure(exc, self.device.torch) from None
         self._after_call(before)
@@ -1746,13 +2107,12 @@ class Caller:
 
 
 class Checker:
-    """Whether a case's output is right: type, aliasing, input mutation, the task's check, and the name of
-    the cheat behind a wrong output; the checked calls of a case, with the mode-branching probe."""
+    """The worker's part of an output's check: type, aliasing, input mutation; then (trust on) the output is
+    handed to the trusted process, which judges it (Judge), or (trust off) the task's check runs here. The
+    checked calls of a case."""
 
-    def __init__(self, task: ReferenceTask, caller: Caller, trust: bool):
-        self.task, self.caller, self.trust = task, caller, trust
-        # Fingerprints of every output that passed its check, to spot a replayed result however old.
-        self.seen_outputs: set = set()
+    def __init__(self, task: ReferenceTask, caller: Caller, trust: bool, exporter: "Exporter"):
+        self.task, self.caller, self.trust, self.exporter = task, caller, trust, exporter
 
     def verify(self, out: Any, kernel_input: Any, pristine: Any, layout: Layout, byte: int | None) -> None:
         """Every output check: type, aliasing, input mutation, then the task's own check."""
@@ -1769,52 +2129,18 @@ class Checker:
             for i, (t, p) in enumerate(zip(inputs, originals)):
                 if i not in layout.writable and i not in layout.poisonable and not same_bits(t, p):
                     raise CaseFailure(f"input {i} was modified by custom_kernel", probe=True)
-        ok, message = self.task.judge(clone_data(pristine), out)
-        if ok:
-            return
-        error = self._diagnose(out, kernel_input, layout, byte) if self.trust else None
-        if error:
-            raise CaseFailure(error, message, probe=True)
-        raise CaseFailure(message.strip() or "check_implementation failed", probe=True)
-
-    def _diagnose(self, out: Any, kernel_input: Any, layout: Layout, byte: int | None) -> str | None:
-        """Name the cheat behind a wrong output when its fingerprint is there (poison bytes, a replayed result)."""
-        outs = flatten_tensors(out)
-        if byte is not None:
+        if self.trust:  # the trusted process judges the output: hand it over
             buffers = [t for i, t in enumerate(flatten_tensors(kernel_input)) if i in layout.poisonable]
-            for o in outs:
-                if any(shares_storage(o, b) for b in buffers) and poisoned_fraction(o, byte) >= 0.5:
-                    return ("fabricated output: custom_kernel returned the output buffer from data without "
-                            "writing it (it still holds the harness's poison)")
-            for o in outs:
-                fraction = poisoned_fraction(o, byte)
-                if fraction >= 0.5:
-                    return (f"stale memory: {fraction:.0%} of the output still holds the poison the harness "
-                            "wrote into freed memory before the call (allocated, never written)")
-        if self._fingerprint(outs) in self.seen_outputs:
-            return "output replay: custom_kernel returned a previous call's result for a new input"
-        return None
-
-    def _fingerprint(self, tensors: list) -> tuple:
-        """Shape, dtype, float64 sum and 64 sampled values of each tensor: cheap, and two different
-        correct outputs never share one in practice (a wrong output equal to an earlier right one is a replay)."""
-        parts = []
-        for t in tensors:
-            flat = t.detach().reshape(-1)
-            step = max(1, flat.numel() // 64)
-            total = flat.sum(dtype=self.task.torch.float64).item() if flat.numel() else 0.0
-            parts.append((tuple(t.shape), str(t.dtype), repr(total), repr(flat[::step][:64].tolist())))
-        return tuple(parts)
-
-    def remember(self, out: Any) -> None:
-        if self.trust and len(self.seen_outputs) < MAX_REMEMBERED_OUTPUTS:
-            self.seen_outputs.add(self._fingerprint(flatten_tensors(out)))
+            self.exporter.add(out, buffers)
+            return
+        ok, message = self.task.judge(clone_data(pristine), out)
+        if not ok:
+            raise CaseFailure(message.strip() or "check_implementation failed", probe=True)
 
     def _trusted_call(self, data: Any, layout: Layout, byte: int) -> None:
         kernel_input = self.task.trusted_input(data, layout, byte)
         out = self.caller.invoke(kernel_input)
         self.verify(out, kernel_input, data, layout, byte)
-        self.remember(out)
 
     def _checked(self, case: dict) -> Any:
         """The checked call(s) of a case; returns the pristine data. Raises CaseFailure."""
@@ -1830,32 +2156,14 @@ class Checker:
             self._trusted_call(self.task.generate(with_seed_offset(case, FRESH_SEED_STEP)), layout, 0xFF)
         return data
 
-    def checked(self, case: dict, mode: str) -> Any:
-        """The checked calls of a case, a failure outside test mode probed for mode branching."""
+    def checked(self, case: dict, shown: str | None = None) -> Any:
+        """The checked calls of a case (trust on: the trusted side's CHECKED_CALLS, in order), with sys.argv
+        naming `shown` as the mode when given (the trusted side's mode-branching probe)."""
+        argv = sys.argv
+        if shown is not None and len(argv) >= 2:
+            sys.argv = [argv[0], shown, *argv[2:]]
         try:
             return self._checked(case)
-        except CaseFailure as failure:
-            # Name mode branching only when the failure repeats in this mode (a control rerun) and goes
-            # away when sys.argv says test; a failure that goes away on a plain rerun depends on earlier
-            # calls (a cache or leftover state), not on the mode.
-            if not (self.trust and mode != "test" and failure.probe) or self._passes_with_mode(case, mode, mode):
-                raise
-            if self._passes_with_mode(case, mode, "test"):
-                raise CaseFailure(f"mode branching: custom_kernel's output is wrong in {mode} mode but right when "
-                                  f"sys.argv says test ({failure.error})", failure.message) from None
-            raise
-
-    def _passes_with_mode(self, case: dict, mode: str, shown: str) -> bool:
-        """Rerun the checked calls with sys.argv naming `shown` as the mode."""
-        argv = sys.argv
-        if len(argv) < 2 or argv[1] != mode:
-            return False
-        sys.argv = [argv[0], shown, *argv[2:]]
-        try:
-            self._checked(case)
-            return True
-        except CaseFailure:
-            return False
         finally:
             sys.argv = argv
 
@@ -1875,7 +2183,7 @@ class TimedCase:
         try:
             if self.trace is not None and mode != "profile":
                 self.trace.start()
-            data = self.checker.checked(case, mode)  # every benchmark shape is checked before it is timed
+            data = self.checker.checked(case)  # every benchmark shape is checked before it is timed
             layout = self.task.layout(case, data) if self.trust else None
         except TraceError as exc:
             return {"ok": False, "error": f"timing audit failed: {exc}"}
@@ -1908,28 +2216,45 @@ class TimedCase:
         b = self.bench
         if not b:
             return {"ok": False, "error": "no case prepared"}
-        if b["mode"] != "leaderboard":
-            out, timing = self.caller.timed(b["input"], self._tracing())
-            b["out"] = out
-            return {"ok": True, **timing}
-        # Leaderboard: a new input (seed + 13, cumulative) made after the previous call finished; rechecked.
-        # Every second call gets it in the previous call's tensors (same addresses, new values).
+        if b["mode"] == "leaderboard":
+            if b.get("next") is None:
+                return {"ok": False, "error": "no input prepared for this timed call"}
+            b["input"], b["next"] = b["next"], None
+        out, timing = self.caller.timed(b["input"], self._tracing())
+        b["out"] = out
+        return {"ok": True, **timing}
+
+    def next_input(self) -> dict:
+        """Leaderboard: the next timed call's input (seed + 13, cumulative), made after the previous call
+        finished. Every second call gets it in the previous call's tensors (same addresses, new values)."""
+        b = self.bench
         b["step"] += 1
         data = self.task.generate(with_seed_offset(b["case"], LEADERBOARD_SEED_STEP * b["step"]))
+        b["data"] = data
+        if self.trust:
+            into = b.get("last_input") if b["step"] % 2 == 0 else None
+            b["next"] = self.task.trusted_input(data, b["layout"], 0xFF, into=into)
+            b["last_input"] = b["next"]
+        else:
+            b["next"] = clone_data(data)
+        return {"ok": True}
+
+    def check_output(self) -> dict:
+        """Leaderboard: the last timed call's output checked (trust on: handed to the trusted process)."""
+        b = self.bench
         try:
             if self.trust:
-                into = b.get("last_input") if b["step"] % 2 == 0 else None
-                kernel_input = self.task.trusted_input(data, b["layout"], 0xFF, into=into)
-                b["last_input"] = kernel_input
-                out, timing = self.caller.timed(kernel_input, self._tracing())
-                self.checker.verify(out, kernel_input, data, b["layout"], 0xFF)
-                self.checker.remember(out)
+                self.checker.verify(b["out"], b["input"], b["data"], b["layout"], 0xFF)
             else:
-                out, timing = self.caller.timed(clone_data(data), self._tracing())
-                self.checker.verify(out, None, data, None, None)
+                self.checker.verify(b["out"], None, b["data"], None, None)
         except CaseFailure as failure:
             failure.error = f"{failure.error} [timed call {b['step']}]"
             raise
+        return {"ok": True}
+
+    def empty_call(self) -> dict:
+        """A timed call of a kernel that does nothing, on the same path (the trusted side's per-call overhead)."""
+        _, timing = self.caller.timed(None, kernel=lambda _data: None)
         return {"ok": True, **timing}
 
     def end(self) -> dict:
@@ -1952,6 +2277,7 @@ class TimedCase:
             except CaseFailure as failure:
                 return CaseFailure(f"timed output wrong: the last timed call's output fails the check "
                                    f"(the checked calls passed): {failure.error}", failure.message).reply()
+            reply["last_output"] = True
         self.bench = {}
         return reply
 
@@ -1974,6 +2300,66 @@ class TimedCase:
         return {"ok": True, "report": table}
 
 
+class Exporter:
+    """The worker's hand-over of outputs to the trusted process: each tensor's bytes go into the buffer the
+    trusted process made (a memfd given at spawn; a GPU output is copied to it), described by JSON (never
+    pickle: nothing the worker sends runs code there). `outputs` holds one description per handed output."""
+
+    def __init__(self, fd: Any):
+        self.fd = fd.detach() if hasattr(fd, "detach") else fd
+        self._map = None
+        self.outputs: list[dict] = []
+        self.used = 0
+
+    def reset(self) -> None:
+        self.outputs, self.used = [], 0
+
+    def add(self, out: Any, buffers: list) -> None:
+        tensors: list = []
+        structure = self._encode(out, tensors)
+        described = []
+        for t in tensors:
+            nbytes = t.numel() * t.element_size()
+            offset = self.used
+            self._write(t, offset, nbytes)
+            self.used = offset + (nbytes + 63) // 64 * 64
+            described.append({"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
+                              "offset": offset, "nbytes": nbytes, "device": t.device.type,
+                              "buffer": any(shares_storage(t, b) for b in buffers)})
+        self.outputs.append({"structure": structure, "tensors": described})
+
+    def _encode(self, out: Any, tensors: list) -> Any:
+        import torch
+
+        if isinstance(out, torch.Tensor):
+            tensors.append(out)
+            return {"tensor": len(tensors) - 1}
+        if isinstance(out, (tuple, list)):
+            items = [self._encode(x, tensors) for x in out]
+            return {"seq": "list" if isinstance(out, list) else "tuple", "items": items}
+        if out is None or isinstance(out, (bool, int, float, str)):
+            return {"value": out}
+        return {"unsupported": type(out).__qualname__}
+
+    def _write(self, t: Any, offset: int, nbytes: int) -> None:
+        import mmap
+
+        import torch
+
+        if nbytes == 0 or self.fd is None:
+            return
+        size = os.fstat(self.fd).st_size
+        if offset + nbytes > size:
+            os.ftruncate(self.fd, max(offset + nbytes, 2 * size))
+        if self._map is None or offset + nbytes > len(self._map):
+            if self._map is not None:
+                self._map.close()
+            self._map = mmap.mmap(self.fd, os.fstat(self.fd).st_size)
+        view = torch.frombuffer(self._map, dtype=torch.uint8, count=nbytes, offset=offset)
+        view.copy_(_byte_view(t).reshape(-1))
+        del view
+
+
 class Worker:
     """The submission's side of one invocation: starts up (imports, captures), then hands each request to
     the piece that does it (Checker for test cases, TimedCase for the timed and profile modes)."""
@@ -1989,6 +2375,7 @@ class Worker:
         self.guards: Guards | None = None
         self._defaults: tuple | None = None  # _generation_defaults() when a warm start generated inputs
         self.trace: TraceAudit | None = None  # the trace audit (start_audit), when it judges this worker's timing
+        self.exporter = Exporter(settings.get("outputs_fd"))
 
     def start_audit(self, torch, device: Device) -> tuple[TraceAudit | None, dict]:
         """The timing audit this worker applies ({"audit": rule, "audit_note": why it differs from the one
@@ -2074,7 +2461,7 @@ class Worker:
         if not callable(kernel):
             return {**reply, "ok": False, "error": "submission.py defines no custom_kernel(data)", "message": ""}
         caller = Caller(kernel, device, guards, self.trust)
-        self.checker = Checker(task, caller, self.trust)
+        self.checker = Checker(task, caller, self.trust, self.exporter)
         self.timed = TimedCase(task, caller, self.checker, self.trust, self.trace)
         if self.trust:
             try:
@@ -2086,21 +2473,34 @@ class Worker:
 
     def handle(self, request: dict) -> dict:
         op = request["op"]
+        self.exporter.reset()
         try:
-            if op == "check":
-                self.checker.checked(request["case"], request["mode"])
+            if op == "ping":
                 return {"ok": True}
-            if op == "bench_begin":
-                return self.timed.begin(request["case"], request["mode"])
-            if op == "bench_call":
-                return self.timed.call()
-            if op == "bench_end":
-                return self.timed.end()
-            if op == "profile":
-                return self.timed.profile()
+            if op == "check":
+                self.checker.checked(request["case"], request.get("shown"))
+                reply = {"ok": True}
+            elif op == "bench_begin":
+                reply = self.timed.begin(request["case"], request["mode"])
+            elif op == "bench_next":
+                reply = self.timed.next_input()
+            elif op == "bench_call":
+                reply = self.timed.call()
+            elif op == "bench_output":
+                reply = self.timed.check_output()
+            elif op == "bench_empty":
+                reply = self.timed.empty_call()
+            elif op == "bench_end":
+                reply = self.timed.end()
+            elif op == "profile":
+                reply = self.timed.profile()
+            else:
+                return {"ok": False, "error": f"unknown request {op!r}"}
         except CaseFailure as failure:
             return failure.reply()
-        return {"ok": False, "error": f"unknown request {op!r}"}
+        if self.exporter.outputs:
+            reply["outputs"] = self.exporter.outputs
+        return reply
 
 
 def _die_with_parent() -> None:
@@ -2114,6 +2514,70 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
     except (OSError, AttributeError):
         pass
+
+
+# The worker's seccomp filter: system calls that reach another process's memory, refused with EPERM.
+_REFUSED_CALLS = {"x86_64": (101, 310, 311),  # ptrace, process_vm_readv, process_vm_writev
+                  "aarch64": (117, 270, 271)}
+_AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+CAP_SYS_PTRACE = 19
+
+
+def _bpf_program(arch: str) -> list[tuple[int, int, int, int]]:
+    """A classic BPF program (code, jt, jf, k) that answers EPERM to one of _REFUSED_CALLS, to any call of
+    another ABI (32-bit calls; x32 calls on x86_64, whose numbers have bit 30 set), and allows the rest."""
+    ld_w_abs, jeq_k, jge_k, ret_k = 0x20, 0x15, 0x35, 0x06
+    allow, eperm = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
+    checks = [(jge_k, 0x40000000)] if arch == "x86_64" else []
+    checks += [(jeq_k, number) for number in _REFUSED_CALLS[arch]]
+    program = [(ld_w_abs, 0, 0, 4), (jeq_k, 1, 0, _AUDIT_ARCH[arch]), (ret_k, 0, 0, eperm), (ld_w_abs, 0, 0, 0)]
+    refuse_at = len(program) + len(checks) + 1  # the last instruction
+    for code, k in checks:
+        program.append((code, refuse_at - len(program) - 1, 0, k))
+    return program + [(ret_k, 0, 0, allow), (ret_k, 0, 0, eperm)]
+
+
+def seal_worker() -> str:
+    """Linux: the worker may not reach another process's memory (ptrace, process_vm_readv/writev refused by a
+    seccomp filter, after PR_SET_NO_NEW_PRIVS) and, run as root, loses CAP_SYS_PTRACE (so /proc/<pid>/mem of
+    the non-dumpable trusted process stays closed). "" when sealed, else why not."""
+    import ctypes
+    import platform
+
+    arch = platform.machine()
+    if not sys.platform.startswith("linux") or arch not in _REFUSED_CALLS:
+        return f"no seccomp filter for {sys.platform}/{arch}"
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                    ("inheritable", ctypes.c_uint32)]
+
+    header, data = Header(0x20080522, 0), (Data * 2)()  # _LINUX_CAPABILITY_VERSION_3
+    if libc.capget(ctypes.byref(header), data) == 0 and data[0].effective & (1 << CAP_SYS_PTRACE):
+        for field in ("effective", "permitted", "inheritable"):
+            setattr(data[0], field, getattr(data[0], field) & ~(1 << CAP_SYS_PTRACE))
+        libc.capset(ctypes.byref(header), data)
+    libc.prctl(24, CAP_SYS_PTRACE, 0, 0, 0)  # PR_CAPBSET_DROP (needs CAP_SETPCAP; harmless without)
+
+    class Filter(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
+                    ("k", ctypes.c_uint32)]
+
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(Filter))]
+
+    steps = _bpf_program(arch)
+    filters = (Filter * len(steps))(*[Filter(*step) for step in steps])
+    program = Program(len(steps), filters)
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        return f"PR_SET_NO_NEW_PRIVS failed (errno {ctypes.get_errno()})"
+    if libc.prctl(22, 2, ctypes.byref(program), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+        return f"seccomp filter refused (errno {ctypes.get_errno()})"
+    return ""
 
 
 def _send(conn, reply: dict) -> None:
@@ -2135,6 +2599,13 @@ def worker_main(conn, settings: dict) -> None:
         os.chdir(settings.get("cwd") or os.getcwd())
     except OSError:
         pass
+    if settings.get("trust", True):
+        try:
+            problem = seal_worker()
+        except (OSError, AttributeError) as exc:
+            problem = f"{type(exc).__name__}: {exc}"
+        if problem:
+            print(f"eval: worker not sealed: {problem}", file=sys.stderr)
     worker = Worker(settings)
     warm = settings.get("warm")
     _serve(conn, worker, warm)

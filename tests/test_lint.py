@@ -610,3 +610,20 @@ def test_check_command_json(tmp_path):
 def test_check_command_missing_file(tmp_path):
     result = CliRunner().invoke(app, ["check", str(tmp_path / "nope.py")], env=CLI_ENV)
     assert result.exit_code == 4 and "no such file" in result.output
+
+
+def test_reaching_the_harness_module_is_an_error_unless_a_reason_is_given():
+    from popkit.check.lint import check_bytes
+
+    head = "#!POPCORN leaderboard vectoradd\nimport sys\n"
+    body = "\n\ndef custom_kernel(data):\n    return data[0] + data[1]\n"
+    reach = check_bytes((head + "H = sys.modules.get('__mp_main__')" + body).encode(), "s.py", guard=False)
+    assert [f.rule for f in reach.errors] == ["sys-modules"]
+    named = check_bytes((head + "NAME = '__mp_main__'" + body).encode(), "s.py", guard=False)
+    assert [f.rule for f in named.errors] == ["sys-modules"] and "__mp_main__" in named.errors[0].message
+    said = check_bytes((head + "# popkit: allow sys-modules -- torch.compile's cache lookup needs it\n"
+                        "M = sys.modules.get('triton')" + body).encode(), "s.py", guard=False)
+    assert not said.errors and "allowed: torch.compile's cache lookup needs it" in said.warnings[0].message
+    bare = check_bytes((head + "M = sys.modules.get('triton')  # popkit: allow sys-modules --" + body).encode(),
+                       "s.py", guard=False)
+    assert [f.rule for f in bare.errors] == ["sys-modules"]  # no reason, no allowance

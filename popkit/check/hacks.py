@@ -285,11 +285,15 @@ class _HackVisitor(ast.NodeVisitor):
                      f"reads `sys.argv`, which holds the eval's mode{where}",
                      "behaving differently in test and benchmark mode is a hack; the same code must run in every mode")
         elif isinstance(node.ctx, ast.Load) and self.dotted(node) == "sys.modules":
-            self.add("sys-modules", WARNING, node, "reads `sys.modules`",
-                     "looking up loaded modules is how harness tampering starts; import what you need")
+            self.add("sys-modules", ERROR, node, "reads `sys.modules`",
+                     "the module table reaches the harness's own module in the worker; import what you need "
+                     "(or say why: `# popkit: allow sys-modules -- reason`)")
         self.generic_visit(node)
 
     def visit_Constant(self, node: ast.Constant) -> None:
+        if node.value == "__mp_main__":
+            self.add("sys-modules", ERROR, node, "names `__mp_main__`, the harness's module in the worker",
+                     "a kernel has no use for the harness's module; it can only tamper with it")
         if isinstance(node.value, str) and "POPCORN_FD" in node.value and id(node) not in self.docstrings:
             self.add("result-fd", ERROR, node, "names POPCORN_FD, the harness's result pipe",
                      "a submission must never read or write the result pipe")

@@ -14,7 +14,7 @@ import json
 import re
 import shutil
 import subprocess
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -350,7 +350,7 @@ def check_bytes(content: bytes, name: str, *, leaderboard: str | None = None, gp
         if Path(name).suffix.lower() != ".py":
             findings += _fd_findings(text)  # Python files: the syntax tree finds it in code, not in prose
         else:
-            findings += hack_findings(text, name) + _tune_findings(text, name)
+            findings += allowed(hack_findings(text, name), text) + _tune_findings(text, name)
             if guard:
                 verdict = run_kernelguard(text)
                 findings += _guard_findings(verdict)
@@ -361,6 +361,27 @@ def check_bytes(content: bytes, name: str, *, leaderboard: str | None = None, gp
     return LintReport(path=path or name, sha256=hashlib.sha256(content).hexdigest(), size_bytes=len(content),
                       leaderboard=target_lb, gpu=target_gpu, mode=mode, offered_gpus=offered_gpus,
                       findings=tuple(findings), guard=verdict)
+
+
+# `# popkit: allow RULE -- why`: on a finding's line (or the line above), says why an honest kernel needs what a
+# reach rule finds. The finding stays, as a warning that quotes the reason; without a reason it stays an error.
+_ALLOW = re.compile(r"#\s*popkit:\s*allow\s+([a-z0-9-]+)\s+--\s*(\S.*?)\s*$")
+ALLOWABLE = ("sys-modules", "frame-walk")  # rules about reaching the harness; tampering itself is never allowed
+
+
+def allowed(findings: list[Diagnostic], text: str) -> list[Diagnostic]:
+    """`findings` with each ALLOWABLE error that a `# popkit: allow RULE -- why` comment explains made a warning."""
+    lines = text.splitlines()
+    reasons: dict[tuple[int, str], str] = {}
+    for number, line in enumerate(lines, 1):
+        match = _ALLOW.search(line)
+        if match:
+            reasons[(number, match[1])] = reasons[(number + 1, match[1])] = match[2]
+    out = []
+    for f in findings:
+        reason = reasons.get((f.line or 0, f.rule)) if f.severity == ERROR and f.rule in ALLOWABLE else None
+        out.append(replace(f, severity=WARNING, message=f"{f.message} (allowed: {reason})") if reason else f)
+    return out
 
 
 def read_bytes(path: Path | str) -> bytes:

@@ -206,6 +206,13 @@ def show_outcome(outcome: RunOutcome, *, json: bool = False, total_s: float | No
     show_run(outcome.report, outcome.task, baseline=outcome.baseline, warning=outcome.warning, total_s=total_s)
 
 
+def judged_by(report: RunReport) -> str:
+    """Who wrote the verdict: popkit's sealed harness (docs/sealed-run.md) or an eval as open as the leaderboard's."""
+    if report.runs and all("trusted-verdict" in run.raw.get("trust.checks", "").split(",") for run in report.runs):
+        return "sealed: judged where the submission cannot reach"
+    return "open: the submission runs where it is judged, as on the leaderboard"
+
+
 def show_run(report: RunReport, task: Task, *, baseline: RunReport | None = None, warning: str = "",
              total_s: float | None = None) -> None:
     """The report; the footer's time is `total_s` (the whole command) when given, else the run's."""
@@ -214,7 +221,7 @@ def show_run(report: RunReport, task: Task, *, baseline: RunReport | None = None
     con.print(f"[bold]popkit {report.mode}[/] · task [bold]{escape(task.name)}[/]{escape(board)} · {escape(report.submission)}")
     isolation = isolation_line(report.isolation)
     con.print(f"[dim]system:[/] {escape(system_line(dict(report.system)))} · [dim]harness:[/] {report.harness}"
-              + (f" · [dim]isolation:[/] {escape(isolation)}" if isolation else ""))
+              + f" ({judged_by(report)})" + (f" · [dim]isolation:[/] {escape(isolation)}" if isolation else ""))
     for note in report.notes:
         con.print(f"[bold yellow]{escape(note)}[/]")
     if report.precompile is not None:

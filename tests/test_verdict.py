@@ -1,0 +1,242 @@
+"""A verdict the submission cannot write: cheats that take over the worker (the process that imports the
+submission) still fail, because the trusted process judges every output and witnesses every time itself.
+
+Each file in submissions/cheats/ says what it does and what catches it. They run against the bundled
+vectoradd task through popkit.run.runner, with small cases so a CPU box gets through them.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import statistics
+from pathlib import Path
+
+import pytest
+
+from popkit.model.tasks import load_task
+from popkit.run import runner
+from popkit.run.executor import Executor
+
+ROOT = Path(__file__).resolve().parent.parent
+CHEATS = ROOT / "submissions" / "cheats"
+CHILD_ENV = {"OMP_NUM_THREADS": "1"}
+TEST_CASES = [{"size": 1, "seed": 21}, {"size": 17, "seed": 22}, {"size": 64, "seed": 23}]
+BENCH_CASES = [{"size": 96, "seed": 72}]
+
+
+def run(name: str, mode: str, tmp_path: Path, *, cases=None, seed=None):
+    task = load_task(ROOT / "tasks" / "vectoradd")
+    ws = Executor().new_workspace(tmp_path / f"{Path(name).stem}-{mode}")
+    main = ws.prepare(task, (CHEATS / name).read_bytes())
+    cases = cases or (TEST_CASES if mode == "test" else BENCH_CASES)
+    return runner.run_mode(ws, main, mode, cases, timeout_s=240,
+                           options=runner.RunOptions(env=CHILD_ENV), seed=seed)
+
+
+def errors_of(mode_run) -> list[str]:
+    return [c.error for c in mode_run.tests + mode_run.benchmarks if not c.passed]
+
+
+def assert_failed_by_name(mode_run, expected: str) -> None:
+    errors = errors_of(mode_run)
+    assert mode_run.exit_code == 112 and mode_run.check == "fail", (mode_run.exit_code, errors, mode_run.stderr)
+    assert errors and all(expected in e for e in errors), errors
+
+
+WRONG_RESULT = [
+    ("tensor_int.py", "elements mismatch"),
+    ("judge_swap.py", "elements mismatch"),
+    ("json_forge.py", "elements mismatch"),
+    ("channel_takeover.py", "no output"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,expected", WRONG_RESULT, ids=[c[0][:-3] for c in WRONG_RESULT])
+@pytest.mark.parametrize("mode", ["test", "leaderboard"])
+def test_a_worker_that_writes_its_own_verdict_still_fails(name, expected, mode, tmp_path):
+    seed = random.randrange(1, 2**31) if mode == "leaderboard" else None
+    assert_failed_by_name(run(name, mode, tmp_path, seed=seed), expected)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["benchmark", "leaderboard"])
+def test_a_patched_measurement_is_a_forged_time(mode, tmp_path):
+    """A right kernel sleeping 20 ms per call that reports 1234 ns: the trusted clock saw 20 ms."""
+    assert_failed_by_name(run("measure_forge.py", mode, tmp_path), "time forged")
+
+
+@pytest.mark.slow
+def test_the_ready_reply_chooses_neither_device_nor_audit(tmp_path):
+    result = run("ready_forge.py", "benchmark", tmp_path)
+    assert result.exit_code == 0, errors_of(result)
+    assert result.raw["system.device"] != "forged-device"
+    assert result.raw["trust.audit"] == "off"  # a CPU has no device queues: nothing to audit, by the trusted side
+
+
+@pytest.mark.slow
+def test_an_honest_kernel_is_timed_as_before(tmp_path):
+    """The trusted clock's witness does not fail a right kernel, and the reported times stay the event times."""
+    result = run(str(ROOT / "submissions" / "vectoradd" / "pytorch.py"), "leaderboard", tmp_path,
+                 seed=random.randrange(1, 2**31))
+    assert result.exit_code == 0 and result.check == "pass", errors_of(result)
+    samples = [float(x) for x in result.raw["benchmark.0.samples"].split(",")]
+    assert statistics.median(samples) > 0
+
+
+# ============================================================================ the trusted side, without processes
+
+
+def _load_eval():
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("popkit_harness_verdict", ROOT / "tasks" / "eval.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+ev = _load_eval()
+
+
+def test_a_reported_time_far_below_the_trusted_clock_is_forged():
+    walls = [20.3e6] * 5  # the trusted clock: 20 ms per call
+    assert ev.forged_time([1234.0] * 5, walls, 100e3, "cpu").startswith("time forged: the worker reported a median "
+                                                                        "of 1.2 µs per call")
+    assert ev.forged_time([20.0e6] * 5, walls, 100e3, "cpu") is None  # the honest report of the same calls
+
+
+def test_the_empty_calls_overhead_is_credited_only_up_to_its_cap():
+    """A worker that makes its empty calls slow cannot buy an unlimited allowance."""
+    walls = [5e6] * 5
+    assert ev.forged_time([1e3] * 5, walls, 4.9e6, "cpu") is not None
+    assert ev.forged_time([1e3] * 5, [1.1e6] * 5, 1e6, "cpu") is None  # within the overhead and the floor
+
+
+class FakeJudge:
+    cuda = True
+
+    def system(self):
+        return {"device": "Trusted GPU", "torch": "t", "cuda": "c", "hip": "", "arch": "sm_90"}
+
+
+class ReadyOnly:
+    def __init__(self, ready):
+        self.ready = ready
+
+    def receive(self):
+        return self.ready
+
+    def kill(self):
+        pass
+
+
+class Lines:
+    def __init__(self):
+        self.lines = {}
+
+    def write(self, key, value):
+        self.lines[key] = str(value)
+
+
+@pytest.mark.parametrize("ready", [
+    {"ok": True, "system": {"device": "forged-device"}, "audit": "off", "timer": "cpu-monotonic"},
+    {"ok": True, "system": "not a dict", "audit": "drain"},  # a fallback without its self-test note
+])
+def test_the_ready_reply_is_data_the_trusted_side_decides(ready):
+    pipe = Lines()
+    session = ev.Session(pipe, ReadyOnly(ready), "benchmark", [], True, audit="trace", judge=FakeJudge())
+    session.start()
+    assert pipe.lines["system.device"] == "Trusted GPU" and pipe.lines["trust.audit"] == "trace"
+    assert session.timer == "cuda-event"
+
+
+def test_a_failed_trace_self_test_may_still_fall_back_to_the_drain_rule():
+    pipe = Lines()
+    ready = {"ok": True, "audit": "drain", "audit_note": "no usable GPU trace here (why)"}
+    session = ev.Session(pipe, ReadyOnly(ready), "benchmark", [], True, audit="trace", judge=FakeJudge())
+    session.start()
+    assert pipe.lines["trust.audit"] == "drain" and "no usable GPU trace" in pipe.lines["trust.audit_note"]
+
+
+def _judge_reading(tmp_path, data: bytes):
+    fd = os.open(tmp_path / "buffer", os.O_RDWR | os.O_CREAT)
+    os.write(fd, data)
+    judge = object.__new__(ev.Judge)
+    import torch
+
+    judge.torch, judge.fd, judge.cuda = torch, fd, False
+    judge.dtypes = {n: v for n, v in vars(torch).items() if isinstance(v, torch.dtype)}
+    return judge
+
+
+def test_the_trusted_side_rebuilds_an_output_from_bytes_and_json_only(tmp_path):
+    import torch
+
+    t = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    judge = _judge_reading(tmp_path, bytes(t.view(torch.uint8).reshape(-1).tolist()))
+    described = {"structure": {"seq": "tuple", "items": [{"tensor": 0}, {"value": 3}]},
+                 "tensors": [{"dtype": "float32", "shape": [2, 3], "offset": 0, "nbytes": 24, "device": "cpu"}]}
+    out = judge.read(described)
+    assert isinstance(out, tuple) and torch.equal(out[0], t) and out[1] == 3
+
+
+@pytest.mark.parametrize("tensor,why", [
+    ({"dtype": "float32", "shape": [2, 3], "offset": 8, "nbytes": 24}, "do not fit"),  # past the buffer's end
+    ({"dtype": "float32", "shape": [4, 3], "offset": 0, "nbytes": 24}, "do not fit"),  # bytes not of the shape
+    ({"dtype": "os.system", "shape": [2, 3], "offset": 0, "nbytes": 24}, "malformed"),  # no torch dtype
+    ({"dtype": "float32", "shape": [-1], "offset": 0, "nbytes": 24}, "malformed"),
+    ({"dtype": "float32", "shape": [2, 3], "offset": 0, "nbytes": 24, "device": "cuda"}, "device this machine lacks"),
+])
+def test_a_description_that_is_not_an_output_is_refused(tmp_path, tensor, why):
+    judge = _judge_reading(tmp_path, bytes(24))
+    with pytest.raises(ValueError, match=why):
+        judge.read({"structure": {"tensor": 0}, "tensors": [tensor]})
+
+
+@pytest.mark.slow
+def test_the_worker_cannot_reach_the_trusted_process(tmp_path):
+    """ptrace, process_vm_readv/writev and /proc/<pid>/mem from the worker (as root here: CAP_SYS_PTRACE dropped)."""
+    result = run("reach_parent.py", "test", tmp_path)
+    assert result.exit_code == 0, errors_of(result)
+    lines = (tmp_path / "reach_parent-test" / "reach_parent.txt").read_text().splitlines()
+    assert len(lines) == 4 and all(": refused" in line for line in lines), lines
+
+
+def test_the_seccomp_program_refuses_the_calls_that_reach_another_process():
+    """The BPF program run by hand: EPERM for ptrace and process_vm_*, x32 and foreign-ABI calls; others allowed."""
+    def verdict(program, arch, nr):
+        pc, acc = 0, None
+        while True:
+            code, jt, jf, k = program[pc]
+            if code == 0x20:
+                acc = arch if k == 4 else nr
+            elif code in (0x15, 0x35):
+                pc += jt if (acc == k if code == 0x15 else acc >= k) else jf
+            elif code == 0x06:
+                return k
+            pc += 1
+
+    eperm, allow = 0x00050001, 0x7FFF0000
+    program = ev._bpf_program("x86_64")
+    x86 = ev._AUDIT_ARCH["x86_64"]
+    assert [verdict(program, x86, nr) for nr in (101, 310, 311)] == [eperm] * 3
+    assert verdict(program, x86, 0x40000000 + 521) == eperm  # x32 ptrace
+    assert verdict(program, 0x40000003, 26) == eperm  # i386
+    assert [verdict(program, x86, nr) for nr in (0, 1, 9, 257)] == [allow] * 4
+
+
+def test_a_report_says_which_harness_judged():
+    from types import SimpleNamespace
+
+    from popkit.views.running import judged_by
+
+    def report(checks):
+        return SimpleNamespace(runs=[SimpleNamespace(raw={"trust.checks": checks})])
+
+    assert judged_by(report(",".join(ev.TRUST_CHECKS))).startswith("sealed: ")
+    assert judged_by(report("")).startswith("open: ")  # trust off, or a task's own eval (no such key)
+    assert judged_by(SimpleNamespace(runs=[SimpleNamespace(raw={})])).startswith("open: ")
