@@ -82,7 +82,7 @@ class SandboxExecutor(Executor):
         spec = _sandbox.spec_args(str(workspace.files.resolve()), str(workspace.cwd.resolve()),
                                   build_caches(env), needed_paths(python, env))
         return [self.unshare, *UNSHARE_ARGS, "--", sys.executable or "python3", "-I", "-S", str(SANDBOX_SCRIPT),
-                *spec, "--", python, str(workspace.files.resolve() / script), *args]
+                *spec, "--", python, "-s", str(workspace.files.resolve() / script), *args]
 
     def finish(self, done: proc.Finished) -> proc.Finished:
         setup = next((line for line in done.stderr.splitlines() if line.startswith(_sandbox.SETUP_FAILED)), "")

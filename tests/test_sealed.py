@@ -286,3 +286,27 @@ def test_stopping_popkit_ends_every_sandboxed_process_and_a_detached_grandchild(
     while time.monotonic() < deadline and _with_token(token):
         time.sleep(0.1)
     assert not _with_token(token), [open(f"/proc/{p}/cmdline", "rb").read() for p in _with_token(token)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("executor", executors())
+def test_start_up_files_the_submission_writes_are_never_imported(executor):
+    """sitecustomize, usercustomize, _distutils_hack, a .pth and a user site planted in the working folder, with an
+    empty PYTHONPATH entry and PYTHONUSERBASE pointing there: no eval imports them, and the run is tampering."""
+    options = runner.RunOptions(precompile=True, env={"PYTHONPATH": ":/nonexistent", "PYTHONUSERBASE": "."})
+    report = runner.run_submission(bundled("vectoradd"), ATTACKS / "plant_startup.py", "test", options,
+                                   system=NO_PROBE, executor=executor)
+    assert report.outcome == "failed", [r.summary for r in report.runs]
+    summary = report.runs[0].summary
+    assert summary.startswith("harness tampering: the submission wrote "), summary
+    for name in ("sitecustomize.py", "usercustomize.py", "_distutils_hack.py", "zz-forge.pth", "lib"):
+        assert name in summary, summary
+    assert "start-up file ran" not in report.runs[0].stderr
+
+
+def test_pythonpath_entries_become_absolute_and_empty_ones_go(tmp_path):
+    from popkit.executor import closed_env
+    env = closed_env({"PYTHONPATH": ":rel::/abs/x"}, base=str(tmp_path))
+    assert env["PYTHONPATH"] == f"{tmp_path / 'rel'}:/abs/x"
+    assert env["PYTHONNOUSERSITE"] == "1"
+    assert "PYTHONPATH" not in closed_env({"PYTHONPATH": "::"}, base=str(tmp_path))
