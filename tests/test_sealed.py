@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import py_compile
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -178,9 +179,10 @@ def test_the_sandbox_spec_is_plain_arguments_and_any_path_comes_back_as_it_was()
     from popkit import _sandbox
 
     odd = ["/tmp/a b", "--", "--files", "/x=y", "/ü"]
-    args = _sandbox.spec_args("/w/files", "/w/work", odd[:3], odd[3:])
+    args = _sandbox.spec_args("/w/files", "/w/work", odd[:3], odd[3:], ["/i"], ["/h"])
     spec, argv = _sandbox.parse_spec(args + ["--", "python", "--", "x"])
-    assert spec == {"files": "/w/files", "cwd": "/w/work", "writable": odd[:3], "visible": odd[3:]}
+    assert spec == {"files": "/w/files", "cwd": "/w/work", "writable": odd[:3], "visible": odd[3:], "imports": ["/i"],
+                    "empty": ["/h"]}
     assert argv == ["python", "--", "x"]
     for bad in (args, args + ["--"], ["--cwd", "/w", "--", "true"], ["--files"], ["--bogus", "x"] + args + ["--", "true"],
                 ['{"files": "/w", "cwd": "/w", "writable": []}', "--", "true"]):
@@ -223,7 +225,7 @@ def test_an_interpreter_under_tmp_stays_visible_in_the_sandbox(tmp_path):
                                    "good.py", "test", runner.RunOptions(python=str(wrapper), precompile=False),
                                    system=NO_PROBE, executor=sandbox.SandboxExecutor())
     assert report.outcome == "passed", [r.summary + r.stderr[-500:] for r in report.runs]
-    assert str(tmp_path / "venv") in sandbox.needed_paths(str(wrapper), {})
+    assert str(wrapper) in sandbox.sandbox_paths(str(wrapper), {})["visible"]
 
 
 @needs_sandbox
@@ -234,7 +236,7 @@ def test_a_fresh_folder_on_popkits_import_path_does_not_cover_the_run_read_only(
     import tempfile
 
     monkeypatch.setattr(sys, "path", [tempfile.gettempdir(), *sys.path])
-    assert tempfile.gettempdir() in sandbox.needed_paths(sys.executable, {})
+    assert tempfile.gettempdir() in sandbox.sandbox_paths(sys.executable, {})["imports"]
     report = runner.run_submission(load_task(TASKS / "double"), Path(__file__).parent / "fixtures" / "submissions" /
                                    "good.py", "test", runner.RunOptions(precompile=False), system=NO_PROBE,
                                    executor=sandbox.SandboxExecutor())
@@ -310,3 +312,61 @@ def test_pythonpath_entries_become_absolute_and_empty_ones_go(tmp_path):
     assert env["PYTHONPATH"] == f"{tmp_path / 'rel'}:/abs/x"
     assert env["PYTHONNOUSERSITE"] == "1"
     assert "PYTHONPATH" not in closed_env({"PYTHONPATH": "::"}, base=str(tmp_path))
+
+
+def _secrets(tmp_path: Path) -> tuple[dict[str, str], list[socket.socket]]:
+    """A HOME with dotfiles and an agent socket, a PYTHONPATH folder with a module, a secret and a socket, another
+    project: the environment of look_around.py, and the listening sockets (closed by the caller)."""
+    home, lib, other = tmp_path / "home", tmp_path / "lib", tmp_path / "project"
+    for folder in (home / ".config", lib, other / ".git"):
+        folder.mkdir(parents=True)
+    reads = {home / ".npmrc": "npm-token", home / ".config" / "gh.yml": "gh-token", lib / "secret.txt": "lib-key",
+             other / ".git" / "config": "git-cred", home / ".popcorn.yaml": "popcorn-key"}
+    for path, text in reads.items():
+        path.write_text(f"SECRET-{text}\n")
+    (lib / "helper.py").write_text("VALUE = 1\n")
+    servers = []
+    for path in (home / "agent.sock", lib / "agent.sock"):
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(str(path))
+        server.listen(4)
+        threading.Thread(target=lambda s=server: _answer(s), daemon=True).start()
+        servers.append(server)
+    os.chmod(tmp_path, 0o755)
+    for path in tmp_path.rglob("*"):
+        os.chmod(path, 0o777 if path.is_dir() or path.is_socket() else 0o644)
+    read = [str(p) for p in reads] + ["/etc/shadow", str(Path.home() / ".bashrc")]
+    env = {"HOME": str(home), "PYTHONPATH": str(lib), "POPKIT_ATTACK_READ": ":".join(read),
+           "POPKIT_ATTACK_CONNECT": ":".join(str(s.getsockname()) for s in servers)}
+    return env, servers
+
+
+def _answer(server: socket.socket) -> None:
+    while True:
+        try:
+            conn, _ = server.accept()
+        except OSError:
+            return
+        conn.sendall(b"SECRET-socket")
+        conn.close()
+
+
+@pytest.mark.slow
+@needs_sandbox
+def test_the_sandbox_shows_nothing_of_the_user_and_no_socket_answers(tmp_path):
+    """Item 1 and 2: dotfiles in HOME, another project, /etc/shadow, a secret beside a PYTHONPATH module and
+    unix sockets a host process listens on: none is readable or reachable from inside, the module is."""
+    env, servers = _secrets(tmp_path)
+    try:
+        report = runner.run_submission(load_task(TASKS / "double"), ATTACKS / "look_around.py", "test",
+                                       runner.RunOptions(precompile=False, env=env), system=NO_PROBE,
+                                       executor=sandbox.SandboxExecutor())
+    finally:
+        for server in servers:
+            server.close()
+    assert report.outcome == "passed", [r.summary for r in report.runs]
+    stderr = report.runs[0].stderr
+    assert "reached: nothing" in stderr, stderr[-3000:]
+    # HOME is an empty folder but for the build caches bound into it; /run is fresh
+    assert "listed HOME: ['.cache', '.nv', '.triton']; listed /run: []" in stderr, stderr[-3000:]
+    assert "SECRET" not in repr(report.to_json())
