@@ -50,7 +50,7 @@ class Isolation:
         return self.level != "none"
 
     def __str__(self) -> str:
-        return f"{self.level} ({self.detail})"
+        return f"none, no sandbox: {self.detail}" if self.level == "none" else f"{self.level} ({self.detail})"
 
     def to_json(self) -> dict:
         return {"level": self.level, "detail": self.detail}

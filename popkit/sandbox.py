@@ -128,8 +128,9 @@ class SandboxExecutor(Executor):
 
 def unavailable(unshare: str | None = None) -> str:
     """Why the sandbox cannot run here ('' when it can): a trial run of the whole layout, once per process and,
-    through a small file in popkit's cache folder, once per boot of the machine (the trial costs a process
-    start, about 60 ms, on every command otherwise)."""
+    when it works, once per boot of the machine through a small file in popkit's cache folder (the trial costs a
+    process start, about 60 ms, on every command otherwise). A negative answer is never kept in the file: a
+    sandboxed run cannot write it (its root does not show it), and what else could is not believed."""
     key = unshare or ""
     if key not in _TRIED:
         stamp = _trial_stamp(unshare)
@@ -160,11 +161,15 @@ def _remembered(stamp: str) -> str | None:
         found = json.loads(_trial_file().read_text())
     except (OSError, ValueError):
         return None
-    return found.get("reason") if isinstance(found, dict) and found.get("stamp") == stamp else None
+    # only a yes is ever kept: a record claiming no (written by whatever could write there) is not believed, and a
+    # yes that is wrong fails the next run's setup by name (SandboxExecutor.finish), never runs it unsandboxed
+    if isinstance(found, dict) and found.get("stamp") == stamp and found.get("reason") == "":
+        return ""
+    return None
 
 
 def _remember(stamp: str, reason: str) -> str:
-    if stamp:
+    if stamp and not reason:  # a no is tried again by the next command
         try:
             _trial_file().parent.mkdir(parents=True, exist_ok=True)
             temp = _trial_file().with_suffix(f".{os.getpid()}.tmp")

@@ -370,3 +370,31 @@ def test_the_sandbox_shows_nothing_of_the_user_and_no_socket_answers(tmp_path):
     # HOME is an empty folder but for the build caches bound into it; /run is fresh
     assert "listed HOME: ['.cache', '.nv', '.triton']; listed /run: []" in stderr, stderr[-3000:]
     assert "SECRET" not in repr(report.to_json())
+
+
+def test_a_negative_trial_is_never_kept_nor_believed(tmp_path, monkeypatch):
+    """Item 4: a trial record claiming `no` (a compile once wrote one with a reason of its choosing and switched the
+    sandbox off until reboot) is not believed, and a negative answer is not written."""
+    import json
+
+    monkeypatch.setenv("POPKIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(sandbox, "_TRIED", {})
+    stamp = sandbox._trial_stamp(None)
+    sandbox._trial_file().write_text(json.dumps({"stamp": stamp, "reason": "namespaces (user, pid, forged)"}))
+    calls = []
+    monkeypatch.setattr(sandbox, "_try", lambda unshare: calls.append(1) or "no unshare here")
+    assert sandbox.unavailable() == "no unshare here" and calls == [1]
+    assert json.loads(sandbox._trial_file().read_text())["reason"] == "namespaces (user, pid, forged)"  # untouched
+    sandbox._trial_file().unlink()
+    sandbox._TRIED.clear()
+    assert sandbox.unavailable() == "no unshare here" and not sandbox._trial_file().exists()
+
+
+def test_isolation_none_never_reads_like_a_level():
+    from popkit.executor import Isolation
+    from popkit.views.running import isolation_line
+
+    forged = Isolation("none", "namespaces (user, pid, mount)")
+    assert str(forged) == "none, no sandbox: namespaces (user, pid, mount)"
+    assert isolation_line(forged.to_json()) == str(forged)
+    assert isolation_line(Isolation("namespaces", "user, pid").to_json()) == "namespaces (user, pid)"
