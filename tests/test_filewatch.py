@@ -3,9 +3,9 @@ fake clock: no real file, no sleeping."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-import os
 import pytest
 
 from popkit.filewatch import SaveWatcher, Stamp
