@@ -96,3 +96,17 @@ def test_a_command_imports_its_own_module_alone():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "['popkit.cli.running']"
+
+
+@pytest.mark.parametrize("args", [["bench", "x.py", "--budget", "nan"], ["bench", "x.py", "--budget=inf"],
+                                  ["bench", "x.py", "--budget=-1"], ["tune", "x.py", "--budget", "nan"],
+                                  ["tune", "x.py", "--ab-budget", "inf"], ["compile", "x.py", "--timeout", "nan"]])
+def test_seconds_that_are_not_a_finite_number_are_refused(args):
+    """`--budget nan` was taken (click's min and max let nan and inf through): exit 2 naming the option."""
+    from typer.testing import CliRunner
+
+    from popkit.cli import app
+
+    result = CliRunner().invoke(app, args, prog_name="popkit", env={"NO_COLOR": "1", "POPKIT_WIDTH": "100"})
+    assert result.exit_code == 2, result.output
+    assert "--budget" in result.output or "--ab-budget" in result.output or "--timeout" in result.output

@@ -153,7 +153,7 @@ def fake_import(results: list[dict], logs: list[str] | None = None):
     calls = []
 
     def _import(workdir, name, env, tools, target, timeout_s, build_dir):
-        calls.append({"name": name, "env": dict(env), "files": sorted(p.name for p in workdir.iterdir())})
+        calls.append({"name": name, "env": dict(env), "files": sorted(p.name for p in workdir.cwd.iterdir())})
         return results[len(calls) - 1], (logs or [""] * len(results))[len(calls) - 1]
 
     return _import, calls
@@ -405,3 +405,27 @@ def test_compile_checks_the_tasks_own_entry_points(tmp_path, monkeypatch, fake_c
     half.write_text("def forward(x):\n    return 2 * x\n")
     with pytest.raises(SubmissionError, match="no `backward` defined"):
         compiler.compile_submission(half, task=str(pair))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(bool(__import__("popkit.run.sandbox").sandbox.unavailable()), reason="no sandbox here")
+def test_compile_imports_the_submission_in_the_sandbox(tmp_path, monkeypatch):
+    """`popkit compile` runs the submission's module code: it reached ~/.popcorn.yaml, a TCP listener and popkit's
+    sandbox trial record. It now runs as every eval does: uid 65534, nothing of HOME, nothing outside written."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".popcorn.yaml").write_text("SECRET\n")
+    planted = tmp_path / "planted.txt"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("POPKIT_HOME", str(tmp_path / "popkit"))
+    sub = tmp_path / "sub.py"
+    sub.write_text("import os\nreached = []\n"
+                   f"for p in ({str(home / '.popcorn.yaml')!r},):\n"
+                   "    try:\n        open(p).read(); reached.append(p)\n    except OSError:\n        pass\n"
+                   f"try:\n    open({str(planted)!r}, 'w').write('x')\nexcept OSError:\n    pass\n"
+                   "print('reached:', reached or 'nothing', 'uid', os.getuid())\n"
+                   "def custom_kernel(data):\n    return data\n")
+    report = compiler.compile_submission(sub)
+    assert report.status == "built", report.log
+    assert "reached: nothing uid 65534" in report.log, report.log
+    assert not planted.exists()

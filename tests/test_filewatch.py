@@ -3,6 +3,7 @@ fake clock: no real file, no sleeping."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -93,3 +94,26 @@ def test_a_save_made_while_the_caller_was_away_counts_from_its_own_time():
     f.now = 4.0  # the caller was busy (a verdict) when the file was saved
     save = w.next_save()
     assert save.saved_at == pytest.approx(1003.0)
+
+
+def test_a_fifo_at_the_watched_path_never_blocks_the_watch(tmp_path):
+    """`test --watch` with a FIFO put at the watched path blocked in open() for good: the read refuses anything
+    but a regular file, and the watch goes on polling until it is stopped."""
+    import threading
+
+    from popkit.operations.filewatch import SaveWatcher
+
+    path = tmp_path / "sub.py"
+    path.write_text("x = 1\n")
+    watcher = SaveWatcher(path, poll_s=0.01, settle_s=0.05)
+    path.unlink()
+    os.mkfifo(path)
+    polls = []
+    done = {}
+    thread = threading.Thread(target=lambda: done.update(save=watcher.next_save(stop=lambda: len(polls) > 30,
+                                                                                 tick=lambda: polls.append(1))),
+                              daemon=True)
+    thread.start()
+    thread.join(20)
+    assert not thread.is_alive(), "the watch blocked on the FIFO"
+    assert done["save"] is None

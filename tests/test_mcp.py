@@ -313,3 +313,38 @@ def test_tune_writes_the_fastest_variant_and_says_so(place):
     variants = {v["label"]: v for v in doc["variants"]}
     assert variants["CHUNK=1000"]["outcome"] == "failed" and doc["winner_label"] not in ("CHUNK=1", "CHUNK=1000")
     assert (place / "tuned.py").is_file() and found["steps"]
+
+
+def test_an_interpreter_not_on_the_servers_allow_list_is_refused(place):
+    """The `python` argument ran any program as the user, outside the sandbox (doctor, tasks check, the system
+    probe): only the server's interpreter and those in POPKIT_MCP_PYTHONS are taken."""
+    script = place / "evil.sh"
+    marker = place / "ran.txt"
+    script.write_text(f"#!/bin/sh\necho ran > {marker}\n")
+    script.chmod(0o755)
+    found = {}
+
+    async def scenario(client):
+        found["doctor"] = await call(client, "doctor", python=str(script))
+        found["tasks"] = await call(client, "tasks", check=True, python=str(script))
+        found["test"] = await call(client, "test", submission=str(GOOD), task=DOUBLE, python=str(script))
+
+    drive(place, scenario)
+    for key, result in found.items():
+        doc = result.structured_content
+        assert result.is_error and doc["exit_code"] == 2, (key, doc)
+        assert "argument `python`" in doc["message"] and "POPKIT_MCP_PYTHONS" in doc["hint"], (key, doc)
+    assert not marker.exists()
+
+
+def test_the_allow_list_takes_the_servers_interpreter_and_the_listed_ones(tmp_path):
+    from popkit.errors import UsageError
+    from popkit.mcpserver.server import allowed_pythons, check_python
+
+    link = tmp_path / "python3"
+    link.symlink_to(sys.executable)
+    allowed = allowed_pythons({"POPKIT_MCP_PYTHONS": f"/usr/bin/python3:relative/python"})
+    check_python({"python": str(link)}, allowed)  # the server's own, by another name
+    check_python({}, allowed)
+    with pytest.raises(UsageError):
+        check_python({"python": "/bin/sh"}, allowed)

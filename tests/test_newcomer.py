@@ -262,3 +262,23 @@ def test_under_ranking_by_last_the_largest_shape_that_fits_is_kept_last():
     assert sizing.plan(cases, timing, 180.0, "last") == sizing.Plan((0, 1, 2), (3,), (5.0, 20.0, 80.0, 320.0))
     assert sizing.plan(cases, timing, 180.0, "geom").kept == (0, 1, 2)  # 5 + 20 + 80 = 105 s of 106
     assert sizing.plan(cases, timing, 100.0, "geom").kept == (0, 1)
+
+
+@pytest.mark.parametrize("name,code", [("wrong.py", 1), ("crash.py", 6)])
+def test_a_submission_that_fails_while_sizing_is_reported_as_its_verdict(name, code, tmp_path, monkeypatch):
+    """A cheat caught (or a wrong result, a crash) while sizing CPU benchmarks said exit 11 "no GPU": it is the
+    submission's verdict, with its exit code."""
+    from popkit.errors import EnvironmentProblem, PopkitError
+    from popkit.measure import sizing
+    from popkit.model.tasks import load_task
+    from popkit.run import runner
+    from popkit.run.executor import Executor
+    from popkit.submission.source import Source
+
+    monkeypatch.setenv("POPKIT_HOME", str(tmp_path))
+    fixtures = Path(__file__).parent / "fixtures"
+    path = fixtures / "submissions" / name
+    source = Source(path, path.read_bytes())
+    with pytest.raises(PopkitError) as info:
+        sizing.probe(load_task(fixtures / "tasks" / "double"), source, runner.RunOptions(), Executor(), [0, 1], "benchmark", lambda _m: None)
+    assert not isinstance(info.value, EnvironmentProblem) and int(info.value.exit_code) == code, info.value.message

@@ -357,3 +357,21 @@ def test_rendered_cuda_submission_passes_the_task(tmp_path, task, style):
                        tmp_path / f"{task}_{style}.py")
     report = runner.run_submission(found, out.path, "test")
     assert report.exit_code == 0, report.to_json()
+
+
+@pytest.mark.parametrize("dangling", [False, True])
+def test_new_never_writes_through_a_link(tmp_path, dangling):
+    """`new` with force through a `.py` link wrote into its target (any file the link named): a link is refused, and
+    its target left as it was."""
+    from popkit import api
+    from popkit.errors import UsageError
+
+    target = tmp_path / "notes.txt"
+    if not dangling:
+        target.write_text("mine\n")
+    link = tmp_path / "sub.py"
+    link.symlink_to(target)
+    with pytest.raises(UsageError) as info:
+        api.new("vectoradd", link, force=True)
+    assert "symbolic link" in info.value.message
+    assert (target.read_text() == "mine\n") if not dangling else not target.exists()

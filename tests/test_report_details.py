@@ -103,3 +103,23 @@ def test_an_exception_in_the_submission_names_the_line_of_the_users_file(out):
     assert submission_frame(TRACEBACK) == (6, "helper")
     assert submission_frame(TRACEBACK.replace("submission.py", "lib.py")) is None
     assert submission_frame("") is None
+
+
+def test_terminal_escapes_in_a_submissions_message_never_reach_the_terminal(tmp_path, monkeypatch):
+    """An exception message with raw escapes (clear the screen, a green PASSED) reached the text report as they
+    were: every control character but newline and tab is shown as `\\xNN`."""
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from popkit.cli import app
+
+    sub = tmp_path / "esc.py"
+    sub.write_text('#!POPCORN leaderboard double\ndef custom_kernel(data):\n'
+                   '    raise RuntimeError("\\x1b[2J\\x1b[32mPASSED\\x1b[0m\\r all good\\x07")\n')
+    monkeypatch.setenv("POPKIT_HOME", str(tmp_path / "home"))
+    task = Path(__file__).parent / "fixtures" / "tasks" / "double"
+    result = CliRunner().invoke(app, ["test", str(sub), "--task", str(task)], env={"NO_COLOR": "1"})
+    assert result.exit_code != 0
+    assert "\\x1b[2J\\x1b[32mPASSED" in result.output, result.output[-2000:]
+    assert not any(c in result.output for c in "\x1b\r\x07"), repr(result.output[-2000:])

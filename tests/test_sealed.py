@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import py_compile
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -179,9 +180,10 @@ def test_the_sandbox_spec_is_plain_arguments_and_any_path_comes_back_as_it_was()
     from popkit.run import _sandbox
 
     odd = ["/tmp/a b", "--", "--files", "/x=y", "/ü"]
-    args = _sandbox.spec_args("/w/files", "/w/work", odd[:3], odd[3:])
+    args = _sandbox.spec_args("/w/files", "/w/work", odd[:3], odd[3:], ["/i"], ["/h"])
     spec, argv = _sandbox.parse_spec(args + ["--", "python", "--", "x"])
-    assert spec == {"files": "/w/files", "cwd": "/w/work", "writable": odd[:3], "visible": odd[3:]}
+    assert spec == {"files": "/w/files", "cwd": "/w/work", "writable": odd[:3], "visible": odd[3:], "imports": ["/i"],
+                    "empty": ["/h"]}
     assert argv == ["python", "--", "x"]
     for bad in (args, args + ["--"], ["--cwd", "/w", "--", "true"], ["--files"], ["--bogus", "x"] + args + ["--", "true"],
                 ['{"files": "/w", "cwd": "/w", "writable": []}', "--", "true"]):
@@ -224,7 +226,7 @@ def test_an_interpreter_under_tmp_stays_visible_in_the_sandbox(tmp_path):
                                    "good.py", "test", runner.RunOptions(python=str(wrapper), precompile=False),
                                    system=NO_PROBE, executor=sandbox.SandboxExecutor())
     assert report.outcome == "passed", [r.summary + r.stderr[-500:] for r in report.runs]
-    assert str(tmp_path / "venv") in sandbox.needed_paths(str(wrapper), {})
+    assert str(wrapper) in sandbox.sandbox_paths(str(wrapper), {})["visible"]
 
 
 @needs_sandbox
@@ -235,7 +237,7 @@ def test_a_fresh_folder_on_popkits_import_path_does_not_cover_the_run_read_only(
     import tempfile
 
     monkeypatch.setattr(sys, "path", [tempfile.gettempdir(), *sys.path])
-    assert tempfile.gettempdir() in sandbox.needed_paths(sys.executable, {})
+    assert tempfile.gettempdir() in sandbox.sandbox_paths(sys.executable, {})["imports"]
     report = runner.run_submission(load_task(TASKS / "double"), Path(__file__).parent / "fixtures" / "submissions" /
                                    "good.py", "test", runner.RunOptions(precompile=False), system=NO_PROBE,
                                    executor=sandbox.SandboxExecutor())
@@ -287,3 +289,113 @@ def test_stopping_popkit_ends_every_sandboxed_process_and_a_detached_grandchild(
     while time.monotonic() < deadline and _with_token(token):
         time.sleep(0.1)
     assert not _with_token(token), [open(f"/proc/{p}/cmdline", "rb").read() for p in _with_token(token)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("executor", executors())
+def test_start_up_files_the_submission_writes_are_never_imported(executor):
+    """sitecustomize, usercustomize, _distutils_hack, a .pth and a user site planted in the working folder, with an
+    empty PYTHONPATH entry and PYTHONUSERBASE pointing there: no eval imports them, and the run is tampering."""
+    options = runner.RunOptions(precompile=True, env={"PYTHONPATH": ":/nonexistent", "PYTHONUSERBASE": "."})
+    report = runner.run_submission(bundled("vectoradd"), ATTACKS / "plant_startup.py", "test", options,
+                                   system=NO_PROBE, executor=executor)
+    assert report.outcome == "failed", [r.summary for r in report.runs]
+    summary = report.runs[0].summary
+    assert summary.startswith("harness tampering: the submission wrote "), summary
+    for name in ("sitecustomize.py", "usercustomize.py", "_distutils_hack.py", "zz-forge.pth", "lib"):
+        assert name in summary, summary
+    assert "start-up file ran" not in report.runs[0].stderr
+
+
+def test_pythonpath_entries_become_absolute_and_empty_ones_go(tmp_path):
+    from popkit.run.executor import closed_env
+    env = closed_env({"PYTHONPATH": ":rel::/abs/x"}, base=str(tmp_path))
+    assert env["PYTHONPATH"] == f"{tmp_path / 'rel'}:/abs/x"
+    assert env["PYTHONNOUSERSITE"] == "1"
+    assert "PYTHONPATH" not in closed_env({"PYTHONPATH": "::"}, base=str(tmp_path))
+
+
+def _secrets(tmp_path: Path) -> tuple[dict[str, str], list[socket.socket]]:
+    """A HOME with dotfiles and an agent socket, a PYTHONPATH folder with a module, a secret and a socket, another
+    project: the environment of look_around.py, and the listening sockets (closed by the caller)."""
+    home, lib, other = tmp_path / "home", tmp_path / "lib", tmp_path / "project"
+    for folder in (home / ".config", lib, other / ".git"):
+        folder.mkdir(parents=True)
+    reads = {home / ".npmrc": "npm-token", home / ".config" / "gh.yml": "gh-token", lib / "secret.txt": "lib-key",
+             other / ".git" / "config": "git-cred", home / ".popcorn.yaml": "popcorn-key"}
+    for path, text in reads.items():
+        path.write_text(f"SECRET-{text}\n")
+    (lib / "helper.py").write_text("VALUE = 1\n")
+    servers = []
+    for path in (home / "agent.sock", lib / "agent.sock"):
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(str(path))
+        server.listen(4)
+        threading.Thread(target=lambda s=server: _answer(s), daemon=True).start()
+        servers.append(server)
+    os.chmod(tmp_path, 0o755)
+    for path in tmp_path.rglob("*"):
+        os.chmod(path, 0o777 if path.is_dir() or path.is_socket() else 0o644)
+    read = [str(p) for p in reads] + ["/etc/shadow", str(Path.home() / ".bashrc")]
+    env = {"HOME": str(home), "PYTHONPATH": str(lib), "POPKIT_ATTACK_READ": ":".join(read),
+           "POPKIT_ATTACK_CONNECT": ":".join(str(s.getsockname()) for s in servers)}
+    return env, servers
+
+
+def _answer(server: socket.socket) -> None:
+    while True:
+        try:
+            conn, _ = server.accept()
+        except OSError:
+            return
+        conn.sendall(b"SECRET-socket")
+        conn.close()
+
+
+@pytest.mark.slow
+@needs_sandbox
+def test_the_sandbox_shows_nothing_of_the_user_and_no_socket_answers(tmp_path):
+    """Item 1 and 2: dotfiles in HOME, another project, /etc/shadow, a secret beside a PYTHONPATH module and
+    unix sockets a host process listens on: none is readable or reachable from inside, the module is."""
+    env, servers = _secrets(tmp_path)
+    try:
+        report = runner.run_submission(load_task(TASKS / "double"), ATTACKS / "look_around.py", "test",
+                                       runner.RunOptions(precompile=False, env=env), system=NO_PROBE,
+                                       executor=sandbox.SandboxExecutor())
+    finally:
+        for server in servers:
+            server.close()
+    assert report.outcome == "passed", [r.summary for r in report.runs]
+    stderr = report.runs[0].stderr
+    assert "reached: nothing" in stderr, stderr[-3000:]
+    # HOME is an empty folder but for the build caches bound into it; /run is fresh
+    assert "listed HOME: ['.cache', '.nv', '.triton']; listed /run: []" in stderr, stderr[-3000:]
+    assert "SECRET" not in repr(report.to_json())
+
+
+def test_a_negative_trial_is_never_kept_nor_believed(tmp_path, monkeypatch):
+    """Item 4: a trial record claiming `no` (a compile once wrote one with a reason of its choosing and switched the
+    sandbox off until reboot) is not believed, and a negative answer is not written."""
+    import json
+
+    monkeypatch.setenv("POPKIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(sandbox, "_TRIED", {})
+    stamp = sandbox._trial_stamp(None)
+    sandbox._trial_file().write_text(json.dumps({"stamp": stamp, "reason": "namespaces (user, pid, forged)"}))
+    calls = []
+    monkeypatch.setattr(sandbox, "_try", lambda unshare: calls.append(1) or "no unshare here")
+    assert sandbox.unavailable() == "no unshare here" and calls == [1]
+    assert json.loads(sandbox._trial_file().read_text())["reason"] == "namespaces (user, pid, forged)"  # untouched
+    sandbox._trial_file().unlink()
+    sandbox._TRIED.clear()
+    assert sandbox.unavailable() == "no unshare here" and not sandbox._trial_file().exists()
+
+
+def test_isolation_none_never_reads_like_a_level():
+    from popkit.run.executor import Isolation
+    from popkit.views.running import isolation_line
+
+    forged = Isolation("none", "namespaces (user, pid, mount)")
+    assert str(forged) == "none, no sandbox: namespaces (user, pid, mount)"
+    assert isolation_line(forged.to_json()) == str(forged)
+    assert isolation_line(Isolation("namespaces", "user, pid").to_json()) == "namespaces (user, pid)"

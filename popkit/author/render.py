@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -413,11 +414,23 @@ def write(rendered: Rendered, path: Path, force: bool = False) -> Written:
     existed = path.exists()
     _check_output_path(path, force)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(rendered.text, encoding="utf-8")
+    # a new file beside it, renamed over it: nothing is written through a link put there meanwhile
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(rendered.text)
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
     return Written(path=path, rendered=rendered, overwrote=existed)
 
 
 def _check_output_path(path: Path, force: bool) -> None:
+    if path.is_symlink():
+        raise UsageError(f"{path} is a symbolic link; popkit writes no file through a link",
+                         "choose another path with -o, or remove the link")
     if path.is_dir():
         raise UsageError(f"{path} is a directory", "give a file path with -o, e.g. -o submission.py")
     if path.suffix != ".py":

@@ -3,6 +3,7 @@ message and an exit code."""
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 from typing import Annotated
@@ -18,6 +19,13 @@ from popkit.views import common
 
 
 _JSON_KEY = "popkit.json"  # ctx.meta: whether --json is anywhere on the command line
+
+
+def finite(value: float) -> float:
+    """An option's callback: seconds must be a number (click's min and max let nan and inf through)."""
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a finite number of seconds")
+    return value
 
 
 class _PopkitGroup(TyperGroup):

@@ -9,7 +9,7 @@ from typing import Annotated, List, Optional
 import typer
 
 from popkit.author import render
-from popkit.cli.app import app
+from popkit.cli.app import app, finite
 from popkit.errors import ExitCode
 from popkit.model.tasks import MAX_TIMEOUT_S, task_roots
 from popkit.operations import doctor as environment
@@ -65,7 +65,7 @@ def compile_(
     submission: Annotated[Path, typer.Argument(help="The submission file to build.")],
     task: Annotated[Optional[str], typer.Option("--task", "-t", help="Task (for its files and test_timeout). Default: the file's `#!POPCORN leaderboard` directive.")] = None,
     clean: Annotated[bool, typer.Option("--clean", help="Delete this submission's build folder (and stale build locks) and build from scratch.")] = False,
-    timeout: Annotated[float, typer.Option("--timeout", min=1, max=MAX_TIMEOUT_S, help="Seconds one build may take.")] = 600.0,
+    timeout: Annotated[float, typer.Option("--timeout", min=1, callback=finite, max=MAX_TIMEOUT_S, help="Seconds one build may take.")] = 600.0,
     python: Annotated[Optional[str], typer.Option("--python", help="Interpreter to build with (default: the one running popkit).")] = None,
     arch: Annotated[Optional[str], typer.Option("--arch", help="HIP without ROCm: the AMD architecture to build the kernels for (default: the file's --offload-arch, else gfx942).")] = None,
     tasks_root: RootsOpt = None,

@@ -8,7 +8,7 @@ from typing import Annotated, List, Optional
 import typer
 
 from popkit.check import lint
-from popkit.cli.app import app
+from popkit.cli.app import app, finite
 from popkit.errors import ExitCode, UsageError
 from popkit.ledger import history as ledger
 from popkit.ledger import popcorn
@@ -73,7 +73,7 @@ def submit(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Check, stage the copy and print the exact popcorn-cli command; send nothing.")] = False,
     task: Annotated[Optional[str], typer.Option("--task", "-t", help="Task for the local gate (default: the leaderboard name).")] = None,
     tasks_root: RootsOpt = None,
-    timeout: Annotated[float, typer.Option("--timeout", min=1, max=MAX_TIMEOUT_S, help="Seconds to wait for popcorn-cli.")] = popcorn.DEFAULT_TIMEOUT_S,
+    timeout: Annotated[float, typer.Option("--timeout", min=1, callback=finite, max=MAX_TIMEOUT_S, help="Seconds to wait for popcorn-cli.")] = popcorn.DEFAULT_TIMEOUT_S,
     guard: GuardOpt = True,
     json: _json_opt("submit") = False,
 ) -> None:

@@ -14,7 +14,7 @@ import typer
 
 # What only some options use (--watch, --hip-on-cuda, --cluster, ncu, tasks check) is imported where they
 # run: `popkit test FILE` pays for none of it.
-from popkit.cli.app import app
+from popkit.cli.app import app, finite
 from popkit.errors import ExitCode, UsageError
 from popkit.machine import runnable
 from popkit.machine import system
@@ -172,7 +172,7 @@ def bench(
     secret_runs: Annotated[int, typer.Option("--secret-runs", min=0, max=MAX_SECRET_RUNS, help="With --leaderboard: number of secret runs with random seeds (each printed).")] = 1,
     baseline: Annotated[Optional[str], typer.Option("--baseline", help="`reference`: also time the task's ref_kernel and show the speedup.")] = None,
     rounds: Annotated[int, typer.Option("--rounds", min=4, help="A/B only: most rounds (even; one fresh eval per side each, in ABBA order).")] = 8,
-    budget: Annotated[float, typer.Option("--budget", min=0, help="A/B only: seconds after which no new pair of rounds starts (0: no limit; never before round 4).")] = 60.0,
+    budget: Annotated[float, typer.Option("--budget", min=0, callback=finite, help="A/B only: seconds after which no new pair of rounds starts (0: no limit; never before round 4).")] = 60.0,
     allow_cpu: Annotated[bool, typer.Option("--allow-cpu", help="On a machine without a GPU: run the benchmark shapes that fit the timeout (timed from the smallest; the others are named and skipped, and the run is marked not leaderboard-faithful).")] = False,
     python: PythonOpt = None,
     precompile: PrecompileOpt = None,

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from popkit.cli.app import app
+from popkit.cli.app import app, finite
 from popkit.cli.running import HarnessOpt, KeepOpt, PythonOpt, RootsOpt, TaskOpt, WorldSizeOpt
 from popkit.errors import UsageError
 from popkit.operations import workflows
@@ -44,10 +44,10 @@ def tune(
     engine: Annotated[str, typer.Option("--engine", help="`grid`: every point the `#!POPKIT tune` lines allow (or a sample of --max-variants); `optuna`: optuna proposes points from earlier times (pip install 'popkit[tune]').")] = "grid",
     max_variants: Annotated[int, typer.Option("--max-variants", min=1, max=10_000, help="The most points tried; a larger grid is sampled (--seed).")] = 64,
     seed: Annotated[int, typer.Option("--seed", min=0, help="Seed of the grid's sample and of optuna's sampler.")] = 0,
-    budget: Annotated[float, typer.Option("--budget", min=0, help="Seconds after which no new check, race round or A/B starts (0: no limit).")] = 900.0,
+    budget: Annotated[float, typer.Option("--budget", min=0, callback=finite, help="Seconds after which no new check, race round or A/B starts (0: no limit).")] = 900.0,
     confirm: Annotated[int, typer.Option("--confirm", min=1, max=8, help="Finalists the race leaves, each confirmed against the incumbent by an A/B.")] = 2,
     rounds: Annotated[int, typer.Option("--rounds", min=4, help="Most rounds of each A/B (even).")] = 8,
-    ab_budget: Annotated[float, typer.Option("--ab-budget", min=0, help="Seconds of each A/B after which no new pair of rounds starts (never before round 4).")] = 60.0,
+    ab_budget: Annotated[float, typer.Option("--ab-budget", min=0, callback=finite, help="Seconds of each A/B after which no new pair of rounds starts (never before round 4).")] = 60.0,
     jobs: Annotated[int, typer.Option("--jobs", min=0, max=64, help="Builds and checks at once (0: up to 8, one per CPU).")] = 0,
     per_shape: Annotated[bool, typer.Option("--per-shape/--no-per-shape", help="Where the best values differ by benchmark shape, also try a file that picks them by the input's shapes.")] = True,
     resume: Annotated[bool, typer.Option("--resume", help="Reuse checks and race times of the same variant bytes on this task, harness and device from the history.")] = False,

@@ -21,6 +21,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -47,6 +48,30 @@ INSTRUCTIONS = (
     "A submission is a path (`submission`) or text (`source`). A run's document says `outcome` "
     "(passed, failed, compile_failed, timed_out, crashed) and, for a failed case, what was wrong, a reward hack "
     "by its class. Runs wait for the GPU while another run holds it. AGENTS.md in popkit's repository has more.")
+
+
+PYTHONS_ENV = "POPKIT_MCP_PYTHONS"  # the server's allow-list of interpreters a call may name (os.pathsep-separated)
+
+
+def allowed_pythons(environ: Mapping[str, str] | None = None) -> set[str]:
+    """The interpreters a call's `python` may name: the one running the server and those listed in
+    POPKIT_MCP_PYTHONS of the server's environment, each as its real path."""
+    environ = os.environ if environ is None else environ
+    listed = [p for p in environ.get(PYTHONS_ENV, "").split(os.pathsep) if p]
+    return {os.path.realpath(p) for p in [sys.executable, *listed] if os.path.isabs(p)}
+
+
+def check_python(arguments: Mapping[str, Any], allowed: set[str]) -> None:
+    """UsageError unless the call's `python` (when given) is on the server's allow-list: the program named there
+    runs as the server's user, for the system probe, doctor and `tasks check` outside any eval."""
+    python = arguments.get("python")
+    if python is None:
+        return
+    found = shutil.which(str(python)) if os.sep not in str(python) else str(python)
+    if not found or os.path.realpath(os.path.abspath(found)) not in allowed:
+        raise UsageError(f"argument `python`: {python} is not an interpreter this server allows",
+                         f"leave `python` out (the server's own interpreter), or list it in {PYTHONS_ENV} in the "
+                         "server's environment (absolute paths, separated by ':')")
 
 
 def check_arguments(spec: Tool, arguments: Mapping[str, Any]) -> None:
@@ -90,12 +115,14 @@ class Calls:
         # the working folder), and moves to the server's working folder before the call.
         self.worker = (sys.executable, "-m", "popkit.mcpserver.worker")
         self.worker_cwd = str(Path(popkit.__file__).resolve().parent.parent)
+        self.pythons = allowed_pythons()
 
     async def call(self, name: str, arguments: Mapping[str, Any], say) -> dict[str, Any]:
         """The worker's final message for one call (`done`, `error` or `cancelled`); `say(text)` gets progress."""
         try:
             spec = tool(name)
             check_arguments(spec, arguments)
+            check_python(arguments, self.pythons)
             wanted = self.slots.wanted(pinned_gpus(arguments)) if spec.device(arguments) else ()
         except PopkitError as exc:
             return {"error": document(exc)}

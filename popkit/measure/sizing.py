@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
-from popkit.errors import EnvironmentProblem
+from popkit.errors import EnvironmentProblem, ExitCode, PopkitError
 from popkit.machine import system
 from popkit.model.tasks import Task
 from popkit.run import runner
@@ -33,6 +33,8 @@ FILL = 0.6  # keep the predicted time under this share of the timeout: the predi
 # measured time; at least 3 calls. Leaderboard mode also regenerates and checks every call's input (x3).
 LOOP = {"benchmark": (100, 10.0, 1.0), "leaderboard": (100, 30.0, 3.0), "profile": (7, 1e9, 1.0)}
 MIN_CALLS = 3
+# A sizing run that ends with one of these is the submission's verdict, with its exit code (not "no GPU", exit 11).
+VERDICTS = {"failed": ExitCode.FAILED, "compile_failed": ExitCode.COMPILE_FAILED, "crashed": ExitCode.CRASHED}
 CHECKED_CALLS = 3  # calls outside the loop per case (the checked call, the reference's, a fresh-seed check)
 
 Progress = Callable[[str], None]
@@ -122,6 +124,10 @@ def probe(task: Task, source: Source, options: runner.RunOptions, executor: Exec
     cases = run.benchmarks if run is not None else ()
     if run is None or not run.passed or len(cases) < len(shapes) or not all(c.mean_ns for c in cases):
         why = (run.summary or run.outcome) if run is not None else report.outcome
+        if report.outcome in VERDICTS:  # the submission's own verdict (a wrong result, a cheat caught), not the machine's
+            raise PopkitError(f"`{task.name}`, {mode} mode on the smallest benchmark shapes ({spec(shapes[0])}): "
+                              f"{report.outcome.replace('_', ' ')}: {why}",
+                              "`popkit test` shows the same on the tests", exit_code=VERDICTS[report.outcome])
         raise EnvironmentProblem(
             f"this machine has no GPU, and even the smallest benchmark shapes of `{task.name}` "
             f"({spec(shapes[0])}) did not run here in {mode} mode: {why}",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import os
+import stat as statmod
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,18 @@ def stamp(path: Path) -> Optional[Stamp]:
     except OSError:
         return None
     return Stamp(st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+def read_file(path: Path) -> bytes:
+    """The bytes of a regular file; OSError for anything else at `path` (a FIFO would block open() for good)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not statmod.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read()
+    finally:
+        os.close(fd)
 
 
 def parses(data: bytes) -> bool:
@@ -65,7 +78,7 @@ class SaveWatcher:
     def __init__(self, path: Path, *, poll_s: float = POLL_S, settle_s: float = SETTLE_S,
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
                  sleep: Callable[[float], None] = time.sleep, stat: Callable[[Path], Optional[Stamp]] = stamp,
-                 read: Callable[[Path], bytes] = lambda p: p.read_bytes(),
+                 read: Callable[[Path], bytes] = read_file,
                  parse: Callable[[bytes], bool] = parses):
         self.path = path
         self.poll_s, self.settle_s = poll_s, settle_s

@@ -1,19 +1,23 @@
 """The first process inside popkit's sandbox. Standard library only: popkit runs it as a script.
 
     unshare --user --map-root-user --mount --pid --fork --kill-child --mount-proc --net --ipc --uts -- \\
-        python -I -S _sandbox.py --files DIR --cwd DIR [--writable DIR]... [--visible PATH]... -- ARGV...
+        python -I -S _sandbox.py --files DIR --cwd DIR [--writable DIR]... [--visible PATH]... [--imports DIR]...
+            [--empty DIR]... -- ARGV...
 
 `unshare` (util-linux) makes the namespaces; this script is process 1 of the new pid namespace and, as
-root of the new user namespace, lays out the mounts (see `mount_layout`): every mount read-only, the
-working folder and the build caches writable, fresh /tmp, /dev/shm and /run, the loopback interface up.
+root of the new user namespace, builds a root from nothing (see `plan` and `mount_layout`): a tmpfs that
+holds only the system's programs and libraries, a few files of /etc, a minimal /dev with the accelerators'
+nodes, this namespace's /proc, the parts of /sys the GPU drivers read and the spec's paths, all read-only
+but for the working folder and the build caches, with fresh /tmp, /dev/shm and /run; it moves into it with
+pivot_root(2) and detaches the machine's root, as bubblewrap does. The loopback interface comes up.
 It then starts ARGV in a nested user namespace as uid and gid 65534 (no capabilities, no_new_privs),
 reaps everything, and exits with ARGV's exit code (128 + N, with a last line on stderr, when signal N
 killed it). When it exits, the kernel kills every process left in the namespace.
 
-The spec (`spec_args` writes it): `files` (the task's files as popkit wrote them) stays read-only; `cwd` and
-each `writable` folder are writable; each `visible` path under a replaced folder (the interpreter, its
-packages, when they live under /tmp) stays visible, read-only, but one that holds those folders; all keep their
-paths. Every sandboxed process waits for this script's start-up, so it imports little: no json (the spec is plain
+The spec (`spec_args` writes it): `files` (the task's files as popkit wrote them) is shown read-only; `cwd` and
+each `writable` folder writable; each `visible` path (the interpreter, its packages, popkit, the CUDA toolkit)
+read-only, whole; each `imports` folder (a PYTHONPATH entry) showing only its modules and packages; each
+`empty` path (HOME) as an empty read-only folder; all keep their paths. Every sandboxed process waits for this script's start-up, so it imports little: no json (the spec is plain
 arguments) and `_socket`, the C module under socket.py, whose enums and selectors would double that start-up.
 """
 
@@ -60,35 +64,41 @@ class _MountAttr(ctypes.Structure):
                 ("userns_fd", ctypes.c_uint64)]
 
 
-def read_only_everywhere() -> None:
-    """Every mount below / read-only: mount_setattr(2) recursively, else each mount point in turn."""
+def read_only(path: str) -> None:
+    """The mount at `path` and every mount below it read-only: mount_setattr(2) recursively, else each mount
+    point in turn (a flag the outer namespace locked, nosuid or nodev, is said again)."""
     number = SYS_MOUNT_SETATTR.get(os.uname().machine)
     if number is not None:
         attr = _MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
-        if _libc.syscall(number, AT_FDCWD, b"/", AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr)) == 0:
+        if _libc.syscall(number, AT_FDCWD, path.encode(), AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr)) == 0:
             return
     with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
         points = [line.split()[4].replace("\\040", " ") for line in f]
-    for point in sorted(set(points), key=len):
+    for point in sorted({p for p in points if within(p, path)}, key=len):
         flags = MS_BIND | MS_REMOUNT | MS_RDONLY
         if _libc.mount(None, point.encode(), None, ctypes.c_ulong(flags), None) != 0:
-            # A mount locked with nosuid/nodev/noexec by the outer namespace keeps them: say them again.
             stat = os.statvfs(point) if os.path.exists(point) else None
             extra = (MS_NOSUID if stat and stat.f_flag & os.ST_NOSUID else 0) | (
                 MS_NODEV if stat and stat.f_flag & os.ST_NODEV else 0)
-            _libc.mount(None, point.encode(), None, ctypes.c_ulong(flags | extra), None)
+            _check(_libc.mount(None, point.encode(), None, ctypes.c_ulong(flags | extra), None), f"read-only {point}")
 
 
-def bind_writable(fds: dict[str, int]) -> None:
-    """Each folder (opened before /tmp was replaced) mounted writable at its own path."""
-    for path, fd in fds.items():
-        os.makedirs(path, exist_ok=True)
-        mount(f"/proc/self/fd/{fd}", path, None, MS_BIND)
-        mount(None, path, None, MS_BIND | MS_REMOUNT)  # a bind copies the read-only flag: clear it
-        os.close(fd)
-
-
-FRESH = ("/tmp", "/dev/shm", "/run")  # replaced by empty tmpfs in the sandbox
+FRESH = ("/tmp", "/dev/shm", "/run")  # empty tmpfs in the sandbox
+# What of the machine the root built from nothing shows, read-only: the system's programs and libraries ...
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt/rocm", "/opt/nvidia")
+# ... the files of /etc that libraries read (the loader's cache, name service, time zone, certificates,
+# the alternatives `c++` and `cc` resolve through) ...
+ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "nsswitch.conf", "host.conf", "hosts", "gai.conf", "services",
+       "protocols", "localtime", "timezone", "os-release", "lsb-release", "debian_version", "alternatives", "ssl",
+       "ca-certificates", "pki", "crypto-policies", "OpenCL")
+# ... the parts of /sys the CUDA and ROCm drivers read (devices, their buses and classes, driver modules) ...
+SYS = ("/sys/devices", "/sys/bus", "/sys/class", "/sys/dev", "/sys/module", "/sys/kernel/mm")
+# ... and of /dev the plain devices and the accelerators' nodes (no disk, no terminal).
+DEV = ("null", "zero", "full", "random", "urandom")
+GPU_DEV_PREFIXES = ("nvidia", "kfd", "dri")
+PASSWD = "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+GROUP = "root:x:0:\nnogroup:x:65534:\n"
+IMPORTABLE = (".py", ".pyc", ".so", ".pyd")
 
 
 def within(path: str, top: str) -> bool:
@@ -100,45 +110,188 @@ def under_fresh(path: str) -> bool:
     return any(within(path, top) for top in FRESH)
 
 
-def keep_visible(fds: dict[str, int]) -> None:
-    """Paths under a replaced folder that the processes need (the interpreter, its packages), mounted read-only
-    at their own paths again, outermost first."""
-    for path, fd in sorted(fds.items()):
-        if os.path.isdir(f"/proc/self/fd/{fd}"):
-            os.makedirs(path, exist_ok=True)
-        else:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            if not os.path.exists(path):
-                open(path, "a").close()
-        mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
-        mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY)
-        os.close(fd)
+def importable(folder: str, entry: os.DirEntry) -> bool:
+    """Whether a folder on the import path shows `entry`: a module file, or a package (an `__init__`) or a
+    namespace package (a folder named like a module holding a `.py` file), never a link, a hidden name, a
+    socket or any other file."""
+    if entry.name.startswith(".") or entry.is_symlink():
+        return False
+    if entry.is_file():
+        return entry.name.endswith(IMPORTABLE)
+    if not entry.is_dir() or not entry.name.isidentifier():
+        return False
+    try:
+        names = os.listdir(entry.path)
+    except OSError:
+        return False
+    return any(n.startswith("__init__.") or n.endswith(".py") for n in names)
+
+
+class Layout:
+    """The mounts of the root built from nothing, in the order they are made (a folder before what lies in it):
+    each is (target, kind, source fd or text). Sources are opened first, before anything covers them."""
+
+    def __init__(self) -> None:
+        self.mounts: list[tuple[str, str, object]] = []
+        self.taken: set[str] = set()
+
+    def add(self, target: str, kind: str, source: object = None) -> None:
+        if target not in self.taken:
+            self.taken.add(target)
+            self.mounts.append((target, kind, source))
+
+    def bind(self, path: str, kind: str = "ro") -> None:
+        """`path` of the machine at the same path: `ro`, `rw`; a link is made again as the same link."""
+        if path in self.taken or not os.path.lexists(path):
+            return
+        if os.path.islink(path):
+            self.add(path, "link", os.readlink(path))
+            return
+        try:
+            self.add(path, kind, os.open(path, os.O_PATH | os.O_CLOEXEC))
+        except OSError:
+            pass
+
+    def imports(self, folder: str) -> None:
+        """A folder on the import path, showing only what importable() allows."""
+        try:
+            entries = [e for e in os.scandir(folder) if importable(folder, e)]
+        except OSError:
+            return
+        self.add(folder, "tmpfs", "mode=0755")
+        for entry in entries:
+            self.bind(entry.path)
+
+
+def plan(spec: dict) -> Layout:
+    """What the root shows (module doc): the system, the spec's files, folders and caches, fresh /tmp, /run and
+    /dev/shm, a minimal /dev, this namespace's /proc, the CUDA parts of /sys, a minimal /etc."""
+    layout = Layout()
+    for top in ("/tmp", "/run"):
+        layout.add(top, "tmpfs", "mode=1777")
+    layout.add("/dev", "tmpfs", "mode=0755")
+    layout.add("/dev/shm", "tmpfs", "mode=1777")
+    for name in DEV:
+        layout.bind(f"/dev/{name}", "dev")
+    try:
+        gpu = sorted(n for n in os.listdir("/dev") if n.startswith(GPU_DEV_PREFIXES))
+    except OSError:
+        gpu = []
+    for name in gpu:
+        layout.bind(f"/dev/{name}", "dev")
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):
+        layout.add(f"/dev/{name}", "link", target)
+    layout.bind("/proc", "proc")
+    for path in SYS:
+        layout.bind(path)
+    layout.add("/etc/passwd", "text", PASSWD)
+    layout.add("/etc/group", "text", GROUP)
+    for name in ETC:
+        layout.bind(f"/etc/{name}")
+    for path in SYSTEM:
+        layout.bind(path)
+    held = [spec["files"], spec["cwd"], *spec["writable"]]
+    for path in spec["visible"]:  # one that holds the run's own folders would cover them: it is not needed
+        if not any(within(h, path) for h in held[:2]):
+            layout.bind(path)
+    for path in spec["imports"]:
+        if path not in FRESH and not any(within(h, path) for h in held) and os.path.isdir(path):
+            layout.imports(path)
+    for path in spec["empty"]:
+        layout.add(path, "dir")
+    layout.bind(spec["files"])
+    layout.bind(spec["cwd"], "rw")
+    for path in spec["writable"]:
+        layout.bind(path, "rw")
+    return layout
+
+
+def _make_target(target: str, source: object) -> None:
+    """The mount point: a folder for a folder, an empty file for a file (made on the new root's tmpfs)."""
+    is_dir = not isinstance(source, int) or os.path.isdir(f"/proc/self/fd/{source}")
+    if is_dir:
+        os.makedirs(target, exist_ok=True)
+        return
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    if not os.path.exists(target):
+        os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644))
+
+
+def build(layout: Layout, root: str) -> list[str]:
+    """Make every mount of `layout` below `root`; returns the targets to make read-only once all are made."""
+    later = []
+    order = sorted(layout.mounts, key=lambda m: (m[0].rstrip("/").count("/"), m[0]))
+    for target, kind, source in order:
+        at = root + target
+        try:
+            if kind == "link":
+                os.makedirs(os.path.dirname(at), exist_ok=True)
+                os.symlink(str(source), at)
+            elif kind == "text":
+                os.makedirs(os.path.dirname(at), exist_ok=True)
+                with open(at, "w") as f:
+                    f.write(str(source))
+            elif kind == "dir":
+                os.makedirs(at, exist_ok=True)
+            elif kind == "tmpfs":
+                os.makedirs(at, exist_ok=True)
+                mount("tmpfs", at, "tmpfs", MS_NOSUID | MS_NODEV, str(source))
+                if source == "mode=0755":  # a folder shown in part (/dev, an import folder): read-only once made
+                    later.append(at)
+            else:
+                _make_target(at, source)
+                mount(f"/proc/self/fd/{source}", at, None, MS_BIND | (0 if kind == "dev" else MS_REC))
+                os.close(int(source))  # type: ignore[call-overload]
+                if kind == "ro":  # with whatever is mounted below it on the machine
+                    read_only(at)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise SetupError(f"{target}: {exc.strerror}") from None
+    return later
+
+
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
+MNT_DETACH = 2
+
+
+def pivot(root: str) -> None:
+    """`root` becomes / (pivot_root(2), as bubblewrap does); the machine's root is detached, out of reach."""
+    os.chdir(root)
+    number = SYS_PIVOT_ROOT.get(os.uname().machine)
+    if number is None:
+        raise SetupError(f"pivot_root: unknown on {os.uname().machine}")
+    _check(_libc.syscall(number, b".", b"."), "pivot_root")
+    _check(_libc.umount2(b".", MNT_DETACH), "detach the old root")
+    os.chdir("/")
 
 
 def mount_layout(spec: dict) -> None:
-    """The file system the eval sees: read-only but for its working folder and the build caches."""
-    held = [spec["files"], spec["cwd"], *spec["writable"]]
-    keep = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in held if os.path.isdir(p)}
-    # A visible path holding one of those (a fresh folder itself: `python -m popkit` run from /tmp puts /tmp on
-    # popkit's import path) would cover it read-only; the processes do not need it, so it stays fresh.
-    wanted = sorted(p for p in spec.get("visible", ()) if under_fresh(p) and os.path.exists(p)
-                    and not any(within(h, p) for h in held))
-    outermost = [p for p in wanted if not any(p != q and within(p, q) for q in wanted)]
-    visible = {p: os.open(p, os.O_PATH) for p in outermost}
-    read_only_everywhere()
-    # This namespace's own /proc (unshare --mount-proc) stays writable: the user-namespace maps are written there.
-    mount(None, "/proc", None, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    for fresh in FRESH:
-        if os.path.isdir(fresh) and not os.path.islink(fresh):
-            mount("tmpfs", fresh, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
-    keep_visible(visible)
-    files_fd = keep.pop(spec["files"], None)
-    if files_fd is not None:  # read-only, at its own path (which may have been under /tmp)
-        os.makedirs(spec["files"], exist_ok=True)
-        mount(f"/proc/self/fd/{files_fd}", spec["files"], None, MS_BIND)
-        mount(None, spec["files"], None, MS_BIND | MS_REMOUNT | MS_RDONLY)
-        os.close(files_fd)
-    bind_writable(keep)
+    """The file system the eval sees: a tmpfs root holding only what plan() names, read-only but for the
+    working folder, the build caches and the fresh folders."""
+    layout = plan(spec)
+    base = next((d for d in ("/tmp", "/run", "/mnt") if os.path.isdir(d) and not os.path.islink(d)), None)
+    if base is None:
+        raise SetupError("no folder to build the root in (/tmp, /run, /mnt)")
+    mount("tmpfs", base, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
+    later = build(layout, base)
+    for at in sorted(later, key=len, reverse=True):  # deepest first: a read-only parent keeps its own children
+        read_only_top(at)
+    pivot(base)
+    read_only_top("/")
+
+
+def read_only_top(path: str) -> None:
+    """The one mount at `path` read-only, its flags the outer namespace locked (nosuid, nodev) said again; the
+    mounts below it keep theirs (a writable cache below a read-only folder stays writable)."""
+    flags = MS_BIND | MS_REMOUNT | MS_RDONLY
+    if _libc.mount(None, path.encode(), None, ctypes.c_ulong(flags), None) == 0:
+        return
+    stat = os.statvfs(path)
+    extra = (MS_NOSUID if stat.f_flag & os.ST_NOSUID else 0) | (MS_NODEV if stat.f_flag & os.ST_NODEV else 0) | (
+        MS_NOEXEC if stat.f_flag & os.ST_NOEXEC else 0)
+    _check(_libc.mount(None, path.encode(), None, ctypes.c_ulong(flags | extra), None), f"read-only {path}")
 
 
 def loopback_up() -> None:
@@ -166,14 +319,16 @@ def become_nobody() -> None:
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
 
 
-_SPEC_LISTS = ("writable", "visible")
+_SPEC_LISTS = ("writable", "visible", "imports", "empty")
 
 
 def spec_args(files: str, cwd: str, writable: list[str] | tuple[str, ...] = (),
-              visible: list[str] | tuple[str, ...] = ()) -> list[str]:
+              visible: list[str] | tuple[str, ...] = (), imports: list[str] | tuple[str, ...] = (),
+              empty: list[str] | tuple[str, ...] = ()) -> list[str]:
     """The spec as this script's arguments (before `--`): a flag and its value, in pairs."""
     args = ["--files", files, "--cwd", cwd]
-    for flag, paths in (("--writable", writable), ("--visible", visible)):
+    for flag, paths in (("--writable", writable), ("--visible", visible), ("--imports", imports),
+                        ("--empty", empty)):
         for path in paths:
             args += [flag, path]
     return args
@@ -181,7 +336,7 @@ def spec_args(files: str, cwd: str, writable: list[str] | tuple[str, ...] = (),
 
 def parse_spec(args: list[str]) -> tuple[dict, list[str]] | None:
     """(spec, ARGV) from spec_args' pairs, `--` and ARGV; None when they are not that (a value may be anything)."""
-    spec: dict = {"files": None, "cwd": None, "writable": [], "visible": []}
+    spec: dict = {"files": None, "cwd": None, "writable": [], "visible": [], "imports": [], "empty": []}
     i = 0
     while i < len(args) and args[i] != "--":
         key = args[i][2:] if args[i].startswith("--") else ""
@@ -198,10 +353,23 @@ def parse_spec(args: list[str]) -> tuple[dict, list[str]] | None:
     return spec, argv
 
 
+def find_program(name: str) -> str:
+    """`name` as execvp(3) finds it on PATH, without os.get_exec_path (it imports `warnings`, which the root
+    built from nothing may not hold)."""
+    if "/" in name:
+        return name
+    for folder in (os.environ.get("PATH") or "/usr/bin:/bin").split(":"):
+        candidate = os.path.join(folder or ".", name)
+        if os.access(candidate, os.X_OK) and not os.path.isdir(candidate):
+            return candidate
+    return name
+
+
 def main(args: list[str]) -> int:
     parsed = parse_spec(args)
     if parsed is None:
-        print("usage: _sandbox.py --files DIR --cwd DIR [--writable DIR]... [--visible PATH]... -- ARGV...",
+        print("usage: _sandbox.py --files DIR --cwd DIR [--writable DIR]... [--visible PATH]... [--imports DIR]... "
+              "[--empty DIR]... -- ARGV...",
               file=sys.stderr)
         return 2
     spec, argv = parsed
@@ -217,7 +385,7 @@ def main(args: list[str]) -> int:
         try:
             become_nobody()
             os.chdir(spec["cwd"])
-            os.execvp(argv[0], argv)
+            os.execv(find_program(argv[0]), argv)
         except (SetupError, OSError) as exc:
             print(f"popkit-sandbox: cannot start {argv[0]}: {exc}", file=sys.stderr)
         os._exit(127)

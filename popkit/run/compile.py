@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import sys
 import time
 from dataclasses import dataclass, fields
@@ -26,9 +27,9 @@ from popkit.machine import system
 from popkit.machine.cputorch import CANNOT_BUILD, SECOND_VENV
 from popkit.model import tasks
 from popkit.model.contract import entry_points
-from popkit.run import proc
 from popkit.run import runner
-from popkit.run.executor import Executor
+from popkit.run import sandbox
+from popkit.run.executor import Workspace
 from popkit.submission.source import read_submission, task_spec_for, validate_submission
 from popkit.toolchain import hipbuild
 from popkit.toolchain.arch import ArchChoice, choose_arch, supported_archs
@@ -109,6 +110,7 @@ class CompileReport:
 
 # The child: import the submission as a module (so a __main__ block does not run), never call
 # custom_kernel, and write the outcome to a file (stdout belongs to the build's own output).
+DRIVER_NAME = "popkit_compile_driver.py"
 _DRIVER = r"""
 import importlib.util, json, os, sys, time, traceback
 path, result_path, pre_import = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
@@ -196,15 +198,16 @@ def compile_submission(path: Path | str, *, task: str | None = None, roots: Sequ
         env["TORCH_CUDA_ARCH_LIST"] = arch_list
     if toolkit:
         env["CUDA_HOME"] = toolkit
-    with proc.WorkDir("popkit-compile-") as workdir:  # removed by its guard even if popkit is killed
-        name = _prepare(workdir, found_task, source)
+    executor = sandbox.executor_for()  # the submission's import runs its code: in the sandbox, as every eval
+    with executor.workspace("popkit-compile-") as ws:  # removed by its guard even if popkit is killed
+        name = _prepare(ws, found_task, source)
         cached = record is not None
         if cached:
             cold, log = {"ok": True, "seconds": record["cold_s"], "torch_import_s": record.get("torch_import_s")}, record.get("log", "")
         else:
             say(f"building {path.name} ({target}) in {build_dir} ...")
             with runner.timed(say, f"building {path.name}"):
-                cold, log = _import(workdir, name, env, tools, target, timeout_s, build_dir)
+                cold, log = _import(ws, name, env, tools, target, timeout_s, build_dir)
         diagnostics = static + _diagnostics(cold, log, smap, build_dir, tools, names)
         if not cold["ok"]:
             status, code = _failure(cold)
@@ -212,7 +215,7 @@ def compile_submission(path: Path | str, *, task: str | None = None, roots: Sequ
                                  torch_import_s=cold.get("torch_import_s"), diagnostics=tuple(diagnostics),
                                  notes=tuple(notes), log=log, **base)
         say("importing again (warm) ...")
-        warm, warm_log = _import(workdir, name, env, tools, target, timeout_s, build_dir)
+        warm, warm_log = _import(ws, name, env, tools, target, timeout_s, build_dir)
     if not warm["ok"]:  # built, yet the second import fails: report it like a failed build
         status, code = _failure(warm)
         diagnostics += _diagnostics(warm, warm_log, smap, build_dir, tools, names)
@@ -325,23 +328,28 @@ def _require_task_for_imports(path: Path, text: str) -> None:
                          "--tasks-root reference-kernels/problems), or the task's folder")
 
 
-def _prepare(workdir: Path, task: tasks.Task | None, source: bytes) -> str:
-    """A fresh working directory as the runner makes it: the task's files flat, the submission beside them."""
+def _prepare(ws: Workspace, task: tasks.Task | None, source: bytes) -> str:
+    """A fresh workspace as the runner makes it: the task's files flat, the submission beside them, and popkit's
+    import driver."""
     if task is not None:
-        Executor().new_workspace(workdir).prepare(task, source)
-        return task.submission_name
-    (workdir / "submission.py").write_bytes(source)
-    return "submission.py"
+        ws.prepare(task, source)
+        name = task.submission_name
+    else:
+        for folder in dict.fromkeys([ws.files, ws.cwd]):
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "submission.py").write_bytes(source)
+        name = "submission.py"
+    ws.add(DRIVER_NAME, _DRIVER.encode())
+    return name
 
 
-def _import(workdir: Path, name: str, env: Mapping[str, str], tools: Toolchain, target: str,
+def _import(ws: Workspace, name: str, env: Mapping[str, str], tools: Toolchain, target: str,
             timeout_s: float, build_dir: Path) -> tuple[dict[str, Any], str]:
-    result_path = workdir / ".popkit-compile-result.json"
+    result_path = ws.cwd / ".popkit-compile-result.json"
     result_path.unlink(missing_ok=True)
     full_env = runner.child_env(runner.RunOptions(python=tools.python), **env)
     pre_import = "0" if target == "hip" else "1"  # a HIP file must set its environment before torch loads
-    argv = [tools.python, "-c", _DRIVER, name, str(result_path), pre_import]
-    done = proc.run(argv, workdir, full_env, timeout_s)
+    done = ws.run(tools.python, DRIVER_NAME, [name, result_path.name, pre_import], full_env, timeout_s)
     code, out, err, secs, timed_out = done.code, done.stdout, done.stderr, done.seconds, done.timed_out
     log = out + (("\n" if out and err else "") + err)
     if timed_out:
@@ -351,10 +359,22 @@ def _import(workdir: Path, name: str, env: Mapping[str, str], tools: Toolchain, 
         return {"ok": False, "timed_out": True, "seconds": secs,
                 "error": f"the build ran past {timeout_s:.0f} s and was stopped"}, log
     try:
-        return json.loads(result_path.read_text()), log
+        return json.loads(_read_plain(result_path)), log
     except (OSError, ValueError):
         return {"ok": False, "seconds": secs, "error_type": "crash",
                 "error": f"the interpreter exited with code {code} before reporting (killed, or out of memory?)"}, log
+
+
+def _read_plain(path: Path, limit: int = 16 << 20) -> bytes:
+    """A regular file's bytes, never following a link nor waiting on a FIFO the submission left there."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path.name} is not a file")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read(limit)
+    finally:
+        os.close(fd)
 
 
 def _diagnostics(result: Mapping[str, Any], log: str, smap: SourceMap, build_dir: Path,

@@ -34,6 +34,8 @@ POPKIT_EVAL_NAME = "popkit_eval.py"  # popkit's harness, when it replaces a task
 # Modules the standard library and the frameworks every eval imports: a file of that name in a folder on an
 # eval's import path is imported instead of the real one (`hmac.py`, `torch.py`).
 _FRAMEWORKS = frozenset({"torch", "numpy", "triton", "yaml"})
+# Modules Python's start-up (site.py) imports from any folder on the import path before an eval's first line runs.
+START_UP_MODULES = frozenset({"sitecustomize", "usercustomize", "_distutils_hack"})
 _PARSE_LOCK = threading.Lock()  # an A/B prepares both sides on two threads
 
 
@@ -49,7 +51,7 @@ class Isolation:
         return self.level != "none"
 
     def __str__(self) -> str:
-        return f"{self.level} ({self.detail})"
+        return f"none, no sandbox: {self.detail}" if self.level == "none" else f"{self.level} ({self.detail})"
 
     def to_json(self) -> dict:
         return {"level": self.level, "detail": self.detail}
@@ -58,7 +60,7 @@ class Isolation:
 def shadowable_names(files: Mapping[str, bytes]) -> frozenset[str]:
     """Module names an eval of these files imports: the standard library's, the frameworks', the files' own
     and every top-level module they import."""
-    names = set(sys.stdlib_module_names) | _FRAMEWORKS
+    names = set(sys.stdlib_module_names) | _FRAMEWORKS | START_UP_MODULES
     for name, data in files.items():
         if not name.endswith(".py"):
             continue
@@ -74,6 +76,32 @@ def shadowable_names(files: Mapping[str, bytes]) -> frozenset[str]:
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
                 names.add(node.module.split(".")[0])
     return frozenset(names)
+
+
+def start_up_file(entry: Path) -> bool:
+    """Whether `entry` is something Python's start-up reads from a folder on the import path: a `.pth` file
+    (whose `import` lines run), `sitecustomize`, `usercustomize` or `_distutils_hack`, or a user site tree
+    (`lib/pythonX.Y/site-packages`, read where PYTHONUSERBASE points)."""
+    if entry.name.endswith(".pth"):
+        return True
+    if entry.name == "lib" and entry.is_dir() and not entry.is_symlink():
+        return any(p.name.startswith("python") for p in _entries(entry))
+    return module_name(entry) in START_UP_MODULES
+
+
+def closed_env(env: Mapping[str, str], base: str | None = None) -> dict[str, str]:
+    """`env` with Python's start-up closed to the folders a process writes: PYTHONPATH entries made absolute
+    against `base` (popkit's own folder by default), the empty ones (the child's working folder) dropped, and
+    no user site (PYTHONNOUSERSITE: a PYTHONUSERBASE the submission writes is never read)."""
+    closed = dict(env)
+    if "PYTHONPATH" in closed:
+        base = base or os.getcwd()
+        entries = [os.path.normpath(os.path.join(base, p)) for p in closed["PYTHONPATH"].split(os.pathsep) if p]
+        closed["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(entries))
+        if not closed["PYTHONPATH"]:
+            del closed["PYTHONPATH"]
+    closed["PYTHONNOUSERSITE"] = "1"
+    return closed
 
 
 def module_name(entry: Path) -> str:
@@ -210,7 +238,13 @@ class Workspace:
                         stuck.add(name)
             for entry in _entries(folder):
                 module = module_name(entry)
-                if entry.name in self.written or entry.name == self.submission_name or not module:
+                if entry.name in self.written or entry.name == self.submission_name:
+                    continue
+                if start_up_file(entry):
+                    planted.add(entry.name)
+                    _remove(entry)
+                    continue
+                if not module:
                     continue
                 if module == "__pycache__":
                     planted.update(f"__pycache__/{p.name}" for p in _entries(entry) if forged_byte_code(p, folder))
@@ -332,15 +366,17 @@ class Executor:
         return Workspace(self, root, root, root)
 
     def env(self, env: Mapping[str, str]) -> dict[str, str]:
-        pinned = dict(env)
+        """The environment a process gets: `env`, start-up closed (closed_env), pinned to this executor's GPU."""
+        pinned = closed_env(env)
         if self.gpu is not None:
             pinned["CUDA_VISIBLE_DEVICES"] = self.gpu
         return pinned
 
     def argv(self, workspace: Workspace, python: str, script: str, args: Sequence[str],
              env: Mapping[str, str]) -> list[str]:
-        """The command line of `python script args` in `workspace`; `env` is the environment it will get."""
-        return [python, script, *args]
+        """The command line of `python script args` in `workspace`; `env` is the environment it will get. `-s`:
+        no user site folder (closed_env says it again for the processes the script starts)."""
+        return [python, "-s", script, *args]
 
     def finish(self, done: proc.Finished) -> proc.Finished:
         """How the process ended, as a plain child's would read (a sandbox maps its signal report back)."""

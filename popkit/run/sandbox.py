@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from popkit.errors import EnvironmentProblem, UsageError
+from popkit.resources import data_dir
 from popkit.run import _sandbox
 from popkit.run import proc
 from popkit.run.executor import Executor, Isolation, Workspace
@@ -39,6 +40,7 @@ UNSHARE_ARGS = ("--user", "--map-root-user", "--mount", "--pid", "--fork", "--ki
                 "--net", "--ipc", "--uts")
 ISOLATION_CHOICES = ("auto", "require", "none")
 _PROBE_TIMEOUT_S = 20.0
+TOOLKIT_ENV = ("CUDA_HOME", "CUDA_PATH", "ROCM_PATH", "ROCM_HOME", "HIP_PATH", "POPKIT_HIP_ON_CUDA")
 
 
 def build_caches(env: Mapping[str, str]) -> list[str]:
@@ -57,16 +59,40 @@ def build_caches(env: Mapping[str, str]) -> list[str]:
     return made
 
 
-def needed_paths(python: str, env: Mapping[str, str]) -> list[str]:
-    """What the processes must still see where the sandbox gives fresh folders (/tmp, /run, /dev/shm): the
-    interpreter and its environment's root, popkit's own interpreter and import path (packages, editable
-    installs), PYTHONPATH, popkit itself, and HOME."""
-    paths = {python, os.path.realpath(python), os.path.dirname(os.path.dirname(os.path.abspath(python)))}
-    # popkit's own interpreter and import path too: the eval's is most often the same one (or a wrapper of it)
-    paths.update([sys.executable, sys.prefix, sys.exec_prefix, sys.base_prefix, *sys.path])
-    paths.update(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)
-    paths.update([str(Path(__file__).resolve().parents[2]), env.get("HOME", "")])
-    return sorted(os.path.abspath(p) for p in paths if p and _sandbox.under_fresh(os.path.abspath(p)))
+def _prefix_of(executable: str) -> str:
+    """The Python installation or virtual environment an interpreter belongs to ('' when it does not look like
+    one: then only the interpreter file itself is shown)."""
+    prefix = Path(os.path.dirname(os.path.dirname(executable)))
+    if (prefix / "pyvenv.cfg").is_file() or (prefix / "conda-meta").is_dir() or any(prefix.glob("lib/python3*")):
+        return str(prefix)
+    return ""
+
+
+def sandbox_paths(python: str, env: Mapping[str, str]) -> dict[str, list[str]]:
+    """What of the machine a sandboxed process sees besides the system (popkit/run/_sandbox.py: SYSTEM, ETC, SYS,
+    DEV): `visible`, whole and read-only: the interpreter and its installation, popkit's own interpreter and
+    installation, popkit itself with its harness folder, the CUDA/ROCm toolkit (CUDA_HOME, ROCM_PATH, ...) and
+    LD_LIBRARY_PATH; `imports`, showing only their modules and packages: PYTHONPATH and popkit's import path
+    outside those; `empty`: HOME, shown as an empty folder. Nothing is shown that is `/` or holds HOME."""
+    home = os.path.abspath(env.get("HOME") or str(Path.home()))
+    found = shutil.which(python, path=env.get("PATH")) or python
+    interpreters = {os.path.abspath(found), os.path.realpath(found)}
+    interpreters.update([os.path.abspath(sys.executable), os.path.realpath(sys.executable)])
+    visible = set(interpreters) | {_prefix_of(exe) for exe in interpreters}
+    visible.update([sys.prefix, sys.exec_prefix, sys.base_prefix, str(Path(__file__).resolve().parents[1]),
+                    str(data_dir("tasks").resolve())])
+    visible.update(env.get(name, "") for name in TOOLKIT_ENV)
+    visible.update(env.get("LD_LIBRARY_PATH", "").split(os.pathsep))
+
+    def shown(path: str) -> bool:
+        return bool(path) and os.path.isabs(path) and path != "/" and not _sandbox.within(home, path)
+
+    visible_paths = sorted({os.path.abspath(p) for p in visible if shown(p) and os.path.exists(p)})
+    entries = [*env.get("PYTHONPATH", "").split(os.pathsep), *sys.path]
+    imports = sorted({os.path.abspath(p) for p in entries if p and os.path.isabs(p) and os.path.isdir(p)
+                      and not any(_sandbox.within(os.path.abspath(p), v) for v in visible_paths)
+                      and os.path.abspath(p) != "/"})
+    return {"visible": visible_paths, "imports": imports, "empty": [home] if home != "/" else []}
 
 
 class SandboxExecutor(Executor):
@@ -81,10 +107,11 @@ class SandboxExecutor(Executor):
 
     def argv(self, workspace: Workspace, python: str, script: str, args: Sequence[str],
              env: Mapping[str, str]) -> list[str]:
-        spec = _sandbox.spec_args(str(workspace.files.resolve()), str(workspace.cwd.resolve()),
-                                  build_caches(env), needed_paths(python, env))
+        paths = sandbox_paths(python, env)
+        spec = _sandbox.spec_args(str(workspace.files.resolve()), str(workspace.cwd.resolve()), build_caches(env),
+                                  paths["visible"], paths["imports"], paths["empty"])
         return [self.unshare, *UNSHARE_ARGS, "--", sys.executable or "python3", "-I", "-S", str(SANDBOX_SCRIPT),
-                *spec, "--", python, str(workspace.files.resolve() / script), *args]
+                *spec, "--", python, "-s", str(workspace.files.resolve() / script), *args]
 
     def finish(self, done: proc.Finished) -> proc.Finished:
         setup = next((line for line in done.stderr.splitlines() if line.startswith(_sandbox.SETUP_FAILED)), "")
@@ -103,8 +130,9 @@ class SandboxExecutor(Executor):
 
 def unavailable(unshare: str | None = None) -> str:
     """Why the sandbox cannot run here ('' when it can): a trial run of the whole layout, once per process and,
-    through a small file in popkit's cache folder, once per boot of the machine (the trial costs a process
-    start, about 60 ms, on every command otherwise)."""
+    when it works, once per boot of the machine through a small file in popkit's cache folder (the trial costs a
+    process start, about 60 ms, on every command otherwise). A negative answer is never kept in the file: a
+    sandboxed run cannot write it (its root does not show it), and what else could is not believed."""
     key = unshare or ""
     if key not in _TRIED:
         stamp = _trial_stamp(unshare)
@@ -135,11 +163,15 @@ def _remembered(stamp: str) -> str | None:
         found = json.loads(_trial_file().read_text())
     except (OSError, ValueError):
         return None
-    return found.get("reason") if isinstance(found, dict) and found.get("stamp") == stamp else None
+    # only a yes is ever kept: a record claiming no (written by whatever could write there) is not believed, and a
+    # yes that is wrong fails the next run's setup by name (SandboxExecutor.finish), never runs it unsandboxed
+    if isinstance(found, dict) and found.get("stamp") == stamp and found.get("reason") == "":
+        return ""
+    return None
 
 
 def _remember(stamp: str, reason: str) -> str:
-    if stamp:
+    if stamp and not reason:  # a no is tried again by the next command
         try:
             _trial_file().parent.mkdir(parents=True, exist_ok=True)
             temp = _trial_file().with_suffix(f".{os.getpid()}.tmp")
@@ -161,8 +193,10 @@ def _try(unshare: str | None) -> str:
         return "util-linux `unshare` is not installed"
     root = Path(os.environ.get("TMPDIR") or "/tmp")
     try:
+        paths = sandbox_paths(sys.executable, os.environ)
         argv = [tool, *UNSHARE_ARGS, "--", sys.executable or "python3", "-I", "-S", str(SANDBOX_SCRIPT),
-                *_sandbox.spec_args(str(root), str(root)), "--", "true"]
+                *_sandbox.spec_args(str(root), str(root), (), paths["visible"], paths["imports"], paths["empty"]),
+                "--", "true"]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=_PROBE_TIMEOUT_S,
                               stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as exc:

@@ -10,6 +10,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import sys
 import threading
 import time
@@ -52,11 +53,16 @@ def _width() -> int | None:
     return None
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
 def escape(markup: str) -> str:
-    """Text with rich's markup characters escaped (rich.markup.escape)."""
+    """Text with rich's markup characters escaped (rich.markup.escape) and every control character but newline
+    and tab shown as `\\xNN`: a terminal escape in a submission's message (clear the screen, a green PASSED)
+    never reaches the terminal."""
     from rich.markup import escape as rich_escape
 
-    return rich_escape(markup)
+    return rich_escape(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", markup))
 
 
 def console() -> Console:

@@ -194,7 +194,10 @@ def _speedups(report: RunReport, baseline: RunReport) -> Table | None:
 
 
 def isolation_line(isolation: Mapping[str, str]) -> str:
-    """`namespaces (user, pid, ...)` or `none (reason)`; '' for records made before popkit had a sandbox."""
+    """`namespaces (user, pid, ...)` or `none, no sandbox: reason` (a reason can never read as a level); '' for
+    records made before popkit had a sandbox."""
+    if isolation.get("level") == "none":
+        return f"none, no sandbox: {isolation.get('detail', '')}"
     return f"{isolation['level']} ({isolation.get('detail', '')})" if isolation.get("level") else ""
 
 
