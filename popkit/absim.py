@@ -61,9 +61,9 @@ def _eval(rng: random.Random, state: Rounds, factor: float, shift: float, noise:
 
 
 def simulate(trials: int, ratio: float, noise: Noise = Noise(), shapes: int = 4, max_rounds: int = 8,
-             budget_s: float = 60.0, eval_s: float = 5.0, seed: int = 0) -> Outcome:
+             budget_s: float = 60.0, eval_s: float = 5.0, start_s: float = 6.0, seed: int = 0) -> Outcome:
     """`trials` simulated A/Bs of `shapes` shapes where B takes `ratio` times A's time; every shape verdict
-    (not the score's) counted."""
+    (not the score's) counted. `start_s`: the set-up and the warm-up eval, before the first round."""
     rng = random.Random(seed)
     verdicts = named = right = rounds = 0
     seconds = 0.0
@@ -71,7 +71,7 @@ def simulate(trials: int, ratio: float, noise: Noise = Noise(), shapes: int = 4,
     for _ in range(trials):
         state = Rounds([{"shape": k} for k in range(shapes)], "geom", max_rounds)
         evals: list[float] = []
-        while state.active and not state.over_budget(len(evals) * eval_s, evals, budget_s):
+        while state.active and not state.over_budget(start_s + len(evals) * eval_s, evals, budget_s):
             runs = {}
             for k, side in enumerate(round_order(state.done)):
                 shift = k * noise.order + len(evals) * noise.drift
@@ -83,5 +83,5 @@ def simulate(trials: int, ratio: float, noise: Noise = Noise(), shapes: int = 4,
         named += sum(s.verdict in (A_FASTER, B_FASTER) for s in series)
         right += sum(s.verdict == real for s in series) if ratio != 1 else 0
         rounds += state.done
-        seconds += len(evals) * eval_s
+        seconds += start_s + len(evals) * eval_s
     return Outcome(verdicts, named, right, rounds / trials, seconds / trials)

@@ -426,7 +426,7 @@ def test_stalled_rounds_judge_each_side_against_its_own_other_rounds():
     assert list(abrounds.stalled_rounds([10.0, 30.0, 10.0, 50.0, 10.0], limit=1)) == [3]  # the farthest first
 
 
-def test_one_stalled_round_does_not_hide_a_consistent_slowdown(tmp_path, monkeypatch):
+def test_one_stalled_round_does_not_hide_a_consistent_slowdown(tmp_path, monkeypatch, capsys):
     # the failure seen on an H100: B ~1.7x slower in every round, and one round of B stalled 3x (53 us against 18)
     def stall(side, call):
         return 3.0 if (side, call) == ("B", 4) else 1.0 + 0.02 * (call % 3)
@@ -444,6 +444,12 @@ def test_one_stalled_round_does_not_hide_a_consistent_slowdown(tmp_path, monkeyp
     assert report.shapes[0].mean_ratio == pytest.approx(stats.mean(report.shapes[0].b_means_ns)
                                                         / stats.mean(report.shapes[0].a_means_ns))
     assert ABReport.from_json(json.loads(json.dumps(report.to_json()))) == report
+    assert report.to_json()["shapes"][0]["stalled"] == {"3": report.shapes[0].stalled[3]}
+    monkeypatch.setenv("POPKIT_WIDTH", "300")
+    show_ab(report)
+    shown = capsys.readouterr().out
+    assert "stalled: size: 10; seed: 3: round 4 left out and replaced (B: 2.9" in shown
+    assert "means B / A" in shown and "5 (1 stalled)" in shown
     monkeypatch.setattr(abrounds, "STALL_FACTOR", 1e9)  # without the rule: the stalled round widens past 1
     old = run()
     assert old.verdict == shapes.SAME and old.rounds == 4 and old.stopped == "budget"
@@ -462,5 +468,6 @@ def test_simulated_differences_are_named_with_the_default_rounds_and_budget():
 
     stalled = simulate(150, 1.7, Noise(process_sd=0.02, shape_sd=0.01), seed=4)
     assert stalled.right >= 0.95 * stalled.verdicts and stalled.seconds <= 60.0, stalled
-    one_percent = simulate(150, 1.01, Noise(process_sd=0.0015, shape_sd=0.001), seed=5)  # 100 us shapes on an H100
+    h100 = Noise(process_sd=0.001, shape_sd=0.0007, order=0.001, drift=0.0003)  # 100 us shapes (ab_simulate.py)
+    one_percent = simulate(150, 1.01, h100, seed=5)
     assert one_percent.right >= 0.90 * one_percent.verdicts and one_percent.seconds <= 60.0, one_percent

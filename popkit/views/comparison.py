@@ -121,22 +121,42 @@ def _series_verdict(s: Series, report: ABReport) -> str:
 
 AB_FOOTER = ("A = {a}, B = {b}. A and B columns: per shape, the median over rounds of the statistic the column names "
              "(each eval's median of its timed calls, or its mean where the eval reports no median); B / A below 1 "
-             "means B takes less time. Intervals: Student t over rounds on log ratios, 95% wherever the A/B stopped "
-             "(docs/design.md)")  # one wording for every A/B: only the column headers name the statistic
+             "means B takes less time. Intervals: Student t over rounds on log ratios, 95% wherever the A/B stopped, "
+             "over the rounds no host stall slowed; `means B / A`: the ratio of the rounds' eval means, every round "
+             "included, what the leaderboard ranks (docs/timing.md)")  # one wording for every A/B: only the column headers name the statistic
+
+
+def _rounds(s: Series) -> str:
+    stalled = len(s.stalled or {})
+    return f"{s.rounds} ({stalled} stalled)" if stalled else str(s.rounds)
 
 
 def _ab_table(report: ABReport) -> Table:
     a_col, b_col = f"A ({report.statistic})", f"B ({report.statistic})"
-    table = common_table(("shape", a_col, b_col, "B / A [95% CI]", "verdict", "rounds"),
-                         right=(a_col, b_col, "B / A [95% CI]", "rounds"), show_edge=False)
+    table = common_table(("shape", a_col, b_col, "B / A [95% CI]", "verdict", "means B / A", "rounds"),
+                         right=(a_col, b_col, "B / A [95% CI]", "means B / A", "rounds"), show_edge=False)
     rows = list(report.shapes) + ([report.score] if report.score is not None else [])
     for s in rows:
         name = f"[bold]score ({escape(report.ranking_by)})[/]" if s is report.score else escape(s.spec)
-        a = format_time(stats.median(s.a_ns)) if s.a_ns else "-"
-        b = format_time(stats.median(s.b_ns)) if s.b_ns else "-"
+        kept = s.kept
+        a = format_time(stats.median([s.a_ns[j] for j in kept])) if kept else "-"
+        b = format_time(stats.median([s.b_ns[j] for j in kept])) if kept else "-"
         ratio = _interval(s.ratio) if s.ratio is not None else "[dim]-[/]"
-        table.add_row(name, a, b, ratio, _series_verdict(s, report), str(s.rounds))
+        means = f"{s.mean_ratio:.3f}×" if s.mean_ratio is not None else "-"
+        table.add_row(name, a, b, ratio, _series_verdict(s, report), means, _rounds(s))
     return table
+
+
+def _ab_notes(report: ABReport) -> list[str]:
+    """Which rounds a stall left out, and why no winner was named from clocks that differed."""
+    lines = []
+    for s in list(report.shapes) + ([report.score] if report.score is not None else []):
+        for j, why in sorted((s.stalled or {}).items()):
+            lines.append(f"[yellow]stalled:[/] {escape(s.spec)}: round {j + 1} left out and replaced ({escape(why)})")
+    held = report.score.held if report.score is not None else ""
+    if held:
+        lines.append(f"[yellow]no winner named:[/] {escape(held)}")
+    return lines
 
 
 def show_ab(report: ABReport, *, json: bool = False) -> None:
@@ -154,6 +174,8 @@ def show_ab(report: ABReport, *, json: bool = False) -> None:
     if any(s.a_ns or s.status != "ok" for s in report.shapes):
         con.print(_ab_table(report))
         con.print(f"[dim]{escape(AB_FOOTER.format(a=report.a_path, b=report.b_path))}[/]")
+        for line in _ab_notes(report):
+            con.print(line)
     if report.failed_side:
         side = report.failed_side
         path = escape(report.path(side))
