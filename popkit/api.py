@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, Optional, Sequence, Union
 
-from popkit import compile as compiler
+from popkit import absim, compile as compiler
 from popkit import doctor as checkup, hiponcuda, history as ledger, lint, ncu, proc, render, runcompare, runnable
 from popkit import sandbox, stats, submit as submitter, system, tune as tuner, workflows
 from popkit.contract import entry_points
@@ -53,6 +53,7 @@ from popkit.runcompare import RunComparison
 from popkit.tasks import MAX_TIMEOUT_S, list_tasks, resolve_task, task_roots
 from popkit.tuneresult import TuneReport
 from popkit.workflows import ABOutcome, RunOutcome
+from popkit.absim import Noise as SimNoise, Outcome as SimOutcome
 
 Progress = Callable[[str], None]
 PathLike = Union[str, os.PathLike]
@@ -119,6 +120,14 @@ def compile(submission: Submission, *, task: Optional[str] = None, clean: bool =
 def doctor(*, python: Optional[str] = None) -> DoctorReport:
     """`popkit doctor`: the environment's checks, each with a fix (exit_code 11 when one is a problem)."""
     return checkup.doctor(python)
+
+
+def simulate_ab(trials: int, ratio: float, noise: Optional[SimNoise] = None, *, shapes: int = 4, max_rounds: int = 8,
+                budget_s: float = 60.0, eval_s: float = 5.0, seed: int = 0) -> SimOutcome:
+    """The A/B's decision rule (`bench A B`) on `trials` simulated A/Bs where B takes `ratio` times A's time:
+    how many shape verdicts named a winner, and the right one (docs/timing.md). Seeded, no processes."""
+    return absim.simulate(trials, ratio, noise or SimNoise(), shapes=shapes, max_rounds=max_rounds,
+                          budget_s=budget_s, eval_s=eval_s, seed=seed)
 
 
 def hip_on_cuda_env() -> dict[str, str]:
@@ -399,5 +408,5 @@ __all__ = [
     "history", "show", "compare", "document", "exit_code", "kind_of", "score", "ratio_interval", "Interval",
     "TaskList", "TaskChecks", "TaskDetail", "HistoryList", "RunDetail", "RunComparison", "SpreadOutcome",
     "RunOutcome", "ABOutcome", "NcuReport", "CompileReport", "LintReport", "SubmitResult", "DoctorReport",
-    "Written", "Catalog", "TuneReport",
+    "Written", "Catalog", "TuneReport", "simulate_ab", "SimNoise", "SimOutcome",
 ]

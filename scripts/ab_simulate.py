@@ -21,7 +21,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from popkit.absim import Noise, simulate  # noqa: E402
+from popkit import api  # noqa: E402
+
+Noise = api.SimNoise
 
 PROFILES = {
     # sd of a round's log ratio about 0.002: the 100 us shapes of the identical-file A/Bs on an H100 gave 95%
@@ -54,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for k, (name, noise) in enumerate(PROFILES.items()):
         for ratio in RATIOS:
-            outcome = simulate(args.trials, ratio, noise, seed=args.seed + k)
+            outcome = api.simulate_ab(args.trials, ratio, noise, seed=args.seed + k)
             rows.append({"profile": name, "noise": asdict(noise), "ratio": ratio, "outcome": outcome.to_json()})
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "ab_simulate.json").write_text(json.dumps(rows, indent=1))

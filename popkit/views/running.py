@@ -109,7 +109,26 @@ def _case_lines(case: CaseResult, submission: str = "", name: str = "submission.
     if case.timer:
         extra.append(f"timer: {case.timer}")
     lines.append("   [dim]" + " · ".join(extra) + "[/]")
+    parts = breakdown_line(case)
+    if parts:
+        lines.append(f"   [dim]{escape(parts)}[/]")
     return lines + profiled
+
+
+def breakdown_line(case: CaseResult) -> str:
+    """What the call's time is made of by the harness's trace (medians per call), or "" without one."""
+    b = case.breakdown
+    if not b:
+        return ""
+    parts = [f"kernels {format_time(b['kernel_ns'])}"]
+    if "gap_ns" in b:
+        parts.append(f"gaps {format_time(b['gap_ns'])}")
+    if "launches" in b:
+        parts.append(f"{b['launches']:g} launch{'' if b['launches'] == 1 else 'es'}")
+    if "other_ns" in b:
+        parts.append(f"launch and event overhead {format_time(max(b['other_ns'], 0.0))}"
+                     f" ({b['kernel_share'] * 100:.0f}% of the time in kernels)")
+    return "trace: " + " · ".join(parts)
 
 
 def _run_title(run: ModeRun) -> str:
