@@ -18,4 +18,4 @@ def test_every_profile_and_ratio_is_written_and_tabulated(tmp_path, capsys):
     assert len(rows) == len(ab_simulate.PROFILES) * len(ab_simulate.RATIOS)
     assert all(r["outcome"]["verdicts"] == 3 * 4 for r in rows)
     table = capsys.readouterr().out
-    assert table.count("\n| ") == len(rows) + 1 and "| 100 us shapes, H100 | 1.0 |" in table
+    assert table.count("\n| ") == len(rows) and "| 100 us shapes, H100 | 1.0 |" in table
