@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from popkit import proc, runner, sandbox, stats
+from popkit import gpustate, proc, runner, sandbox, stats
 from popkit.abrounds import FIRST_LOOK, SIDES, Rounds, Series, round_order
 from popkit.shapes import B_FASTER, UNKNOWN  # B_FASTER: tuneresult reads the verdict through ab
 from popkit.executor import Executor
@@ -65,6 +65,9 @@ class ABReport:
     compile_failure: CompileStep | None = None  # or the pre-step whose build failed
     eval_s: tuple[float, ...] = ()  # wall time of each counted eval, in order (where an A/B's time goes)
     isolation: Mapping[str, str] = field(default_factory=dict)  # executor.Isolation.to_json of the evals
+    # the GPU's state during each counted eval, in order: {"round", "side", **GpuState.to_json()}; () without NVML
+    gpu: tuple[Mapping[str, Any], ...] = ()
+    held: str = ""  # why no winner is named (gpustate.held: clocks differed, the GPU throttled), or ""
     schema: str = AB_SCHEMA
 
     @property
@@ -94,6 +97,7 @@ class ABReport:
             "schema", "task", "a_path", "b_path", "a_sha256", "b_sha256", "harness", "ranking_by", "statistic",
             "max_rounds", "budget_s", "rounds", "stopped", "started_at", "duration_s", "failed_side")}
         data["eval_s"] = list(self.eval_s)
+        data.update(gpu=[dict(g) for g in self.gpu], held=self.held)
         data.update(system=dict(self.system), isolation=dict(self.isolation), shapes=[s.to_json() for s in self.shapes],
                     score=self.score.to_json() if self.score is not None else None, verdict=self.verdict,
                     failure=self.failure.to_json() if self.failure else None,
@@ -112,6 +116,7 @@ class ABReport:
                    failure=ModeRun.from_json(data["failure"]) if data.get("failure") else None,
                    compile_failure=CompileStep.from_json(data["compile_failure"]) if data.get("compile_failure")
                    else None, eval_s=tuple(data.get("eval_s", ())), isolation=dict(data.get("isolation") or {}),
+                   gpu=tuple(dict(g) for g in data.get("gpu", ())), held=data.get("held", ""),
                    schema=data.get("schema", AB_SCHEMA))
 
 
@@ -119,7 +124,8 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: runner.R
            max_rounds: int = DEFAULT_MAX_ROUNDS, budget_s: float = DEFAULT_BUDGET_S, progress: Progress | None = None,
            system: Mapping[str, Any] | None = None, run_eval: RunEval | None = None,
            clock: Callable[[], float] = time.monotonic, warmup: bool = True,
-           contents: Mapping[str, bytes] | None = None, executor: Executor | None = None) -> ABReport:
+           contents: Mapping[str, bytes] | None = None, executor: Executor | None = None,
+           sampler: Callable[[Mapping[str, str]], gpustate.Sampler] = gpustate.Sampler) -> ABReport:
     """Compare A and B in counterbalanced rounds until settled, out of rounds or out of budget (module doc).
 
     Both sides are set up as runner.run_submission sets up one (`runner.set_up`), their pre-steps in
@@ -129,6 +135,8 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: runner.R
     not pass; the report names the side and keeps that run. `run_eval` replaces runner.run_mode
     (tests), `system` the environment probe. `contents` ({"A": bytes, "B": bytes}) are the bytes that run
     (read once by the caller; default: the files'); `executor` where (default: sandbox.executor_for).
+    `sampler` watches the GPU during each counted eval (gpustate.Sampler; tests give readings of their own):
+    arms that ran at different clocks or throttled name no winner (`held`).
     """
     options = options or runner.RunOptions()
     progress = progress or (lambda _msg: None)
@@ -147,6 +155,8 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: runner.R
     probe = runner.probe_and_preflight(task, options, system, executor)
     failed_side, failure, compile_failure, stopped = "", None, None, "max_rounds"
     eval_s: list[float] = []
+    gpu: list[dict[str, Any]] = []
+    watch_env = runner.child_env(options)
     with proc.WorkDir("popkit-ab-", keep=options.keep_workdir) as root:
         if options.keep_workdir:
             progress(f"working directories kept: {root}")
@@ -186,8 +196,11 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: runner.R
             for side in round_order(state.done):
                 progress(f"round {state.done + 1}/{max_rounds}{state.extra()} · {side} · {len(shapes)} shape(s)")
                 t = clock()
-                run = evaluate(side, shapes, f"ab-{state.done}.txt")
+                with sampler(watch_env) as watch:
+                    run = evaluate(side, shapes, f"ab-{state.done}.txt")
                 eval_s.append(clock() - t)
+                if watch.state is not None:
+                    gpu.append({"round": state.done, "side": side, **watch.state.to_json()})
                 if run.passed and sum(1 for c in run.benchmarks if c.mean_ns) < len(shapes):
                     run = replace(run, outcome="crashed",
                                   summary="crashed: benchmark passed without timing every shape")
@@ -198,7 +211,8 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: runner.R
                 runs[side] = run
             else:
                 state.add(runs)
-    shapes_out, score = state.final()
+    held = gpustate.held(*[[gpustate.GpuState.from_json(g) for g in gpu if g["side"] == side] for side in SIDES])
+    shapes_out, score = state.final(held)
     return ABReport(task=task.name, a_path=str(paths["A"]), b_path=str(paths["B"]),
                     a_sha256=hashlib.sha256(contents["A"]).hexdigest(),
                     b_sha256=hashlib.sha256(contents["B"]).hexdigest(), harness=options.harness,
@@ -207,7 +221,7 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: runner.R
                     started_at=started.isoformat(timespec="seconds"), duration_s=clock() - t0, shapes=shapes_out,
                     score=score, system=probe.result() if probe else dict(system or {}), failed_side=failed_side,
                     failure=failure, compile_failure=compile_failure, eval_s=tuple(eval_s),
-                    isolation=executor.isolation.to_json())
+                    isolation=executor.isolation.to_json(), gpu=tuple(gpu), held=held)
 
 
 def side_report(report: ABReport, side: str, task: Task) -> RunReport | None:

@@ -471,3 +471,58 @@ def test_simulated_differences_are_named_with_the_default_rounds_and_budget():
     h100 = Noise(process_sd=0.001, shape_sd=0.0007, order=0.001, drift=0.0003)  # 100 us shapes (ab_simulate.py)
     one_percent = simulate(150, 1.01, h100, seed=5)
     assert one_percent.right >= 0.90 * one_percent.verdicts and one_percent.seconds <= 60.0, one_percent
+
+
+class FakeSampler:
+    """Stands in for gpustate.Sampler: each eval's GPU state from `states(side, call)`."""
+
+    def __init__(self, states):
+        self.states, self.calls = states, []
+
+    def __call__(self, env):
+        outer = self
+
+        class Watch:
+            state = None
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                outer.calls.append(None)
+                self.state = outer.states(len(outer.calls))
+
+        return Watch()
+
+
+def _gpu(sm_mhz, throttle=()):
+    from popkit.gpustate import GpuState
+
+    return GpuState(samples=20, sm_mhz=sm_mhz, sm_mhz_low=345, mem_mhz=2619, temp_c=41, power_w=210.0,
+                    throttle=tuple(throttle))
+
+
+def test_arms_at_different_clocks_name_no_winner_and_say_why(tmp_path, monkeypatch, capsys):
+    # ABBA: evals 1, 4, 5, 8 are A's, 2, 3, 6, 7 B's; B's evals ran at a 10% lower clock
+    sides = "ABBAABBA"
+    fake = FakeSampler(lambda n: _gpu(1980 if sides[(n - 1) % 8] == "A" else 1785))
+    report = _ab(tmp_path, FakeEval({"A": 1.0, "B": 1.1}, jitter=_noisy(0.01)), sampler=fake)
+    assert report.rounds == 4 and len(report.gpu) == 8 and report.gpu[0]["side"] == "A"
+    assert "different SM clocks (A 1980 MHz, B 1785 MHz" in report.held
+    assert all(s.verdict == shapes.SAME and s.ratio.low > 1.05 for s in report.shapes)  # a winner, held back
+    assert report.verdict == shapes.SAME and ABReport.from_json(json.loads(json.dumps(report.to_json()))) == report
+    monkeypatch.setenv("POPKIT_WIDTH", "300")
+    show_ab(report)
+    shown = capsys.readouterr().out
+    assert "no winner named: GPU state (below)" in shown and "no winner named: the arms ran at different" in shown
+    assert "SM clock A 1980 MHz, B 1785 MHz" in shown
+
+
+def test_throttling_in_either_arm_names_no_winner_and_equal_clocks_do(tmp_path):
+    throttled = FakeSampler(lambda n: _gpu(1980, ("hw_thermal",) if n == 3 else ()))
+    report = _ab(tmp_path, FakeEval({"A": 1.0, "B": 1.1}, jitter=_noisy(0.01)), sampler=throttled)
+    assert report.held.startswith("the GPU throttled during the evals (B: hw_thermal)")
+    assert report.verdict == shapes.SAME
+    steady = FakeSampler(lambda n: _gpu(1980 - n % 2 * 15, ("sw_power_cap",)))  # within 2%, a power cap: noted only
+    report = _ab(tmp_path, FakeEval({"A": 1.0, "B": 1.1}, jitter=_noisy(0.01)), sampler=steady)
+    assert report.held == "" and report.verdict == shapes.A_FASTER

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from popkit import stats
 from popkit.ab import ABReport, Series
-from popkit.shapes import A_FASTER, B_FASTER, INCOMPLETE, SAME, Comparison
+from popkit.shapes import A_FASTER, B_FASTER, INCOMPLETE, SAME, Comparison, verdict
 from popkit.runcompare import SAME_BYTES, RunComparison
 from popkit.stats import Interval
 from popkit.views.common import console, emit_json, escape, format_time, table as common_table
@@ -114,6 +114,8 @@ def _series_verdict(s: Series, report: ABReport) -> str:
     if s.status != "ok":
         return f"[red]{escape(s.status.replace('_', ' '))} on {s.status_side}[/]"
     text = _verdict_text(s.verdict, report.a_path, report.b_path)
+    if s.held and s.ratio is not None and verdict(s.ratio) in (A_FASTER, B_FASTER):
+        text = "[yellow]no winner named: GPU state (below)[/]"
     if s.ratio is not None and not s.ratio.defined:
         text = "[dim]too few rounds to tell[/]"
     return text
@@ -153,10 +155,26 @@ def _ab_notes(report: ABReport) -> list[str]:
     for s in list(report.shapes) + ([report.score] if report.score is not None else []):
         for j, why in sorted((s.stalled or {}).items()):
             lines.append(f"[yellow]stalled:[/] {escape(s.spec)}: round {j + 1} left out and replaced ({escape(why)})")
-    held = report.score.held if report.score is not None else ""
-    if held:
-        lines.append(f"[yellow]no winner named:[/] {escape(held)}")
+    if report.held:
+        lines.append(f"[yellow]no winner named:[/] {escape(report.held)}")
+    line = gpu_line(report.gpu)
+    if line:
+        lines.append(f"[dim]{escape(line)}[/]")
     return lines
+
+
+def gpu_line(states) -> str:
+    """The clocks each side's evals ran at (the median of each eval's highest SM clock), and their extremes."""
+    if not states:
+        return ""
+    parts = []
+    for side in ("A", "B"):
+        mine = [g for g in states if g["side"] == side]
+        if mine:
+            parts.append(f"{side} {stats.median([g['sm_mhz'] for g in mine]):.0f} MHz")
+    hottest = max(g["temp_c"] for g in states)
+    return (f"GPU during the evals: SM clock {', '.join(parts)}; memory {max(g['mem_mhz'] for g in states)} MHz; "
+            f"up to {hottest} °C and {max(g['power_w'] for g in states):.0f} W")
 
 
 def show_ab(report: ABReport, *, json: bool = False) -> None:
