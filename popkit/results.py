@@ -332,6 +332,9 @@ class RunReport:
     # "detail": ...}; empty in records made before popkit had a sandbox.
     isolation: Mapping[str, str] = field(default_factory=dict)
     skipped_shapes: tuple[str, ...] = ()  # benchmark shapes left out (a CPU run, popkit.sizing): not faithful
+    # the GPU's state while the run went on (gpustate.GpuState.to_json: clocks, temperature, power, throttling);
+    # empty without NVML
+    gpu_state: Mapping[str, Any] = field(default_factory=dict)
     schema: str = RUN_SCHEMA
 
     @property
@@ -405,6 +408,7 @@ class RunReport:
         data["precompile"] = self.precompile.to_json() if self.precompile else None
         data["system"] = dict(self.system)
         data["isolation"] = dict(self.isolation)
+        data["gpu_state"] = dict(self.gpu_state)
         data["outcome"] = self.outcome
         data["leaderboard_faithful"] = self.leaderboard_faithful
         data["exit_code"] = int(self.exit_code)
@@ -418,7 +422,7 @@ class RunReport:
             cls, data,
             runs=lambda items: tuple(ModeRun.from_json(r) for r in items),
             precompile=lambda p: CompileStep.from_json(p) if p else None,
-            system=dict, isolation=dict,
+            system=dict, isolation=dict, gpu_state=dict,
         )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from popkit import stats
 from popkit.documents import SpreadOutcome, TaskChecks, TaskDetail, TaskList
@@ -42,6 +42,15 @@ def system_line(system: dict) -> str:
         parts.append(f"CUDA {system['cuda']}")
     if system.get("hip"):
         parts.append(f"ROCm/HIP {system['hip']}")
+    return " · ".join(parts)
+
+
+def gpu_state_line(state: Mapping[str, Any]) -> str:
+    """`SM clock up to 1980 MHz (lowest 345) · memory 2619 MHz · up to 47 °C, 350 W · throttled: sw_thermal`."""
+    parts = [f"SM clock up to {state['sm_mhz']} MHz (lowest {state['sm_mhz_low']})", f"memory {state['mem_mhz']} MHz",
+             f"up to {state['temp_c']} °C, {state['power_w']:.0f} W"]
+    if state.get("throttle"):
+        parts.append("throttled: " + ", ".join(state["throttle"]))
     return " · ".join(parts)
 
 
@@ -234,6 +243,8 @@ def show_run(report: RunReport, task: Task, *, baseline: RunReport | None = None
     isolation = isolation_line(report.isolation)
     con.print(f"[dim]system:[/] {escape(system_line(dict(report.system)))} · [dim]harness:[/] {report.harness}"
               + (f" · [dim]isolation:[/] {escape(isolation)}" if isolation else ""))
+    if report.gpu_state:
+        con.print(f"[dim]GPU during the run:[/] {escape(gpu_state_line(report.gpu_state))}")
     for note in report.notes:
         con.print(f"[bold yellow]{escape(note)}[/]")
     if report.precompile is not None:
