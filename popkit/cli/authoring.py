@@ -92,13 +92,21 @@ def compile_(
 @app.command()
 def doctor(
     python: Annotated[Optional[str], typer.Option("--python", help="Interpreter to check (default: the one running popkit).")] = None,
+    timing: Annotated[bool, typer.Option("--timing", help="Measure what timing costs here instead (about 30 s on a "
+                                         "GPU): launch floor, event pair, copy bandwidth, timer, clocks.")] = False,
     json: JsonOpt = False,
 ) -> None:
     """Check the environment for building and running kernels, with a fix for each problem.
 
-    Example: popkit doctor
+    Example: popkit doctor, popkit doctor --timing
     """
     common.set_json(json)
+    if timing:
+        from popkit import timingcheck  # here: the other checks do not need it
+
+        measured = timingcheck.measure(python)
+        view.show_timing(measured, json)
+        raise typer.Exit(0 if measured.ok else int(ExitCode.ENVIRONMENT))
     report = environment.doctor(python)
     view.show_doctor(report, json)
     raise typer.Exit(0 if report.ok else int(ExitCode.ENVIRONMENT))
