@@ -10,7 +10,7 @@ import typer
 
 from popkit import compile as compiler
 from popkit import doctor as environment
-from popkit import render
+from popkit import render, timingcheck
 from popkit.cli.app import app
 from popkit.errors import ExitCode
 from popkit.tasks import MAX_TIMEOUT_S, task_roots
@@ -102,8 +102,6 @@ def doctor(
     """
     common.set_json(json)
     if timing:
-        from popkit import timingcheck  # here: the other checks do not need it
-
         measured = timingcheck.measure(python)
         view.show_timing(measured, json)
         raise typer.Exit(0 if measured.ok else int(ExitCode.ENVIRONMENT))
