@@ -18,7 +18,7 @@ Steps (a step that would not fit in --minutes is skipped and said so):
 A shape whose target is below one extra kernel's least cost gets that least cost: its planted share
 (the `planted` column, predicted from the curve) is then above the target, and the table says so.
 
-Pass criteria (issue 36): >= 5% named slower in >= 95% of its shape verdicts; 1% named in >= 90% of the
+Pass criteria: >= 5% named slower in >= 95% of its shape verdicts; 1% named in >= 90% of the
 verdicts at shapes of 100 us or more; identical files: at most 1 winner in >= 60 verdicts (more tasks and
 --repeats get there: the lead runs it in several calls); every A/B <= 60 s.
 
