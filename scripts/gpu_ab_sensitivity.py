@@ -145,6 +145,19 @@ def benchmark_cases(task_dir: Path) -> list[dict]:
     return yaml.safe_load((task_dir / "task.yml").read_text())["benchmarks"]
 
 
+def trace_agreement(cases) -> list[dict]:
+    """Per shape with the harness's trace breakdown: kernels plus gaps against the event time (medians)."""
+    rows = []
+    for case in cases:
+        b = case.breakdown
+        event = case.median_ns or case.mean_ns
+        if b and event:
+            traced = b["kernel_ns"] + b.get("gap_ns", 0.0)
+            rows.append({"spec": case.spec, "event_ns": event, "trace_ns": traced, "trace_over_event": traced / event,
+                         "launches": b.get("launches")})
+    return rows
+
+
 def shape_rows(results: dict) -> list[dict]:
     """One row per shape verdict of every A/B: its task, kind, planted share, ratio and verdict."""
     rows = []
@@ -183,6 +196,11 @@ def markdown(results: dict) -> str:
         base = f"{r['base_ns'] / 1e3:.1f} µs" if r["base_ns"] else "-"
         lines.append(f"| {r['task']} | {r['kind']} | {r['spec']} | {base} | {r['planted'] * 100:.1f}% | {ci} | "
                      f"{r['verdict']} | {r['rounds']} ({r['stalled']}) | {r['seconds']:.0f} |")
+    traced = [(task, t) for task, plan in results["plans"].items() for t in plan.get("trace", ())]
+    if traced:
+        lines += ["", "| task | shape | event time | kernels + gaps | ratio | launches |", "|---|---|---|---|---|---|"]
+        lines += [f"| {task} | {t['spec']} | {t['event_ns'] / 1e3:.1f} µs | {t['trace_ns'] / 1e3:.1f} µs | "
+                  f"{t['trace_over_event']:.3f} | {t['launches']} |" for task, t in traced]
     lines += ["", "```", json.dumps(summary(rows), indent=1), "```"]
     return "\n".join(lines)
 
@@ -237,7 +255,7 @@ def one_task(run: Run, task: str, found: dict, repeats: int) -> None:
         run.results["skipped"].append(f"{task}: bench of cuda.py did not pass (exit {api.exit_code(base)})")
         return
     times = [c.median_ns or c.mean_ns for c in cases]
-    plan = {"base_ns": times, "planted": {}, "sizes": {}}
+    plan = {"base_ns": times, "planted": {}, "sizes": {}, "trace": trace_agreement(cases)}
     files = {"same": run.tmp / task / "same.py"}
     files["same"].write_text(source)
     for kind, share in SHARES.items():

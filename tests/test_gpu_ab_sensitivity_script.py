@@ -70,3 +70,13 @@ def test_unknown_tasks_are_refused_before_anything_runs(tmp_path, capsys):
     with pytest.raises(SystemExit) as stopped:
         script.main(["--out", str(tmp_path), "--tasks", "vectorsum,nope"])
     assert stopped.value.code == 2 and "unknown task(s) ['nope']" in capsys.readouterr().err
+
+
+def test_trace_agreement_compares_kernels_and_gaps_with_the_event_time():
+    from popkit.results import CaseResult
+
+    traced = CaseResult(kind="benchmark", index=0, spec="size: 1", passed=True, runs=3, mean_ns=101_000.0,
+                        median_ns=100_000.0, kernel_ns=(98_000.0,) * 3, gap_ns=(500.0,) * 3, launches=(2.0,) * 3)
+    plain = CaseResult(kind="benchmark", index=1, spec="size: 2", passed=True, runs=3, mean_ns=5.0, median_ns=5.0)
+    (row,) = script.trace_agreement([traced, plain])
+    assert row["trace_over_event"] == pytest.approx(0.985) and row["launches"] == 2.0
