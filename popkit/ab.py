@@ -125,7 +125,7 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: runner.R
            system: Mapping[str, Any] | None = None, run_eval: RunEval | None = None,
            clock: Callable[[], float] = time.monotonic, warmup: bool = True,
            contents: Mapping[str, bytes] | None = None, executor: Executor | None = None,
-           sampler: Callable[[Mapping[str, str]], gpustate.Sampler] = gpustate.Sampler) -> ABReport:
+           sampler: Callable[[Mapping[str, str]], gpustate.Sampler] | None = None) -> ABReport:
     """Compare A and B in counterbalanced rounds until settled, out of rounds or out of budget (module doc).
 
     Both sides are set up as runner.run_submission sets up one (`runner.set_up`), their pre-steps in
@@ -156,6 +156,7 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: runner.R
     failed_side, failure, compile_failure, stopped = "", None, None, "max_rounds"
     eval_s: list[float] = []
     gpu: list[dict[str, Any]] = []
+    sampler = sampler or gpustate.Sampler
     watch_env = runner.child_env(options)
     with proc.WorkDir("popkit-ab-", keep=options.keep_workdir) as root:
         if options.keep_workdir:

@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from popkit import nvml, stats
 
-INTERVAL_S = 0.2
+INTERVAL_S = 0.5  # about ten readings per eval; each is a few NVML calls from the parent
 # The driver's clock-event reasons that mean the GPU was slowed against its will (nvmlClocksEventReasons).
 THROTTLE = {0x8: "hw_slowdown", 0x20: "sw_thermal", 0x40: "hw_thermal", 0x80: "hw_power_brake"}
 POWER_CAP = {0x4: "sw_power_cap"}  # a kernel at the card's power limit: noted, a property of the work itself

@@ -448,7 +448,7 @@ def test_one_stalled_round_does_not_hide_a_consistent_slowdown(tmp_path, monkeyp
     monkeypatch.setenv("POPKIT_WIDTH", "300")
     show_ab(report)
     shown = capsys.readouterr().out
-    assert "stalled: size: 10; seed: 3: round 4 left out and replaced (B: 2.9" in shown
+    assert "stalled: round 4 left out and replaced in 4 series (size: 10; seed: 3: B: 2.9" in shown
     assert "means B / A" in shown and "5 (1 stalled)" in shown
     monkeypatch.setattr(abrounds, "STALL_FACTOR", 1e9)  # without the rule: the stalled round widens past 1
     old = run()

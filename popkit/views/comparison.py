@@ -152,9 +152,14 @@ def _ab_table(report: ABReport) -> Table:
 def _ab_notes(report: ABReport) -> list[str]:
     """Which rounds a stall left out, and why no winner was named from clocks that differed."""
     lines = []
+    left_out: dict[int, list[tuple[str, str]]] = {}  # round -> (series, why): a stalled eval hits all its shapes
     for s in list(report.shapes) + ([report.score] if report.score is not None else []):
-        for j, why in sorted((s.stalled or {}).items()):
-            lines.append(f"[yellow]stalled:[/] {escape(s.spec)}: round {j + 1} left out and replaced ({escape(why)})")
+        for j, why in (s.stalled or {}).items():
+            left_out.setdefault(j, []).append((s.spec, why))
+    for j, hits in sorted(left_out.items()):
+        whys = "; ".join(f"{spec}: {why}" for spec, why in hits[:3]) + (f"; {len(hits) - 3} more" if len(hits) > 3 else "")
+        lines.append(f"[yellow]stalled:[/] round {j + 1} left out and replaced in {len(hits)} series"
+                     f" ({escape(whys)})")
     if report.held:
         lines.append(f"[yellow]no winner named:[/] {escape(report.held)}")
     line = gpu_line(report.gpu)
