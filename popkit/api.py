@@ -29,31 +29,44 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, Optional, Sequence, Union
 
-from popkit import absim, compile as compiler
-from popkit import doctor as checkup, hiponcuda, history as ledger, lint, ncu, proc, render, runcompare, runnable
-from popkit import sandbox, stats, submit as submitter, system, tune as tuner, workflows
-from popkit.contract import entry_points
+from popkit.author import render
+from popkit.check import lint
+from popkit.ledger import history as ledger
+from popkit.ledger import runcompare
+from popkit.ledger import submit as submitter
+from popkit.machine import runnable
+from popkit.machine import system
+from popkit.measure import absim, ncu
+from popkit.model import stats
+from popkit.model.contract import entry_points
+from popkit.operations import doctor as checkup
+from popkit.operations import workflows
+from popkit.run import compile as compiler
+from popkit.run import proc
+from popkit.run import sandbox
+from popkit.toolchain import hiponcuda
+from popkit.tuning import workflow as tuner
 from popkit.documents import (HistoryList, RunDetail, SpreadOutcome, TaskChecks, TaskDetail, TaskList, document,
                               exit_code, kind_of)
+from popkit.author.render import Catalog, Written
+from popkit.check.lint import LintReport
 from popkit.errors import PopkitError, UsageError
-from popkit.ncu import NcuReport
-from popkit.protocol import MAX_SECRET_RUNS, MAX_SECRET_SEED, random_secret_seeds
+from popkit.ledger.popcorn import DEFAULT_TIMEOUT_S as SUBMIT_TIMEOUT_S
+from popkit.ledger.runcompare import RunComparison
+from popkit.ledger.submit import SubmitResult
+from popkit.measure.absim import Noise as SimNoise, Outcome as SimOutcome
+from popkit.measure.ncu import NcuReport
+from popkit.model.results import score_s
+from popkit.model.stats import Interval
+from popkit.model.tasks import MAX_TIMEOUT_S, list_tasks, resolve_task, task_roots
+from popkit.operations.doctor import DoctorReport
+from popkit.operations.workflows import ABOutcome, RunOutcome
 from popkit.resources import popkit_home_source
-from popkit.results import score_s
-from popkit.runner import RunOptions
-from popkit.source import Source, check_language_for, check_runnable, validate_submission
-from popkit.stats import Interval
-from popkit.submit import SubmitResult
-from popkit.doctor import DoctorReport
-from popkit.compile import CompileReport
-from popkit.lint import LintReport
-from popkit.popcorn import DEFAULT_TIMEOUT_S as SUBMIT_TIMEOUT_S
-from popkit.render import Catalog, Written
-from popkit.runcompare import RunComparison
-from popkit.tasks import MAX_TIMEOUT_S, list_tasks, resolve_task, task_roots
-from popkit.tuneresult import TuneReport
-from popkit.workflows import ABOutcome, RunOutcome
-from popkit.absim import Noise as SimNoise, Outcome as SimOutcome
+from popkit.run.compile import CompileReport
+from popkit.run.protocol import MAX_SECRET_RUNS, MAX_SECRET_SEED, random_secret_seeds
+from popkit.run.runner import RunOptions
+from popkit.submission.source import Source, check_language_for, check_runnable, validate_submission
+from popkit.tuning.result import TuneReport
 
 Progress = Callable[[str], None]
 PathLike = Union[str, os.PathLike]

@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from popkit.contract import entry_points
 from popkit.errors import ExitCode, PopkitError
+from popkit.model.contract import entry_points
 
 if TYPE_CHECKING:  # the result types are imported where a document is made (_kinds): `popkit test` needs two
-    from popkit.history import RunRecord
-    from popkit.runnable import Verdict
-    from popkit.tasks import Skipped, Task
-    from popkit.workflows import SpreadRun
+    from popkit.ledger.history import RunRecord
+    from popkit.machine.runnable import Verdict
+    from popkit.model.tasks import Skipped, Task
+    from popkit.operations.workflows import SpreadRun
 
 
 def schema_document(kind: str, payload: Mapping[str, Any]) -> dict[str, Any]:
@@ -119,7 +119,7 @@ class SpreadOutcome:
 
     @property
     def exit_code(self) -> int:
-        from popkit.workflows import first_failure
+        from popkit.operations.workflows import first_failure
 
         return first_failure([r.exit_code for r in self.runs])
 
@@ -129,16 +129,16 @@ class SpreadOutcome:
 
 @functools.cache
 def _kinds() -> tuple[tuple[type, str], ...]:
-    from popkit.compile import CompileReport
-    from popkit.doctor import DoctorReport
-    from popkit.lint import LintReport
-    from popkit.ncu import NcuReport
-    from popkit.render import Catalog, Written
-    from popkit.runcompare import RunComparison
-    from popkit.submit import SubmitResult
-    from popkit.taskcheck import TaskCheck
-    from popkit.tuneresult import TuneReport
-    from popkit.workflows import ABOutcome, RunOutcome
+    from popkit.author.render import Catalog, Written
+    from popkit.author.taskcheck import TaskCheck
+    from popkit.check.lint import LintReport
+    from popkit.ledger.runcompare import RunComparison
+    from popkit.ledger.submit import SubmitResult
+    from popkit.measure.ncu import NcuReport
+    from popkit.operations.doctor import DoctorReport
+    from popkit.operations.workflows import ABOutcome, RunOutcome
+    from popkit.run.compile import CompileReport
+    from popkit.tuning.result import TuneReport
 
     return (
         (RunOutcome, "run"), (ABOutcome, "ab"), (SpreadOutcome, "runs"), (NcuReport, "ncu"),
@@ -167,9 +167,9 @@ def document(result: Any) -> dict[str, Any]:
 def exit_code(result: Any) -> int:
     """The exit code the CLI gives `result`: the run's verdict, 8 for a check with errors, 11 for a doctor that
     found problems, 0 for listings."""
-    from popkit.doctor import DoctorReport
-    from popkit.lint import LintReport
-    from popkit.taskcheck import TaskCheck
+    from popkit.author.taskcheck import TaskCheck
+    from popkit.check.lint import LintReport
+    from popkit.operations.doctor import DoctorReport
 
     if isinstance(result, LintReport):
         return int(ExitCode.OK if result.ok else ExitCode.REFUSED)

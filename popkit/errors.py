@@ -10,7 +10,7 @@ from enum import IntEnum
 
 
 class ExitCode(IntEnum):
-    """Exit codes of the `popkit` command (documented in README.md)."""
+    """Exit codes of the `popkit` command (documented in README.md's exit-code table)."""
 
     OK = 0
     FAILED = 1  # ran, but a check failed (wrong output, reward hack caught, lint errors, slower in A/B gate)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The A/B's decision rule on simulated rounds (popkit/absim.py): false winners and power, on the CPU.
+"""The A/B's decision rule on simulated rounds (popkit/measure/absim.py): false winners and power, on the CPU.
 
     python3 scripts/ab_simulate.py --out OUTDIR [--trials 400] [--seed 0]
 

@@ -62,7 +62,7 @@ from popkit import api  # noqa: E402
 TASKS = ("identity", "vectoradd", "grayscale", "vectorsum", "softmax", "matmul")
 SHARES = (0.1, 0.2, 0.4, 0.49)
 CHEAT = ROOT / "submissions" / "cheats" / "side_stream_share.py"
-SECONDS_PER_EVAL = 5.5  # H100, leaderboard mode, warm build cache (docs/benchmarks.md section 9): the estimate
+SECONDS_PER_EVAL = 5.5  # H100, leaderboard mode, warm build cache (docs/gpu-runs/HISTORY.md, "A sealed run"): the estimate
 
 
 def load_eval():

@@ -33,10 +33,13 @@ def pytest_addoption(parser):
 def pytest_collection_modifyitems(config, items):
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
     skip_nvcc = pytest.mark.skip(reason="needs nvcc and a CUDA build of torch")
-    has_cuda, has_nvcc = _has_cuda(), _has_nvcc_build()
+    # torch (4 of the 5 s a small test file took) is imported only when a collected test needs the answer
+    wants = {name for item in items for name in ("gpu", "nvcc") if name in item.keywords}
+    has_cuda = "gpu" in wants and _has_cuda()
+    has_nvcc = "nvcc" in wants and _has_nvcc_build()
     run_slow = config.getoption("--run-slow") or os.environ.get("POPKIT_TEST_ALL") == "1"
     skip_slow = pytest.mark.skip(reason="slow: run with --run-slow (CI does)")
-    from popkit import hipbuild
+    from popkit.toolchain import hipbuild
 
     missing = hipbuild.find_tools().missing
     # CI installs the packages and sets POPKIT_REQUIRE_HIP=1, so there a missing one fails instead of skipping.
@@ -85,7 +88,7 @@ def cli(monkeypatch, tmp_path, cli_env):
     for name, value in cli_env.items():
         monkeypatch.setenv(name, value)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("popkit.system.probe", lambda python=None, timeout=60.0, env=None: {"device": "cpu", "torch": "x"})
+    monkeypatch.setattr("popkit.machine.system.probe", lambda python=None, timeout=60.0, env=None: {"device": "cpu", "torch": "x"})
 
     def invoke(*args: str):
         return CliRunner().invoke(app, list(args))

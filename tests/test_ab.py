@@ -14,15 +14,17 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from popkit import shapes
-from popkit import ab, abrounds, runner, stats
-from popkit.ab import ABReport
-from popkit.shapes import Comparison, compare_shapes
 from popkit.cli import app
 from popkit.errors import ExitCode
-from popkit.results import CaseResult, CompileStep, ModeRun
-from popkit.stats import Interval, Summary
-from popkit.tasks import load_task
+from popkit.measure import ab, abrounds
+from popkit.measure import shapes
+from popkit.measure.ab import ABReport
+from popkit.measure.shapes import Comparison, compare_shapes
+from popkit.model import stats
+from popkit.model.results import CaseResult, CompileStep, ModeRun
+from popkit.model.stats import Interval, Summary
+from popkit.model.tasks import load_task
+from popkit.run import runner
 from popkit.views.comparison import show_ab
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -329,7 +331,7 @@ def test_early_stopping_keeps_coverage_of_a_real_difference():
 
 
 def test_a_three_percent_slowdown_is_named_with_realistic_noise():
-    # Large shapes on an H100: between-process spread about 0.3% (docs/benchmarks.md, section 3).
+    # Large shapes on an H100: between-process spread about 0.3% (docs/gpu-runs/HISTORY.md, "Timing fidelity").
     _, total, named = _simulate(trials=200, ratio=1.03, process_sd=0.003, shape_sd=0.002, seed=9)
     assert named / total >= 0.9, (named, total)
 
@@ -354,7 +356,7 @@ def test_run_ab_for_real_with_a_wrong_b(tmp_path):
 
 @pytest.fixture
 def cli_env(cli_env, monkeypatch):
-    monkeypatch.setattr("popkit.system.probe", lambda python=None, timeout=60.0, env=None: SYSTEM)
+    monkeypatch.setattr("popkit.machine.system.probe", lambda python=None, timeout=60.0, env=None: SYSTEM)
     return {**cli_env, "POPKIT_WIDTH": "200"}
 
 
@@ -456,7 +458,7 @@ def test_one_stalled_round_does_not_hide_a_consistent_slowdown(tmp_path, monkeyp
 
 
 def test_simulated_identical_arms_name_few_winners_even_with_stalls():
-    from popkit.absim import Noise, simulate
+    from popkit.measure.absim import Noise, simulate
 
     for noise in (Noise(), Noise(process_sd=0.02, shape_sd=0.01, stall=0.1)):
         outcome = simulate(150, 1.0, noise, seed=3)
@@ -464,7 +466,7 @@ def test_simulated_identical_arms_name_few_winners_even_with_stalls():
 
 
 def test_simulated_differences_are_named_with_the_default_rounds_and_budget():
-    from popkit.absim import Noise, simulate
+    from popkit.measure.absim import Noise, simulate
 
     stalled = simulate(150, 1.7, Noise(process_sd=0.02, shape_sd=0.01), seed=4)
     assert stalled.right >= 0.95 * stalled.verdicts and stalled.seconds <= 60.0, stalled
@@ -496,7 +498,7 @@ class FakeSampler:
 
 
 def _gpu(sm_mhz, throttle=()):
-    from popkit.gpustate import GpuState
+    from popkit.machine.gpustate import GpuState
 
     return GpuState(samples=20, sm_mhz=sm_mhz, sm_mhz_low=345, mem_mhz=2619, temp_c=41, power_w=210.0,
                     throttle=tuple(throttle))

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 import popkit
-from popkit import protocol
-from popkit import runner
-from popkit.tasks import load_task
+from popkit.model.tasks import load_task
+from popkit.run import protocol
+from popkit.run import runner
 
 ROOT = Path(popkit.__file__).resolve().parent.parent  # the popkit under test, for `python -m popkit`
 ATTACKS = Path(__file__).parent / "adversarial"
@@ -290,7 +290,7 @@ def test_a_huge_secret_run_count_is_refused_at_once(command, tmp_path):
 
 
 def test_an_ab_comparison_names_harness_tampering_too(tmp_path):
-    from popkit import ab
+    from popkit.measure import ab
 
     options = runner.RunOptions(precompile=False, env=attack_env(tmp_path / "attack.log"))
     good = Path(__file__).parent / "fixtures" / "submissions" / "good.py"

@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from popkit import runner, taskcheck
+from popkit.author import taskcheck
 from popkit.errors import TaskError
-from popkit.executor import Executor
-from popkit.results import CaseResult, ModeRun, RunReport
-from popkit.tasks import load_task
+from popkit.model.results import CaseResult, ModeRun, RunReport
+from popkit.model.tasks import load_task
+from popkit.run import runner
+from popkit.run.executor import Executor
 
 ATTACKS = Path(__file__).parent / "adversarial"
 GOOD = Path(__file__).parent / "fixtures" / "submissions" / "good.py"

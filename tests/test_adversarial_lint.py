@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from popkit import lint, render
+from popkit.author import render
+from popkit.check import lint
 from popkit.resources import data_dir
 
 ATTACKS = Path(__file__).parent / "adversarial" / "lint"

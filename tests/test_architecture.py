@@ -1,5 +1,5 @@
 """The shape of the package: popkit's modules import each other without a cycle, each only from its own
-layer or lower ones, as the module table of docs/design.md says.
+package or lower-ranked ones, as the package table of docs/design.md says.
 
 The import graph is read from the source with `ast`: imports at module level and inside functions both
 count, so a cycle cannot hide behind an import placed late in a function.
@@ -14,7 +14,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "popkit"
 DESIGN = ROOT / "docs" / "design.md"
-_TABLE_ROW = re.compile(r"^\| `([\w/.]+\.py)` \| (\d+) \| (.+) \|$", re.MULTILINE)
+_TABLE_ROW = re.compile(r"^\| `([\w.]+\.py|\w+/)` \| (\d+) \| (.+) \|$", re.MULTILINE)
+MAX_ROOT_MODULES = 10
 
 
 def module_files(package: Path = PACKAGE) -> dict[str, Path]:
@@ -57,7 +58,7 @@ def imports_of(module: str, modules: dict[str, Path]) -> dict[str, int]:
         if not isinstance(node, (ast.Import, ast.ImportFrom)):
             continue
         names = _imported(node, module, path.name == "__init__.py")
-        # `from popkit import runner` loads popkit.runner; the package itself only when a name is not a module
+        # `from popkit import runner` loads popkit.run.runner; the package itself only when a name is not a module
         owners = {_owner(n, modules) for n in names[1:]} if isinstance(node, ast.ImportFrom) else set()
         if isinstance(node, ast.Import) or any(o == names[0] for o in owners) or not owners:
             owners.add(_owner(names[0], modules))
@@ -132,9 +133,10 @@ def test_popkit_has_no_import_cycle():
 
 # Modules on the path of every command that import some popkit modules where they are used: what only one
 # option or command needs is not paid for by `popkit test FILE` (0.59 s -> 0.41 s to the eval's start on the
-# 2-core CI machine, docs/benchmarks.md section 15). The import graph above reads late imports too, so the
+# 2-core CI machine, docs/benchmarks.md, "The inner loop"). The import graph above reads late imports too, so the
 # layer and cycle tests still see them.
-LATE_IMPORTS_ALLOWED = {"popkit/cli/__init__.py", "popkit/cli/running.py", "popkit/documents.py", "popkit/workflows.py"}
+LATE_IMPORTS_ALLOWED = {"popkit/cli/__init__.py", "popkit/cli/running.py", "popkit/documents.py",
+                        "popkit/operations/workflows.py"}
 
 
 def test_no_popkit_import_inside_a_function():
@@ -161,42 +163,66 @@ def test_popkit_test_imports_none_of_the_other_commands_machinery():
     import sys
 
     code = ("import sys; from popkit.cli import narrowed; narrowed(['test', 'x.py']); "
-            "import popkit.cli.running, popkit.views.running, popkit.documents, popkit.workflows; "
-            "print(sorted(m for m in ('popkit.cluster', 'popkit.tune', 'popkit.mcpserver.server', 'popkit.ncu', "
-            "'popkit.watch', 'popkit.render', 'popkit.taskcheck', 'popkit.doctor', 'popkit.submit', 'ray') "
+            "import popkit.cli.running, popkit.views.running, popkit.documents, popkit.operations.workflows; "
+            "print(sorted(m for m in ('popkit.distributed.scheduler', 'popkit.tuning.workflow', 'popkit.mcpserver.server', 'popkit.measure.ncu', "
+            "'popkit.operations.watch', 'popkit.author.render', 'popkit.author.taskcheck', 'popkit.operations.doctor', 'popkit.ledger.submit', 'ray') "
             "if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
 
 
-def design_layers(text: str) -> dict[str, int]:
-    """The module table of docs/design.md: path under popkit/ -> layer."""
-    return {path: int(layer) for path, layer, _owns in _TABLE_ROW.findall(text)}
+def design_ranks(text: str) -> dict[str, int]:
+    """The package table of docs/design.md: a root module (`api.py`) or a package (`run/`) -> its rank."""
+    return {row: int(rank) for row, rank, _owns in _TABLE_ROW.findall(text)}
 
 
-def test_design_lists_every_module_and_only_those():
-    listed = design_layers(DESIGN.read_text(encoding="utf-8"))
-    present = {str(path.relative_to(PACKAGE)) for path in module_files().values()}
-    assert not present - set(listed), f"modules missing from docs/design.md's table: {sorted(present - set(listed))}"
-    assert not set(listed) - present, f"docs/design.md lists modules that do not exist: {sorted(set(listed) - present)}"
+def room_of(path: Path) -> str:
+    """The row of the package table a module belongs to: its top-level package (`run/`), or itself at the root."""
+    parts = path.relative_to(PACKAGE).parts
+    return f"{parts[0]}/" if len(parts) > 1 else parts[0]
 
 
-def test_no_module_imports_from_a_higher_layer():
-    listed = design_layers(DESIGN.read_text(encoding="utf-8"))
+def test_design_lists_every_package_and_root_module_and_only_those():
+    listed = design_ranks(DESIGN.read_text(encoding="utf-8"))
+    present = {room_of(path) for path in module_files().values()}
+    assert not present - set(listed), f"packages or root modules missing from docs/design.md: {sorted(present - set(listed))}"
+    assert not set(listed) - present, f"docs/design.md lists rows that do not exist: {sorted(set(listed) - present)}"
+
+
+def test_the_root_holds_few_modules():
+    root = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(root) <= MAX_ROOT_MODULES, f"{len(root)} modules at popkit/'s root (put them in a package): {root}"
+
+
+def test_no_module_imports_from_a_higher_ranked_package():
+    listed = design_ranks(DESIGN.read_text(encoding="utf-8"))
     modules = module_files()
-    layer = {name: listed.get(str(path.relative_to(PACKAGE))) for name, path in modules.items()}
-    upward = [f"{modules[a].relative_to(PACKAGE)} (layer {layer[a]}, line {line}) imports "
-              f"{modules[b].relative_to(PACKAGE)} (layer {layer[b]})"
+    rank = {name: listed.get(room_of(path)) for name, path in modules.items()}
+    upward = [f"{modules[a].relative_to(PACKAGE)} ({room_of(modules[a])} rank {rank[a]}, line {line}) imports "
+              f"{modules[b].relative_to(PACKAGE)} ({room_of(modules[b])} rank {rank[b]})"
               for a, imported in import_graph().items() for b, line in imported.items()
-              if None not in (layer[a], layer[b]) and layer[b] > layer[a]]
-    assert not upward, "imports against the layers of docs/design.md:\n" + "\n".join(sorted(upward))
+              if None not in (rank[a], rank[b]) and rank[b] > rank[a]]
+    assert not upward, "imports against the package order of docs/design.md:\n" + "\n".join(sorted(upward))
 
 
-def test_the_layer_table_is_read_as_written():
-    text = ("| module | layer | owns |\n|---|---|---|\n"
-            "| `errors.py` | 0 | the error tree |\n| `cli/app.py` | 9 | app |\n")
-    assert design_layers(text) == {"errors.py": 0, "cli/app.py": 9}
+def test_each_package_init_is_a_docstring_only():
+    """A package's __init__.py says what the room owns and imports nothing: importing one module of a package
+    pays for that module alone (lazy start-up)."""
+    busy = []
+    for init in PACKAGE.glob("*/__init__.py"):
+        body = ast.parse(init.read_text(encoding="utf-8")).body
+        if init.parent.name == "cli":  # the console entry point (main) lives there
+            continue
+        if not body or not isinstance(body[0], ast.Expr) or len(body) > 1:
+            busy.append(str(init.relative_to(PACKAGE)))
+    assert not busy, f"package __init__ files with code beyond a docstring: {busy}"
+
+
+def test_the_package_table_is_read_as_written():
+    text = ("| package | rank | owns |\n|---|---|---|\n"
+            "| `errors.py` | 0 | the error tree |\n| `cli/` | 9 | app |\n| `cli/app.py` | 9 | not a row |\n")
+    assert design_ranks(text) == {"errors.py": 0, "cli/": 9}
 
 
 def test_the_cycle_finder_names_a_cycle():
@@ -225,8 +251,8 @@ def test_imports_inside_functions_and_relative_imports_count(tmp_path):
 
 
 def test_popcorn_only_talks_to_popcorn_cli():
-    """The submit workflow (check, gate, record) lives in popkit.submit; popkit.popcorn needs none of it."""
-    assert set(import_graph()["popkit.popcorn"]) <= {"popkit.errors", "popkit.results"}
+    """The submit workflow (check, gate, record) lives in popkit.ledger.submit; popkit.ledger.popcorn needs none of it."""
+    assert set(import_graph()["popkit.ledger.popcorn"]) <= {"popkit.errors", "popkit.model.results"}
 
 
 def test_the_cli_starts_without_the_template_engine():
@@ -297,5 +323,5 @@ def test_no_private_name_is_imported_across_modules_or_by_scripts():
 
 def test_the_private_name_finder_finds_both_forms(tmp_path):
     bad = tmp_path / "bad.py"
-    bad.write_text("from popkit.runner import _cases\nfrom popkit import runner as r\nr._where(1)\nr.__doc__\n")
-    assert private_uses(bad) == ["bad.py:1: from popkit.runner import _cases", "bad.py:3: r._where"]
+    bad.write_text("from popkit.run.runner import _cases\nfrom popkit import runner as r\nr._where(1)\nr.__doc__\n")
+    assert private_uses(bad) == ["bad.py:1: from popkit.run.runner import _cases", "bad.py:3: r._where"]

@@ -21,7 +21,7 @@ import pytest
 import torch
 import yaml
 
-from popkit import system
+from popkit.machine import system
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS_DIR = ROOT / "tasks"
@@ -158,7 +158,7 @@ def test_cases_match_generate_input_and_have_seeds(task):
 
 @pytest.mark.parametrize("task", TASKS)
 def test_task_loads_with_popkit(task):
-    from popkit.tasks import load_task
+    from popkit.model.tasks import load_task
 
     loaded = load_task(TASKS_DIR / task)
     assert loaded.main == "eval.py" and loaded.submission_name == "submission.py"
@@ -167,7 +167,7 @@ def test_task_loads_with_popkit(task):
 
 
 def test_problem_set_lists_every_task():
-    from popkit.tasks import load_problem_set
+    from popkit.model.tasks import load_problem_set
 
     raw = yaml.safe_load((TASKS_DIR / "problems.yaml").read_text(encoding="utf-8"))
     assert raw["name"] == "popkit" and raw["description"] and raw["deadline"]
@@ -290,8 +290,8 @@ def test_examples_never_contain_the_refused_word(path):
 
 @pytest.mark.parametrize("path", _example_files(), ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_examples_carry_server_directives_and_pass_popkit_check(path):
-    from popkit.directives import server_directives
-    from popkit.lint import check_file
+    from popkit.check.lint import check_file
+    from popkit.model.directives import server_directives
 
     directives = server_directives(path.read_text(encoding="utf-8"))
     assert not directives.problems

@@ -1,7 +1,7 @@
 """Every wrong and cheating submission fails with the message that names its class; honest ones pass.
 
 The files live in submissions/wrong/ and submissions/cheats/ (each says in its docstring what it does
-and which message catches it). They run against the bundled tasks through popkit.runner, with small
+and which message catches it). They run against the bundled tasks through popkit.run.runner, with small
 cases so a CPU box gets through them; on a GPU the same tests exercise the CUDA paths.
 """
 
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from popkit.executor import Executor
-from popkit import runner
-from popkit.tasks import load_task
+from popkit.model.tasks import load_task
+from popkit.run import runner
+from popkit.run.executor import Executor
 
 ROOT = Path(__file__).resolve().parent.parent
 TASKS, SUBMISSIONS = ROOT / "tasks", ROOT / "submissions"

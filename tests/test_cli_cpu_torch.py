@@ -10,17 +10,19 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from popkit import compile as compiler
-from popkit import cputorch, doctor, system
 from popkit.cli import app
 from popkit.errors import ExitCode
+from popkit.machine import cputorch
+from popkit.machine import system
+from popkit.operations import doctor
+from popkit.run import compile as compiler
 from tests.test_compile import cuda_tools
 from tests.test_doctor import fake_probe
 
 ROOT = Path(__file__).resolve().parents[1]
 SECOND_VENV = ("put the CUDA build of torch in a second venv (about 3 GB): python3 -m venv ~/popkit-cuda && "
-               "~/popkit-cuda/bin/pip install torch ninja, then build with `popkit compile FILE --python "
-               "~/popkit-cuda/bin/python` (README: CUDA builds on a CPU machine)")
+               "~/popkit-cuda/bin/pip install torch ninja numpy, then build with `popkit compile FILE --python "
+               "~/popkit-cuda/bin/python` (docs/cpu.md: CUDA builds on a CPU machine)")
 
 
 @pytest.fixture(autouse=True)
@@ -33,10 +35,10 @@ def _env(monkeypatch, tmp_path):
 
 def test_the_wording_is_the_readmes():
     assert cputorch.SECOND_VENV == SECOND_VENV
-    readme = (ROOT / "README.md").read_text()
-    assert "### CUDA builds on a CPU machine" in readme
-    section = readme.split("### CUDA builds on a CPU machine", 1)[1].split("\n## ", 1)[0]
-    assert "python3 -m venv ~/popkit-cuda && ~/popkit-cuda/bin/pip install torch ninja" in section
+    doc = (ROOT / "docs" / "cpu.md").read_text()
+    assert "## CUDA builds on a CPU machine" in doc
+    section = doc.split("## CUDA builds on a CPU machine", 1)[1].split("\n## ", 1)[0]
+    assert "python3 -m venv ~/popkit-cuda && ~/popkit-cuda/bin/pip install torch ninja numpy" in section
     assert "popkit compile mine.py --python ~/popkit-cuda/bin/python" in section
 
 

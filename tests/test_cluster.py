@@ -16,10 +16,15 @@ from pathlib import Path
 import pytest
 
 import popkit
-from popkit import bundle, cluster, nvml, parity, ray_session, runner
+from popkit.distributed import bundle
+from popkit.distributed import parity
+from popkit.distributed import ray_session
+from popkit.distributed import scheduler as cluster
 from popkit.errors import EnvironmentProblem, ExitCode, UsageError
-from popkit.results import ModeRun, RunReport
-from popkit.tasks import load_task, resolve_task
+from popkit.machine import nvml
+from popkit.model.results import ModeRun, RunReport
+from popkit.model.tasks import load_task, resolve_task
+from popkit.run import runner
 from popkit.views import cluster as view
 from test_adversarial import ATTACKS, assert_nothing_left, attack_env, recorded, wait_until
 from test_nvml import H100, FakeNvml
@@ -391,7 +396,7 @@ def test_a_worker_that_cannot_load_popkit_is_a_parity_mismatch(tmp_path):
     (tmp_path / "popkit").mkdir()
     (tmp_path / "popkit" / "__init__.py").write_text("raise ImportError('not the popkit that sent the run')\n")
     script = ("import logging, ray\nfrom pathlib import Path\nfrom popkit import cluster, runner\n"
-              "from popkit.tasks import load_task\n"
+              "from popkit.model.tasks import load_task\n"
               "ray.init(address='local', include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)\n"
               f"path = Path({str(SUBS / 'good.py')!r})\n"
               f"job = cluster.Job((path,), (path.read_bytes(),), load_task(Path({str(DOUBLE)!r})))\n"
@@ -432,11 +437,11 @@ def test_a_lost_worker_a_worker_without_popkit_and_a_bug_on_the_worker_each_have
     lost = cluster.collect(FakeRay(WorkerCrashedError("The worker died unexpectedly\nmore")), None, 0, job)
     assert (lost.outcome, lost.exit_code, lost.failure) == (
         "worker_lost", 6, "worker lost: WorkerCrashedError: The worker died unexpectedly")
-    absent = cluster.collect(FakeRay(RayTaskError(ModuleNotFoundError("No module named 'popkit.cluster'"))), None, 0,
+    absent = cluster.collect(FakeRay(RayTaskError(ModuleNotFoundError("No module named 'popkit.distributed.scheduler'"))), None, 0,
                              job)
     assert (absent.outcome, absent.exit_code) == ("parity_mismatch", 11)
     assert absent.failure.startswith("parity mismatch: the worker cannot load popkit's worker function "
-                                     "(ModuleNotFoundError: No module named 'popkit.cluster')")
+                                     "(ModuleNotFoundError: No module named 'popkit.distributed.scheduler')")
     wrapped = RuntimeError("Failed to unpickle serialized function.\nTraceback (most recent call last):\n  ...\n"
                            "ModuleNotFoundError: No module named 'popkit'")  # what Ray raises around it
     absent = cluster.collect(FakeRay(RayTaskError(wrapped)), None, 0, job)

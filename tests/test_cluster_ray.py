@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from popkit import cluster, ray_session, runner
-from popkit.tasks import load_task
+from popkit.distributed import ray_session
+from popkit.distributed import scheduler as cluster
+from popkit.model.tasks import load_task
+from popkit.run import runner
 from test_adversarial import ATTACKS, NO_PROBE, assert_nothing_left, attack_env, recorded, tamper_task, wait_until
 
 FIX = Path(__file__).parent / "fixtures"

@@ -8,11 +8,11 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from popkit import runcompare
 from popkit.cli import app
 from popkit.errors import UsageError
-from popkit.history import History, db_path
-from popkit.results import CaseResult, ModeRun, RunReport
+from popkit.ledger import runcompare
+from popkit.ledger.history import History, db_path
+from popkit.model.results import CaseResult, ModeRun, RunReport
 
 SPECS = ("size: 1024; seed: 0", "size: 2048; seed: 1")
 

@@ -16,13 +16,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from popkit import compile as compiler
-from popkit import render, system
-from popkit.buildlocks import lock_state
+from popkit.author import render
 from popkit.cli import app
-from popkit.diagnostics import SourceMap, map_diagnostics, parse_log, string_literals
 from popkit.errors import EnvironmentProblem, ExitCode, SubmissionError
+from popkit.machine import system
+from popkit.model.diagnostics import SourceMap, map_diagnostics, parse_log, string_literals
 from popkit.resources import data_dir
+from popkit.run import compile as compiler
+from popkit.toolchain.locks import lock_state
 
 NVCC_LOG = """\
 [1/3] /usr/local/cuda/bin/nvcc -c /b/ext/cuda.cu -o cuda.cuda.o
@@ -316,7 +317,7 @@ def test_syntax_error_exits_4_with_the_line(tmp_path):
 
 @pytest.mark.parametrize("style", ["inline", "library"])
 def test_rendered_hip_passes_the_static_checks(tmp_path, monkeypatch, style, fake_cuda):
-    from popkit import hipbuild
+    from popkit.toolchain import hipbuild
 
     monkeypatch.setattr(hipbuild, "find_tools", lambda: hipbuild.HipTools(None, "", None, None))  # no clang here
     sub = rendered_file(tmp_path, "softmax", "hip", style)

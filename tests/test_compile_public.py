@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from popkit import buildarch
-from popkit import compile as compiler
-from popkit.diagnostics import missing_module_hint, task_imports, torch_error
 from popkit.errors import ExitCode
+from popkit.model.diagnostics import missing_module_hint, task_imports, torch_error
+from popkit.run import compile as compiler
+from popkit.toolchain import arch as buildarch
 from tests.test_compile import fake_import
 
 FIX = Path(__file__).parent / "fixtures"

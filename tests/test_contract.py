@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from popkit import source
-from popkit import protocol
-from popkit import contract, runner
 from popkit.errors import SubmissionError
-from popkit.tasks import load_task, resolve_task
+from popkit.model import contract
+from popkit.model.tasks import load_task, resolve_task
+from popkit.run import protocol
+from popkit.run import runner
+from popkit.submission import source
 
 FIX = Path(__file__).parent / "fixtures"
 PAIR = FIX / "tasks" / "pair"

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from popkit import runnable, system
-from popkit.tasks import load_task
+from popkit.machine import runnable
+from popkit.machine import system
+from popkit.model.tasks import load_task
 
 SET = Path(__file__).parent / "fixtures" / "cpupath"
 TASK = SET / "guarded"

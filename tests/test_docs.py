@@ -35,9 +35,14 @@ def test_every_command_has_help_with_an_example(name):
     assert "Example" in result.output, f"`popkit {name} --help` shows no example"
 
 
+DOCS = "\n".join(p.read_text() for p in sorted((Path(__file__).parents[1] / "docs").glob("*.md"))
+                 if p.name != "benchmarks.md")  # the topic docs; benchmarks quote scripts, not commands
+
+
 def _readme_popkit_lines() -> list[str]:
+    """Every `popkit ...` line of a bash block in README.md and the topic docs."""
     lines = []
-    for block in re.findall(r"```bash\n(.*?)```", README, flags=re.S):
+    for block in re.findall(r"```bash\n(.*?)```", README + "\n" + DOCS, flags=re.S):
         for line in block.splitlines():
             line = line.split("#")[0].strip()
             for part in line.split("&&"):
@@ -67,7 +72,8 @@ def test_readme_documents_every_exit_code():
         assert re.search(rf"^\| {int(code)} \|", README, flags=re.M), f"README's exit-code table lacks {int(code)}"
 
 
-def test_readme_lists_every_command():
+def test_the_command_reference_lists_every_command():
+    reference = (Path(__file__).parents[1] / "docs" / "commands.md").read_text()
     for name in COMMANDS:
         top = name.split()[0]
-        assert f"`popkit {top}" in README, f"README does not mention `popkit {top}`"
+        assert f"`popkit {top}" in reference, f"docs/commands.md does not mention `popkit {top}`"

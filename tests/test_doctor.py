@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from popkit import doctor, system
 from popkit.cli import app
+from popkit.machine import system
+from popkit.operations import doctor
 
 INFO = {"python": "3.11.7", "platform": "Linux", "torch": "2.14.1+cu130", "cuda": "13.0", "hip": None,
         "device": "cpu", "arch": None, "gpu_count": 0, "torch_dir": "/nonexistent", "arch_list": []}
@@ -175,7 +176,7 @@ def test_numpy_present_is_ok_and_a_dependency(monkeypatch):
 
 
 def test_hip_device_build_tools_missing_name_their_packages(monkeypatch):
-    from popkit import hipbuild
+    from popkit.toolchain import hipbuild
 
     fake_probe(monkeypatch)
     monkeypatch.setattr(hipbuild, "find_tools", lambda: hipbuild.HipTools(None, "", None, "/usr/include"))

@@ -1,4 +1,4 @@
-"""Saves of one file noticed by stat polling and debounced (popkit/filewatch.py), on a scripted file and a
+"""Saves of one file noticed by stat polling and debounced (popkit/operations/filewatch.py), on a scripted file and a
 fake clock: no real file, no sleeping."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from popkit.filewatch import SaveWatcher, Stamp
+from popkit.operations.filewatch import SaveWatcher, Stamp
 
 HONEST = b'import torch\n\n\ndef custom_kernel(data):\n    return data["x"] * data["scale"]\n'
 EDITED = b'import torch\n\n\ndef custom_kernel(data):\n    return (data["x"] * data["scale"]).clone()  # v2\n'

@@ -7,12 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from popkit import __version__, cputorch, runnable
-from popkit.kernelspec import infer_skeleton
-from popkit.refinputs import Returned, generated_inputs
-from popkit.results import CaseResult, ModeRun, RunReport
-from popkit.taskhints import other_task_hint, unpack_mismatch
-from popkit.tasks import bundled_problem_set, _from_problem
+from popkit import __version__
+from popkit.author.kernelspec import infer_skeleton
+from popkit.machine import cputorch
+from popkit.machine import runnable
+from popkit.model.refinputs import Returned, generated_inputs
+from popkit.model.results import CaseResult, ModeRun, RunReport
+from popkit.model.tasks import bundled_problem_set, _from_problem
+from popkit.submission.taskhints import other_task_hint, unpack_mismatch
 
 FIX = Path(__file__).parent / "fixtures"
 VADD = FIX / "inline_set" / "vadd_py"
@@ -35,8 +37,8 @@ def test_version_and_h(cli):
 
 def test_check_names_the_guard_extra_as_the_readme_does(cli):
     result = cli("check", str(FIX / "submissions" / "good.py"))
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
-    assert "pip install 'popkit[guard]'" in readme and "pip install kernelguard" not in readme
+    doc = (Path(__file__).parents[1] / "docs" / "check.md").read_text()
+    assert "pip install 'popkit[guard]'" in doc and "pip install kernelguard" not in doc
     if "KernelGuard: not installed" in result.output:  # without the optional analyser
         assert ("KernelGuard: not installed (`pip install 'popkit[guard]'` to run the server's screening here too)"
                 in result.output)
@@ -54,7 +56,7 @@ def test_a_hip_file_without_a_gpu_says_what_hip_needs():
 
 
 def test_tasks_check_says_for_which_kind_of_file(cli, monkeypatch):
-    monkeypatch.setattr("popkit.system.probe", lambda python=None, timeout=60.0: {"device": "cpu", "gpu_count": 0})
+    monkeypatch.setattr("popkit.machine.system.probe", lambda python=None, timeout=60.0: {"device": "cpu", "gpu_count": 0})
     monkeypatch.setattr(runnable, "missing_packages", lambda python, names, timeout=30.0, env=None: set())
     result = cli("tasks", "--check")
     assert result.exit_code == 0, result.output

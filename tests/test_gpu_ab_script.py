@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from popkit import shapes
+from popkit.measure import shapes
 
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("gpu_ab", ROOT / "scripts" / "gpu_ab.py")

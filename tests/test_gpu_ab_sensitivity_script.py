@@ -73,7 +73,7 @@ def test_unknown_tasks_are_refused_before_anything_runs(tmp_path, capsys):
 
 
 def test_trace_agreement_compares_kernels_and_gaps_with_the_event_time():
-    from popkit.results import CaseResult
+    from popkit.model.results import CaseResult
 
     traced = CaseResult(kind="benchmark", index=0, spec="size: 1", passed=True, runs=3, mean_ns=101_000.0,
                         median_ns=100_000.0, kernel_ns=(98_000.0,) * 3, gap_ns=(500.0,) * 3, launches=(2.0,) * 3)

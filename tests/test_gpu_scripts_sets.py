@@ -74,7 +74,7 @@ fidelity_sweep = _load("fidelity_sweep")
 
 
 def test_sweep_picks_the_sets_submission_when_its_imports_are_here(tmp_path):
-    from popkit.tasks import load_task
+    from popkit.model.tasks import load_task
 
     task_dir = tmp_path / "t"
     shutil.copytree(FIX / "tasks" / "double", task_dir)
@@ -105,7 +105,7 @@ def test_sweep_table_counts_agreements_and_lists_what_cannot_run():
 
 
 def test_sweep_dry_run_plans_nothing_it_cannot_run(tmp_path, monkeypatch):
-    monkeypatch.setattr("popkit.runnable.gpu_devices_visible", lambda: False)
+    monkeypatch.setattr("popkit.machine.runnable.gpu_devices_visible", lambda: False)
     problems = tmp_path / "problems"
     shutil.copytree(FIX / "needs", problems / "needs")
     shutil.copytree(FIX / "tasks", problems / "tasks")
@@ -154,7 +154,7 @@ def test_sweep_table_says_which_jobs_ran_alone():
 
 
 def test_sweep_bare_chain_runs_the_ranked_modes_in_order_and_stops_at_a_failure(monkeypatch):
-    from popkit.tasks import load_task
+    from popkit.model.tasks import load_task
 
     task = load_task(FIX / "tasks" / "double")
     seen = []

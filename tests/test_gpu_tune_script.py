@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from popkit import tunespec
+from popkit.model import tunespec
 
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("gpu_tune", ROOT / "scripts" / "gpu_tune.py")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from popkit import gpus
+from popkit.model import gpus
 
 
 @pytest.mark.parametrize("name,vendor,arch,count", [

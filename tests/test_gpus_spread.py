@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from popkit import runner, system, workflows
 from popkit.errors import UsageError
-from popkit.source import Source
+from popkit.machine import system
+from popkit.operations import workflows
+from popkit.run import runner
+from popkit.submission.source import Source
 
 FIX = Path(__file__).parent / "fixtures"
 DOUBLE = FIX / "tasks" / "double"

@@ -1,6 +1,6 @@
 """popkit's harness, tasks/eval.py: its pure pieces, and the protocol as the runner sees it.
 
-Protocol runs go through popkit.runner (one way to run an eval) except where the test needs to
+Protocol runs go through popkit.run.runner (one way to run an eval) except where the test needs to
 break the protocol itself (no POPCORN_FD, no arguments, forged environment). Eval processes get
 OMP_NUM_THREADS=1: on a small CPU box torch's thread pool otherwise turns a 1 ms check into 50 ms.
 """
@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from popkit.executor import Executor
-from popkit import protocol
-from popkit import runner
-from popkit.tasks import load_task
+from popkit.model.tasks import load_task
+from popkit.run import protocol
+from popkit.run import runner
+from popkit.run.executor import Executor
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures" / "harness"
@@ -50,7 +50,7 @@ def workdir_for(task_dir: Path, submission: str | bytes, dest: Path):
 
 def run_eval(task_dir: Path, submission: str | bytes, mode: str, cases: list[dict], tmp_path: Path, *,
              seed: int | None = None, env: dict | None = None, timeout_s: float = 120):
-    """One eval process through popkit.runner; returns its ModeRun (raw pipe keys in .raw)."""
+    """One eval process through popkit.run.runner; returns its ModeRun (raw pipe keys in .raw)."""
     dest = tmp_path / f"work-{mode}-{len(list(tmp_path.iterdir()))}"
     ws, main = workdir_for(task_dir, submission, dest)
     options = runner.RunOptions(env={**CHILD_ENV, **(env or {})})

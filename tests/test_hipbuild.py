@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from popkit import compile as compiler
-from popkit import hipbuild
 from popkit.cli import app
-from popkit.diagnostics import SourceMap
 from popkit.errors import ExitCode
+from popkit.model.diagnostics import SourceMap
+from popkit.run import compile as compiler
+from popkit.toolchain import hipbuild
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = sorted((ROOT / "tests" / "golden" / "hip").glob("*/*.py"))  # every HIP template, as rendered

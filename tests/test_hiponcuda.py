@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from popkit import hipbuild, hiponcuda
 from popkit.cli import app
 from popkit.errors import ExitCode
+from popkit.toolchain import hipbuild
+from popkit.toolchain import hiponcuda
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = sorted((ROOT / "tests" / "golden" / "hip").glob("*/*.py"))  # every HIP template, as rendered

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from popkit import history, runcompare
 from popkit.errors import HistoryError, UsageError
-from popkit.history import History, RunRecord
-from popkit.results import RemoteResult, RemoteRun
-from popkit.results import CaseResult, CompileStep, ModeRun, RunReport
+from popkit.ledger import history
+from popkit.ledger import runcompare
+from popkit.ledger.history import History, RunRecord
+from popkit.model.results import CaseResult, CompileStep, ModeRun, RunReport
+from popkit.model.results import RemoteResult, RemoteRun
 
 ROOT = Path(history.__file__).resolve().parents[1]  # the popkit under test, for the writer processes
 
@@ -238,8 +239,8 @@ def test_a_write_waits_for_another_writer_then_records(db, held_s):
 
 _RECORDER = """
 import json, sys, time
-from popkit.history import History
-from popkit.results import RunReport
+from popkit.ledger.history import History
+from popkit.model.results import RunReport
 path, worker, count, start = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 report = RunReport.from_json(json.loads(sys.stdin.read()))
 while time.time() < start:  # every writer starts at the same moment, on a database none has created yet

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from popkit import lint
-from popkit.diagnostics import Diagnostic, finding
-from popkit.lint import LintReport, check_bytes
+from popkit.check import lint
+from popkit.check.lint import LintReport, check_bytes
+from popkit.model.diagnostics import Diagnostic, finding
 
 OK_BODY = "import torch\n\n\ndef custom_kernel(data):\n    a, b = data\n    return a + b\n"
 

@@ -1,4 +1,4 @@
-"""The `popkit check` rule registry (popkit.lint_rules): the one table of every rule the linter can emit.
+"""The `popkit check` rule registry (popkit.check.rules): the one table of every rule the linter can emit.
 
 Every rule's fixture triggers exactly that rule; every id the lint modules write is in the table and
 every entry is written somewhere; an id or severity outside the table is refused at run time; README
@@ -17,13 +17,14 @@ import pytest
 from typer.testing import CliRunner
 
 import popkit
-from popkit import lint, lint_rules
+from popkit.check import lint
+from popkit.check import rules as lint_rules
+from popkit.check.rules import BY_ID, RULES, Rule
 from popkit.cli import app
-from popkit.lint_rules import BY_ID, RULES, Rule
 
 PACKAGE = Path(popkit.__file__).resolve().parent
-README = (PACKAGE.parent / "README.md").read_text()
-LINT_MODULES = sorted(PACKAGE.glob("lint*.py"))
+CHECK_DOC = (PACKAGE.parent / "docs" / "check.md").read_text()
+LINT_MODULES = sorted((PACKAGE / "check").glob("*.py"))
 CLI_ENV = {"POPKIT_WIDTH": "200", "NO_COLOR": "1"}
 
 
@@ -81,7 +82,7 @@ def _written_ids() -> dict[str, str]:
 
 def test_every_id_the_linter_writes_is_in_the_table_and_every_entry_is_written():
     written = _written_ids()
-    assert set(written) - set(BY_ID) == set(), "ids missing from popkit.lint_rules.RULES"
+    assert set(written) - set(BY_ID) == set(), "ids missing from popkit.check.rules.RULES"
     assert set(BY_ID) - set(written) == set(), "table entries no lint module writes"
 
 
@@ -93,9 +94,9 @@ def test_an_id_or_severity_outside_the_table_is_refused():
 
 
 def test_readme_holds_the_table_as_the_registry_writes_it():
-    assert lint_rules.rules_markdown() in README, "README's `popkit check` section: paste rules_markdown() again"
+    assert lint_rules.rules_markdown() in CHECK_DOC, "docs/check.md: paste rules_markdown() again"
     for rule in RULES:
-        assert f"| `{rule.id}` |" in README
+        assert f"| `{rule.id}` |" in CHECK_DOC
 
 
 def test_check_rules_prints_the_table():
@@ -135,4 +136,4 @@ def test_check_suggests_the_extra_when_kernelguard_is_absent(tmp_path, monkeypat
     assert "KernelGuard: not installed (`pip install 'popkit[guard]'` to run the server's screening here too)" \
         in result.output
     assert "pip install kernelguard" not in result.output
-    assert "pip install 'popkit[guard]'" in README and "pip install kernelguard" not in README
+    assert "pip install 'popkit[guard]'" in CHECK_DOC and "pip install kernelguard" not in CHECK_DOC

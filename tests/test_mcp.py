@@ -15,9 +15,12 @@ import time
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-import anyio
 import pytest
-from mcp import ClientSession, StdioServerParameters, stdio_client
+
+pytest.importorskip("mcp", reason="needs the MCP SDK: pip install 'popkit[mcp]' (CI installs it with .[dev])")
+
+import anyio  # noqa: E402  (the MCP SDK's dependency)
+from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
 from typer.testing import CliRunner
 
 from popkit.cli import app

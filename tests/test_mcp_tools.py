@@ -7,13 +7,14 @@ import asyncio
 import io
 import json
 
-import jsonschema
 import pytest
+
+jsonschema = pytest.importorskip("jsonschema", reason="needs the MCP SDK's jsonschema: pip install 'popkit[mcp]'")
 
 from popkit import api
 from popkit.cli import app
-from popkit.errors import TaskError, UsageError
 from popkit.documents import document
+from popkit.errors import TaskError, UsageError
 from popkit.mcpserver import server, slots, tools, worker
 
 
@@ -197,8 +198,10 @@ def test_the_readme_config_block_starts_popkit_mcp():
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    (block,) = [b for b in re.findall(r"```json\n(.*?)```", readme, flags=re.S) if "mcpServers" in b]
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text()
+    agents = (root / "docs" / "agents.md").read_text()
+    (block,) = [b for b in re.findall(r"```json\n(.*?)```", agents, flags=re.S) if "mcpServers" in b]
     server_entry = json.loads(block)["mcpServers"]["popkit"]
     assert [server_entry["command"], *server_entry["args"]] == ["popkit", "mcp"]
     assert "claude mcp add popkit -- popkit mcp" in readme

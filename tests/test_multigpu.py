@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from popkit import runner
 from popkit.cli import app
 from popkit.errors import EnvironmentProblem, UsageError
-from popkit.tasks import load_task, scale_world_size
+from popkit.model.tasks import load_task, scale_world_size
+from popkit.run import runner
 
 FIX = Path(__file__).parent / "fixtures"
 MULTI = FIX / "tasks" / "multi"  # world_size 2 in every case
@@ -61,7 +61,7 @@ def test_the_cli_marks_a_scaled_run_in_the_report_json_and_history(monkeypatch, 
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("POPKIT_HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("popkit.system.probe", lambda python=None, timeout=60.0: ONE_GPU)
+    monkeypatch.setattr("popkit.machine.system.probe", lambda python=None, timeout=60.0: ONE_GPU)
     result = CliRunner().invoke(app, ["bench", str(GOOD), "--task", str(MULTI), "--world-size", "1"])
     assert result.exit_code == 0, result.output
     assert "not leaderboard-faithful" in result.output

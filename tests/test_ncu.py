@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from popkit import ncu
 from popkit.cli import app
 from popkit.errors import EnvironmentProblem
-from popkit.tasks import load_task, resolve_task
+from popkit.measure import ncu
+from popkit.model.tasks import load_task, resolve_task
 
 FIX = Path(__file__).parent / "fixtures"
 RAW = FIX / "ncu" / "raw.csv"  # recorded in ncu's `--csv --page raw --metrics ...` layout

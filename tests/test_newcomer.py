@@ -32,8 +32,8 @@ def custom_kernel(data):
 def cli(cli, monkeypatch):
     monkeypatch.setenv("POPKIT_WIDTH", "200")
     monkeypatch.delenv("POPKIT_ASSUME_GPU", raising=False)
-    monkeypatch.setattr("popkit.system.probe", lambda python=None, timeout=60.0, env=None: {"device": "cpu"})
-    monkeypatch.setattr("popkit.system.has_gpu", lambda: False)
+    monkeypatch.setattr("popkit.machine.system.probe", lambda python=None, timeout=60.0, env=None: {"device": "cpu"})
+    monkeypatch.setattr("popkit.machine.system.has_gpu", lambda: False)
     return cli
 
 
@@ -41,8 +41,8 @@ def _never_runs(monkeypatch):
     def fail(*_a, **_k):
         raise AssertionError("nothing may run")
 
-    monkeypatch.setattr("popkit.runner.run_mode", fail)
-    monkeypatch.setattr("popkit.runner.precompile", fail)
+    monkeypatch.setattr("popkit.run.runner.run_mode", fail)
+    monkeypatch.setattr("popkit.run.runner.precompile", fail)
 
 
 def test_cuda_submission_without_a_gpu_exits_11_before_anything_runs(cli, tmp_path, monkeypatch):
@@ -65,8 +65,9 @@ def test_pure_pytorch_still_runs_on_the_cpu(cli, tmp_path):
 
 def _cpu_timing(monkeypatch, case_s: float) -> list:
     """No GPU here; in every timed mode the smallest benchmark shape (1024) takes `case_s` and the next (2048)
-    four times that, after 2 s of the eval's own (popkit.sizing's probe, faked)."""
-    from popkit import sizing, system
+    four times that, after 2 s of the eval's own (popkit.measure.sizing's probe, faked)."""
+    from popkit.machine import system
+    from popkit.measure import sizing
 
     probed = []
     monkeypatch.setattr(system, "has_gpu", lambda: False)
@@ -92,7 +93,7 @@ def test_gpu_sized_benchmarks_on_a_cpu_are_timed_and_said_before_the_run(cli, mo
 def test_allow_cpu_runs_the_shapes_that_fit_and_names_the_others(cli, monkeypatch):
     _cpu_timing(monkeypatch, 2.0)  # 2 + 8 + 32 s with 2 s fixed fit 60% of 180 s; 8192 (128 s) does not
     seen = []
-    monkeypatch.setattr("popkit.runner.run_submission", lambda task, *a, **k: seen.append(task) or (_ for _ in ()).throw(SystemExit(0)))
+    monkeypatch.setattr("popkit.run.runner.run_submission", lambda task, *a, **k: seen.append(task) or (_ for _ in ()).throw(SystemExit(0)))
     sub = str(Path(__file__).parents[1] / "submissions" / "vectoradd" / "pytorch.py")
     cli("bench", sub, "--allow-cpu", "--no-history")
     assert [t.name for t in seen] == ["vectoradd"] and [c["size"] for c in seen[0].benchmarks] == [1024, 2048, 4095]
@@ -101,7 +102,7 @@ def test_allow_cpu_runs_the_shapes_that_fit_and_names_the_others(cli, monkeypatc
 def test_benchmarks_that_fit_a_cpu_run_as_the_task_gives_them(cli, monkeypatch):
     _cpu_timing(monkeypatch, 0.1)
     seen = []
-    monkeypatch.setattr("popkit.runner.run_submission", lambda task, *a, **k: seen.append(task) or (_ for _ in ()).throw(SystemExit(0)))
+    monkeypatch.setattr("popkit.run.runner.run_submission", lambda task, *a, **k: seen.append(task) or (_ for _ in ()).throw(SystemExit(0)))
     sub = str(Path(__file__).parents[1] / "submissions" / "vectoradd" / "pytorch.py")
     cli("bench", sub, "--no-history")
     assert len(seen[0].benchmarks) == 4
@@ -142,7 +143,7 @@ def _problem_set(root: Path, board: str = "vectoradd", gpus: str = "[]") -> Path
 def test_bundled_name_wins_over_tasks_root_and_the_shadowing_is_said(cli, tmp_path, monkeypatch):
     theirs = _problem_set(tmp_path / "set")
     seen = []
-    monkeypatch.setattr("popkit.runner.run_submission",
+    monkeypatch.setattr("popkit.run.runner.run_submission",
                         lambda task, *a, **k: seen.append(task) or (_ for _ in ()).throw(SystemExit(0)))
     sub = str(Path(__file__).parents[1] / "submissions" / "vectoradd" / "pytorch.py")
     result = cli("test", sub, "--tasks-root", str(tmp_path / "set"), "--no-history")
@@ -159,8 +160,8 @@ GUESS_PROBLEM = ("CUDA_HOME is unset, so torch uses /usr/local, which has no lib
 
 
 def test_compile_builds_with_the_toolkit_it_found_and_says_so(tmp_path, monkeypatch):
-    from popkit import compile as compiler
-    from popkit import system
+    from popkit.machine import system
+    from popkit.run import compile as compiler
     from tests.test_compile import cuda_tools, fake_import, rendered_file
 
     monkeypatch.setenv("POPKIT_WIDTH", "200")
@@ -183,7 +184,7 @@ def test_compile_builds_with_the_toolkit_it_found_and_says_so(tmp_path, monkeypa
 
 
 def test_a_users_cuda_home_is_kept(monkeypatch):
-    from popkit import system
+    from popkit.machine import system
 
     monkeypatch.setenv("CUDA_HOME", "/mine")
     monkeypatch.setattr(system, "toolkit_candidates", lambda: ["/opt/cuda-13.0"])
@@ -191,8 +192,9 @@ def test_a_users_cuda_home_is_kept(monkeypatch):
 
 
 def test_test_passes_the_toolkit_to_the_pre_step_and_evals(tmp_path, monkeypatch):
-    from popkit import runner, system
-    from popkit.tasks import load_task
+    from popkit.machine import system
+    from popkit.model.tasks import load_task
+    from popkit.run import runner
 
     monkeypatch.delenv("CUDA_HOME", raising=False)
     monkeypatch.delenv("CUDA_PATH", raising=False)
@@ -225,8 +227,8 @@ ninja: build stopped: subcommand failed.
 def test_hip_file_on_a_cuda_torch_shows_the_compilers_error_and_the_right_hint(monkeypatch, capsys):
     from dataclasses import replace
 
-    from popkit.results import CompileStep
-    from popkit.tasks import load_task
+    from popkit.model.results import CompileStep
+    from popkit.model.tasks import load_task
     from popkit.views import running as view
     from tests.test_history import make_report
 
@@ -243,7 +245,7 @@ def test_hip_file_on_a_cuda_torch_shows_the_compilers_error_and_the_right_hint(m
 
 
 def test_gpu_detection_without_torch(monkeypatch):
-    from popkit import system
+    from popkit.machine import system
 
     monkeypatch.delenv("POPKIT_ASSUME_GPU", raising=False)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
@@ -253,7 +255,7 @@ def test_gpu_detection_without_torch(monkeypatch):
 
 
 def test_under_ranking_by_last_the_largest_shape_that_fits_is_kept_last():
-    from popkit import sizing
+    from popkit.measure import sizing
 
     cases = [{"size": s, "seed": 1} for s in (1024, 2048, 4096, 8192)]
     timing = sizing.Timing(((1024, 5.0), (2048, 20.0)), 2.0)  # 4096: 80 s, 8192: 320 s

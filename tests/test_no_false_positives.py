@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from popkit.executor import Executor
-from popkit import runner
-from popkit.tasks import load_task
+from popkit.model.tasks import load_task
+from popkit.run import runner
+from popkit.run.executor import Executor
 
 ROOT = Path(__file__).parents[1]
 TASKS = ("identity", "vectoradd", "grayscale", "vectorsum", "softmax", "matmul")

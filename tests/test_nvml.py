@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from popkit import nvml, system
+from popkit.machine import nvml
+from popkit.machine import system
 
 # name, compute capability, NVML's total memory, the driver's reserved part (as an H100 with driver 580 reports)
 H100 = ("NVIDIA H100 80GB HBM3", (9, 0), 85_520_809_984, 503_316_480)
@@ -242,7 +243,7 @@ class ClockedNvml(FakeNvml):
 
 
 def test_the_sampler_summarizes_clocks_temperature_power_and_throttling():
-    from popkit import gpustate
+    from popkit.machine import gpustate
 
     readings = [(345, 2619, 35, 70_000, 0x1), (1980, 2619, 44, 310_500, 0x0), (1755, 2619, 47, 350_000, 0x4 | 0x20)]
     lib = ClockedNvml(readings)

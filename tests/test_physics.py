@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from popkit.executor import Executor
-from popkit import protocol
-from popkit import gpus, runner
-from popkit.gpus import peak_bandwidth
-from popkit.results import CaseResult, ModeRun, RunReport, beats_physics, judge_physics
-from popkit.tasks import load_task
+from popkit.model import gpus
+from popkit.model.gpus import peak_bandwidth
+from popkit.model.results import CaseResult, ModeRun, RunReport, beats_physics, judge_physics
+from popkit.model.tasks import load_task
+from popkit.run import protocol
+from popkit.run import runner
+from popkit.run.executor import Executor
 
 DOUBLER = Path(__file__).parent / "fixtures" / "harness" / "doubler"
 
@@ -86,7 +87,7 @@ def test_harness_reports_the_bytes_a_call_must_move(tmp_path):
 
 
 def test_a_mean_pulled_above_the_median_is_flagged_as_noisy():
-    from popkit.results import noisy_timing
+    from popkit.model.results import noisy_timing
 
     def timed(mean_ns, median_ns, runs=100):
         return CaseResult(kind="benchmark", index=0, spec="size: 8192", passed=True, runs=runs, mean_ns=mean_ns,

@@ -1,4 +1,4 @@
-"""popkit.popcorn and `popkit submit`, against the stand-in popcorn-cli in tests/fake_popcorn/."""
+"""popkit.ledger.popcorn and `popkit submit`, against the stand-in popcorn-cli in tests/fake_popcorn/."""
 
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from popkit import popcorn, submit
 from popkit.cli import app
 from popkit.errors import PopcornError, RefusedError, UsageError
-from popkit.history import History
-from popkit.results import RemoteResult, RemoteRun
+from popkit.ledger import popcorn
+from popkit.ledger import submit
+from popkit.ledger.history import History
+from popkit.model.results import RemoteResult, RemoteRun
 
 FAKE = Path(__file__).resolve().parent / "fake_popcorn" / "popcorn-cli"
 BODY = "import torch\n\n\ndef custom_kernel(data):\n    a, b = data\n    return a + b\n"
@@ -387,7 +388,7 @@ def test_submit_stops_on_check_errors(env, sub):
 def test_submit_stops_on_failed_gate(env, sub, monkeypatch):
     from dataclasses import replace
 
-    from popkit import runner
+    from popkit.run import runner
     from tests.test_history import make_report
 
     failing = make_report(mode="test")
@@ -400,7 +401,7 @@ def test_submit_stops_on_failed_gate(env, sub, monkeypatch):
         return failing
 
     monkeypatch.setattr(runner, "run_submission", fake_run)
-    monkeypatch.setattr("popkit.tasks.resolve_task", lambda spec, roots=(): type("T", (), {"name": spec})())
+    monkeypatch.setattr("popkit.model.tasks.resolve_task", lambda spec, roots=(): type("T", (), {"name": spec})())
     result = _submit(env, str(sub), "--gate", "test")
     assert result.exit_code == 1, result.output
     assert "NOT SUBMITTED" in result.output and "test 1 failed: mismatch" in result.output
@@ -423,14 +424,14 @@ def test_remote_run_from_json_defaults():
 def test_dry_run_with_a_gate_runs_the_gate_and_fails_with_it(env, sub, monkeypatch):
     from dataclasses import replace
 
-    from popkit import runner
+    from popkit.run import runner
     from tests.test_history import make_report
 
     failing = make_report(mode="test")
     failing = replace(failing, runs=(replace(failing.runs[0], check="fail", exit_code=112, outcome="failed",
                                              summary="check failed: test, size: 3: mismatch"),))
     monkeypatch.setattr(runner, "run_submission", lambda task, path, mode, options, **_: failing)
-    monkeypatch.setattr("popkit.tasks.resolve_task", lambda spec, roots=(): type("T", (), {"name": spec})())
+    monkeypatch.setattr("popkit.model.tasks.resolve_task", lambda spec, roots=(): type("T", (), {"name": spec})())
     result = _submit(env, str(sub), "--gate", "test", "--dry-run")
     assert result.exit_code == 1, result.output
     assert "local gate (test): failed" in result.output

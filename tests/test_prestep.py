@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from popkit import prestep, runner
 from popkit.cli import app
-from popkit.tasks import load_task
+from popkit.model.tasks import load_task
+from popkit.run import runner
+from popkit.toolchain import prestep
 
 FIX = Path(__file__).parent / "fixtures"
 DOUBLE = load_task(FIX / "tasks" / "double")
@@ -123,7 +124,7 @@ def test_another_interpreter_always_runs_the_pre_step(env):
 def test_cli_prints_the_skip_line(env, monkeypatch):
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("POPKIT_WIDTH", "120")
-    monkeypatch.setattr("popkit.system.probe", lambda python=None, timeout=60.0: {"device": "cpu"})
+    monkeypatch.setattr("popkit.machine.system.probe", lambda python=None, timeout=60.0: {"device": "cpu"})
     path = env / "mine.py"
     path.write_text(FAKE_BUILD)
     args = ["test", str(path), "--task", str(FIX / "tasks" / "double"), "--no-history"]

@@ -10,7 +10,8 @@ from rich.console import Console
 
 import pytest
 
-from popkit import proc, runner
+from popkit.run import proc
+from popkit.run import runner
 from popkit.views.common import ProgressPrinter
 
 
@@ -51,7 +52,7 @@ def test_proc_run_feeds_the_result_pipe_and_ticks_while_the_child_runs(tmp_path)
 
 
 def test_a_run_reports_each_step_and_live_progress(tmp_path):
-    from popkit.tasks import load_task
+    from popkit.model.tasks import load_task
     from tests.test_runner import SUBS, TASKS
 
     rec = Recorder()
@@ -112,7 +113,7 @@ def test_on_a_terminal_the_spinner_is_gone_before_the_report():
 
 
 def test_the_footer_counts_the_whole_command(monkeypatch, capsys):
-    from popkit.tasks import load_task
+    from popkit.model.tasks import load_task
     from popkit.views import running as view
     from tests.test_history import make_report
     from tests.test_runner import TASKS

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from popkit import protocol, stats
-from popkit.results import CaseResult
+from popkit.model import stats
+from popkit.model.results import CaseResult
+from popkit.run import protocol
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -55,7 +56,7 @@ def test_the_conventions_say_how_each_eval_is_run_and_read():
 
 
 def test_a_pass_with_no_case_results_fails_by_name():
-    from popkit.results import ModeRun
+    from popkit.model.results import ModeRun
 
     run = ModeRun(mode="test", secret=False, seed=None, exit_code=0, duration_s=0.1, timeout_s=10, check="pass")
     judged = protocol.judge(run, 0)

@@ -1,4 +1,4 @@
-"""scripts/ray_start_cost.py: what a local Ray instance costs apart from the runs (docs/benchmarks.md section 16)."""
+"""scripts/ray_start_cost.py: what a local Ray instance costs apart from the runs (docs/benchmarks.md, "The cluster (Ray)")."""
 
 from __future__ import annotations
 

@@ -15,13 +15,14 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from popkit import render, tunespec
-from popkit.kernelspec import TUNABLE, TUNE_IF
+from popkit.author import render
+from popkit.author.kernelspec import TUNABLE, TUNE_IF
 from popkit.cli import app
-from popkit.directives import server_directives
 from popkit.errors import ExitCode, PopkitError, TaskError, UsageError
-from popkit.hipcheck import hip_checks
+from popkit.model import tunespec
+from popkit.model.directives import server_directives
 from popkit.resources import data_dir
+from popkit.toolchain.hipcheck import hip_checks
 
 GOLDEN = Path(__file__).parent / "golden"
 BUNDLED = ("identity", "vectoradd", "grayscale", "vectorsum", "softmax", "matmul")
@@ -348,7 +349,8 @@ def test_templates_lists_targets_styles_and_specs():
 @pytest.mark.parametrize("task", BUNDLED)
 def test_rendered_cuda_submission_passes_the_task(tmp_path, task, style):
     """What `popkit test` does, on each rendered submission, unchanged."""
-    from popkit import runner, tasks
+    from popkit.model import tasks
+    from popkit.run import runner
 
     found = tasks.load_task(task_dir(task), leaderboard=task)
     out = render.write(render.render(found.path, leaderboard=task, target="cuda", style=style),

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from popkit import stats
-from popkit.diagnostics import submission_frame
-from popkit.results import CaseResult, ModeRun, RunReport, folded_noise, noisy_timing
-from popkit.tasks import Task
+from popkit.model import stats
+from popkit.model.diagnostics import submission_frame
+from popkit.model.results import CaseResult, ModeRun, RunReport, folded_noise, noisy_timing
+from popkit.model.tasks import Task
 from popkit.views import running as view
 
 TRACEBACK = """Traceback (most recent call last):

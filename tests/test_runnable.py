@@ -8,10 +8,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from popkit import runnable, runner, system
 from popkit.cli import app
 from popkit.errors import EnvironmentProblem
-from popkit.tasks import load_task
+from popkit.machine import runnable
+from popkit.machine import system
+from popkit.model.tasks import load_task
+from popkit.run import runner
 
 FIX = Path(__file__).parent / "fixtures"
 NEEDS = FIX / "needs"
@@ -88,7 +90,7 @@ def test_a_run_that_cannot_work_stops_before_it_starts(tmp_path, monkeypatch):
 def test_tasks_check_lists_every_task_with_its_reasons(monkeypatch, tmp_path):
     monkeypatch.setenv("POPKIT_WIDTH", "200")
     monkeypatch.setenv("NO_COLOR", "1")
-    monkeypatch.setattr("popkit.system.probe", lambda python=None, timeout=60.0: H100)
+    monkeypatch.setattr("popkit.machine.system.probe", lambda python=None, timeout=60.0: H100)
     monkeypatch.setattr(runnable, "missing_packages", lambda python, names, timeout=30.0: {"aiter"} & set(names))
     result = CliRunner().invoke(app, ["tasks", "--check", "--tasks-root", str(NEEDS_SET), "--json"])
     assert result.exit_code == 0, result.output

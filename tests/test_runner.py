@@ -10,13 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from popkit.executor import POPKIT_EVAL_NAME, Executor
-from popkit import source
-from popkit import protocol
-from popkit import ab, proc, runner
 from popkit.errors import SubmissionError, TaskError
-from popkit.results import RunReport, score_s
-from popkit.tasks import load_task
+from popkit.measure import ab
+from popkit.model.results import RunReport, score_s
+from popkit.model.tasks import load_task
+from popkit.run import proc
+from popkit.run import protocol
+from popkit.run import runner
+from popkit.run.executor import POPKIT_EVAL_NAME, Executor
+from popkit.submission import source
 
 FIX = Path(__file__).parent / "fixtures"
 TASKS, SUBS = FIX / "tasks", FIX / "submissions"

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from popkit import runner, sandbox
-from popkit.executor import Executor, forged_byte_code
-from popkit.tasks import load_task
+from popkit.model.tasks import load_task
+from popkit.run import runner
+from popkit.run import sandbox
+from popkit.run.executor import Executor, forged_byte_code
 
 ROOT = Path(__file__).resolve().parent.parent
 ATTACKS = Path(__file__).parent / "adversarial"
@@ -175,7 +176,7 @@ def test_the_sandbox_spec_is_plain_arguments_and_any_path_comes_back_as_it_was()
     import subprocess
     import sys
 
-    from popkit import _sandbox
+    from popkit.run import _sandbox
 
     odd = ["/tmp/a b", "--", "--files", "/x=y", "/ü"]
     args = _sandbox.spec_args("/w/files", "/w/work", odd[:3], odd[3:])
@@ -192,8 +193,8 @@ def test_the_sandbox_spec_is_plain_arguments_and_any_path_comes_back_as_it_was()
 
 @needs_sandbox
 def test_the_trial_is_remembered_per_boot_and_a_failed_setup_is_an_environment_problem(tmp_path, monkeypatch):
-    from popkit import proc
     from popkit.errors import EnvironmentProblem
+    from popkit.run import proc
 
     monkeypatch.setattr(sandbox, "_TRIED", {})
     assert sandbox.unavailable() == "" and sandbox._trial_file().exists()

@@ -1,4 +1,4 @@
-"""popkit.stats against values worked out by hand (and published t-table quantiles)."""
+"""popkit.model.stats against values worked out by hand (and published t-table quantiles)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from popkit import stats
+from popkit.model import stats
 
 # Student's t, 97.5th percentile, from printed tables.
 T975 = {1: 12.706204736174698, 4: 2.7764451051977987, 8: 2.3060041352041662, 9: 2.2621571627409915,

@@ -64,7 +64,7 @@ def test_tasks_table_keeps_every_name_whole(narrow):
 
 
 def test_history_table_at_80_columns_in_a_pipe(narrow):
-    from popkit import history
+    from popkit.ledger import history
 
     long_path = "/somewhere/else/projects/kernels/" + "a-very-long-submission-file-name-v7-final.py"
     history.record_run(make_report(submission=long_path), b"x")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from popkit import taskcheck
+from popkit.author import taskcheck
 from popkit.cli import app
 from popkit.errors import TaskError
 
@@ -19,7 +19,7 @@ NO_GPU_SYSTEM = {"device": "cpu", "gpu_count": 0}
 
 @pytest.fixture(autouse=True)
 def _no_probe(monkeypatch):
-    monkeypatch.setattr("popkit.system.probe", lambda python=None, timeout=60.0: NO_GPU_SYSTEM)
+    monkeypatch.setattr("popkit.machine.system.probe", lambda python=None, timeout=60.0: NO_GPU_SYSTEM)
 
 
 @pytest.mark.slow
@@ -71,7 +71,7 @@ def test_the_cli_reports_times_and_exit_codes(monkeypatch):
 
 
 def test_a_task_this_machine_cannot_run_still_gets_its_folder_checked(monkeypatch):
-    monkeypatch.setattr("popkit.runnable.gpu_devices_visible", lambda: False)
+    monkeypatch.setattr("popkit.machine.runnable.gpu_devices_visible", lambda: False)
     needs_gpu = Path(__file__).parent / "fixtures" / "needs" / "gpu"
     result = CliRunner().invoke(app, ["tasks", "check", str(needs_gpu), "--root", str(needs_gpu.parents[1]), "--json"])
     doc = json.loads(result.stdout)

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from popkit.cli import app
 from popkit.errors import TaskError
-from popkit.tasks import list_tasks, load_task, problem_sets, resolve_task, shadowed_tasks, task_roots
+from popkit.model.tasks import list_tasks, load_task, problem_sets, resolve_task, shadowed_tasks, task_roots
 
 FIX = Path(__file__).parent / "fixtures" / "tasks"
 GOOD = """\
@@ -230,7 +230,7 @@ def test_the_bundled_set_is_read_once_per_version_of_its_file(tmp_path, monkeypa
     """Resolving a bundled name and looking for tasks it hides both need popkit's own problem set: one read."""
     import shutil
 
-    from popkit import tasks
+    from popkit.model import tasks
 
     shutil.copytree(Path(tasks.data_dir("tasks")), tmp_path / "tasks")
     monkeypatch.setattr(tasks, "data_dir", lambda name: tmp_path / name)

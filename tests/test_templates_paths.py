@@ -10,10 +10,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from popkit import api, render, system, tunespec
-from popkit.compile import cuda_home_problem
+from popkit import api
+from popkit.author import render
 from popkit.errors import TaskError
+from popkit.machine import system
+from popkit.model import tunespec
 from popkit.resources import data_dir
+from popkit.run.compile import cuda_home_problem
 
 BUNDLED = ("identity", "vectoradd", "grayscale", "vectorsum", "softmax", "matmul")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from popkit import gpustate
+from popkit.machine import gpustate
 from popkit.cli import app
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -70,7 +70,7 @@ def _fake_python(tmp_path, output, code=0):
 
 
 def test_doctor_timing_reads_the_child_and_shows_every_number(tmp_path, cli_env, monkeypatch):
-    from popkit import timingcheck
+    from popkit.operations import timingcheck
     from popkit.views.authoring import timing_rows
 
     monkeypatch.setattr(gpustate, "Sampler", Watched)

@@ -16,15 +16,22 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from popkit import ab, history, lint, protocol, runner, tune, tunerace, tunespec
+from popkit.check import lint
 from popkit.cli import app
-from popkit.diagnostics import Diagnostic
 from popkit.errors import EnvironmentProblem, ExitCode, SubmissionError, UsageError
-from popkit.results import CaseResult, CompileStep, ModeRun, RunReport
-from popkit.tasks import load_task
-from popkit.tuneprobe import Identity
-from popkit.tunerace import SIDE_EXTENSIONS
-from popkit.tuneresult import PER_SHAPE, TuneReport
+from popkit.ledger import history
+from popkit.measure import ab
+from popkit.model import tunespec
+from popkit.model.diagnostics import Diagnostic
+from popkit.model.results import CaseResult, CompileStep, ModeRun, RunReport
+from popkit.model.tasks import load_task
+from popkit.run import protocol
+from popkit.run import runner
+from popkit.tuning import race as tunerace
+from popkit.tuning import workflow as tune
+from popkit.tuning.probe import Identity
+from popkit.tuning.race import SIDE_EXTENSIONS
+from popkit.tuning.result import PER_SHAPE, TuneReport
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK_DIR = ROOT / "tests" / "fixtures" / "tasks" / "chunksum"

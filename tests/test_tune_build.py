@@ -9,10 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from popkit import hipbuild, proc, render, runner, system, tune, tuneprobe, tunespec
-from popkit.compile import cuda_home_problem
+from popkit.author import render
+from popkit.machine import system
+from popkit.model import tunespec
+from popkit.model.tasks import load_task
 from popkit.resources import data_dir
-from popkit.tasks import load_task
+from popkit.run import proc
+from popkit.run import runner
+from popkit.run.compile import cuda_home_problem
+from popkit.toolchain import hipbuild
+from popkit.tuning import probe as tuneprobe
+from popkit.tuning import workflow as tune
 
 
 def rendered(tmp_path: Path, task: str, target: str = "cuda", style: str = "inline") -> Path:

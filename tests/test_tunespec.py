@@ -7,8 +7,10 @@ import ast
 
 import pytest
 
-from popkit import lint, tunefreeze, tunespec
+from popkit.check import lint
 from popkit.errors import ExitCode, SubmissionError
+from popkit.model import tunespec
+from popkit.tuning import freeze as tunefreeze
 
 BASE = '''#!POPCORN leaderboard vectoradd
 #!POPKIT tune BLOCK=64,128, 256

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from popkit.results import CaseResult
+from popkit.model.results import CaseResult
 from popkit.views.common import format_interval, format_time
 from popkit.views.running import _ci95
 

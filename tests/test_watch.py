@@ -1,5 +1,5 @@
 """`popkit test --watch` / `bench --watch`: saves noticed and debounced, warm pairs started in the sandbox, their
-verdicts equal to cold ones, nothing left after Ctrl-C (popkit/filewatch.py, warm.py, watch.py; tasks/eval.py's
+verdicts equal to cold ones, nothing left after Ctrl-C (popkit/operations/filewatch.py, warm.py, watch.py; tasks/eval.py's
 warm start).
 
 The fast tests use a scripted file and fake clocks, the fixture tasks' files, and processes without torch; those
@@ -23,14 +23,18 @@ from pathlib import Path
 
 import pytest
 
-from popkit import proc, runner, sandbox, warm, watch
-from popkit._watchdog import descendants
 from popkit.errors import SubmissionError
-from popkit.executor import Executor
-from popkit.filewatch import parses
-from popkit.source import Source
-from popkit.tasks import load_task, resolve_task, task_roots
-from popkit.workflows import Request
+from popkit.model.tasks import load_task, resolve_task, task_roots
+from popkit.operations import watch
+from popkit.operations.filewatch import parses
+from popkit.operations.workflows import Request
+from popkit.run import proc
+from popkit.run import runner
+from popkit.run import sandbox
+from popkit.run import warm
+from popkit.run._watchdog import descendants
+from popkit.run.executor import Executor
+from popkit.submission.source import Source
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = Path(__file__).parent / "fixtures"

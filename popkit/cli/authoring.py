@@ -8,12 +8,12 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from popkit import compile as compiler
-from popkit import doctor as environment
-from popkit import render, timingcheck
+from popkit.author import render
 from popkit.cli.app import app
 from popkit.errors import ExitCode
-from popkit.tasks import MAX_TIMEOUT_S, task_roots
+from popkit.model.tasks import MAX_TIMEOUT_S, task_roots
+from popkit.operations import doctor as environment, timingcheck
+from popkit.run import compile as compiler
 from popkit.views import authoring as view
 from popkit.views import common
 

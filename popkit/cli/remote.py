@@ -7,13 +7,16 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from popkit import history as ledger
-from popkit import lint, popcorn, runcompare, submit as workflow
-from popkit.source import check_language_for
+from popkit.check import lint
 from popkit.cli.app import app
 from popkit.errors import ExitCode, UsageError
+from popkit.ledger import history as ledger
+from popkit.ledger import popcorn
+from popkit.ledger import runcompare
+from popkit.ledger import submit as workflow
+from popkit.model.tasks import MAX_TIMEOUT_S, task_roots
 from popkit.resources import popkit_home_source
-from popkit.tasks import MAX_TIMEOUT_S, task_roots
+from popkit.submission.source import check_language_for
 from popkit.views import common
 from popkit.views import comparison as comparison_view
 from popkit.views import remote as view

@@ -14,17 +14,19 @@ import typer
 
 # What only some options use (--watch, --hip-on-cuda, --cluster, ncu, tasks check) is imported where they
 # run: `popkit test FILE` pays for none of it.
-from popkit import runnable, system, workflows
 from popkit.cli.app import app
-from popkit.contract import entry_points
 from popkit.errors import ExitCode, UsageError
-from popkit.protocol import MAX_SECRET_RUNS, MAX_SECRET_SEED, random_secret_seeds
-from popkit.runner import RunOptions
-from popkit.source import Source, validate_submission
-from popkit.tasks import list_tasks, resolve_task, task_roots
+from popkit.machine import runnable
+from popkit.machine import system
+from popkit.model.contract import entry_points
+from popkit.model.tasks import list_tasks, resolve_task, task_roots
+from popkit.operations import workflows
+from popkit.run.protocol import MAX_SECRET_RUNS, MAX_SECRET_SEED, random_secret_seeds
+from popkit.run.runner import RunOptions
+from popkit.submission.source import Source, validate_submission
 from popkit.views import common
-from popkit.views.common import escape
 from popkit.views import running as view
+from popkit.views.common import escape
 
 TaskOpt = Annotated[Optional[str], typer.Option("--task", "-t", help="Bundled task name, task directory, or leaderboard name. Default: the file's `#!POPCORN leaderboard` directive.")]
 RootsOpt = Annotated[Optional[List[Path]], typer.Option("--tasks-root", help="Folder or problem-set yaml to look up leaderboard names in (repeatable; also POPKIT_TASKS_PATH).")]
@@ -74,7 +76,7 @@ def _say(notes) -> None:
 
 def _watch(request: workflows.Request, json: bool) -> None:
     """--watch: verdicts until Ctrl-C (exit 130); an error before the first verdict exits with its code."""
-    from popkit import watch as watching
+    from popkit.operations import watch as watching
     from popkit.views import watching as watch_view
 
     with common.progress_printer(json) as progress:
@@ -145,7 +147,7 @@ def test(
                          "popkit test a.py b.py --gpus 0,1, or --cluster ray")
     notes: tuple[str, ...] = ()
     if hip_on_cuda:
-        from popkit import hiponcuda
+        from popkit.toolchain import hiponcuda
 
         text = sources[0].text
         hiponcuda.require_hip(text, str(sources[0].path))
@@ -258,7 +260,7 @@ def _on_cluster(request: workflows.Request, spec: Optional[str], require_gpu: Op
     if pairs and (files % 2 or request.mode != "benchmark" or request.options.world_size or request.rounds % 2):
         raise UsageError(f"--pairs runs A/Bs in benchmark mode on files taken two by two ({files} given), in "
                          "an even number of --rounds", "popkit bench a1.py b1.py a2.py b2.py --pairs --cluster ray")
-    from popkit import ray_session
+    from popkit.distributed import ray_session
     from popkit.views import cluster as cluster_view
 
     address = ray_session.address_of(spec)
@@ -281,7 +283,7 @@ def _ncu(submission: Path, task_spec: Optional[str], roots: Optional[List[Path]]
         raise UsageError(f"--profiler ncu calls custom_kernel; {found.task.name} asks for "
                          f"{', '.join(entry_points(found.task))}", "profile with --profiler torch")
     validate_submission(submission, source.content, entry_points(found.task))
-    from popkit import ncu
+    from popkit.measure import ncu
 
     report = ncu.profile(found.task, submission, source.content, python or sys.executable)
     view.show_ncu(report, json=json)
@@ -369,7 +371,7 @@ def tasks_check(
     Example: popkit tasks check ~/reference-kernels/problems/pmpp_v2/vectoradd_py
     """
     common.set_json(json)
-    from popkit import taskcheck
+    from popkit.author import taskcheck
 
     with common.progress_printer(json) as progress:
         result = taskcheck.check_task_dir(directory, root=root, python=python, run=run, progress=progress)

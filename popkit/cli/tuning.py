@@ -9,11 +9,13 @@ from typing import Annotated, Optional
 
 import typer
 
-from popkit import runner, tune as tuner, workflows
 from popkit.cli.app import app
 from popkit.cli.running import HarnessOpt, KeepOpt, PythonOpt, RootsOpt, TaskOpt, WorldSizeOpt
 from popkit.errors import UsageError
-from popkit.source import Source, check_runnable
+from popkit.operations import workflows
+from popkit.run import runner
+from popkit.submission.source import Source, check_runnable
+from popkit.tuning import workflow as tuner
 from popkit.views import common
 from popkit.views import tuning as view
 

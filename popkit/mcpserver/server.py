@@ -27,8 +27,8 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-import popkit
 from popkit import __version__
+import popkit
 from popkit.documents import document
 from popkit.errors import EnvironmentProblem, PopkitError, UsageError
 from popkit.mcpserver.slots import Slots, machine_devices

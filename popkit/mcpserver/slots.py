@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Awaitable, Callable, Sequence
 
-from popkit import system
+from popkit.machine import system
 
 WAIT_NOTE_EVERY_S = 5.0
 

@@ -17,10 +17,10 @@ from typing import Any, Callable, Mapping
 
 from popkit import api
 from popkit.errors import UsageError
-from popkit.popcorn import DEFAULT_TIMEOUT_S as SUBMIT_TIMEOUT_S
-from popkit.protocol import MAX_SECRET_RUNS, MAX_SECRET_SEED
-from popkit.submit import GATES
-from popkit.tasks import MAX_TIMEOUT_S, MODES
+from popkit.ledger.popcorn import DEFAULT_TIMEOUT_S as SUBMIT_TIMEOUT_S
+from popkit.ledger.submit import GATES
+from popkit.model.tasks import MAX_TIMEOUT_S, MODES
+from popkit.run.protocol import MAX_SECRET_RUNS, MAX_SECRET_SEED
 
 Args = Mapping[str, Any]
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 
 
-from popkit.compile import CompileReport
-from popkit.doctor import DoctorReport
-from popkit.timingcheck import TimingReport
+from popkit.operations.doctor import DoctorReport
+from popkit.operations.timingcheck import TimingReport
+from popkit.run.compile import CompileReport
 from popkit.views.common import console, emit_json, escape, table as common_table
 from popkit.views.running import gpu_state_line
 

@@ -7,8 +7,8 @@ import json
 import sys
 from typing import Sequence
 
-from popkit import parity
-from popkit.cluster import SCHEMA, ClusterRun, Result
+from popkit.distributed import parity
+from popkit.distributed.scheduler import SCHEMA, ClusterRun, Result
 from popkit.views.common import console, emit_json, err_console, escape, format_time, table
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from popkit import stats
-from popkit.ab import ABReport, Series
-from popkit.shapes import A_FASTER, B_FASTER, INCOMPLETE, SAME, Comparison, verdict
-from popkit.runcompare import SAME_BYTES, RunComparison
-from popkit.stats import Interval
+from popkit.ledger.runcompare import SAME_BYTES, RunComparison
+from popkit.measure.ab import ABReport, Series
+from popkit.measure.shapes import A_FASTER, B_FASTER, INCOMPLETE, SAME, Comparison, verdict
+from popkit.model import stats
+from popkit.model.stats import Interval
 from popkit.views.common import console, emit_json, escape, format_time, table as common_table
 from popkit.views.running import isolation_line, system_line
 

@@ -6,13 +6,13 @@ import shlex
 from pathlib import Path
 from typing import Sequence
 
+from popkit.check.lint import LintReport
+from popkit.check.rules import GUARD_INSTALL, RULES, RULES_SCHEMA
 from popkit.documents import HistoryList, RunDetail
-from popkit.history import RunRecord, shown_path
-from popkit.lint import LintReport
-from popkit.lint_rules import GUARD_INSTALL, RULES, RULES_SCHEMA
-from popkit.results import RemoteResult
-from popkit.submit import SubmitResult
-from popkit.tasks import Task
+from popkit.ledger.history import RunRecord, shown_path
+from popkit.ledger.submit import SubmitResult
+from popkit.model.results import RemoteResult
+from popkit.model.tasks import Task
 from popkit.views.common import console, emit_json, escape, format_time, table as common_table
 from popkit.views.running import show_run
 
@@ -75,7 +75,7 @@ def show_check(report: LintReport, *, json: bool = False) -> None:
 
 
 def show_rules(*, json: bool = False) -> None:
-    """`popkit check --rules`: the rule table (popkit.lint_rules), each rule with its fixture in --json."""
+    """`popkit check --rules`: the rule table (popkit.check.rules), each rule with its fixture in --json."""
     if json:
         emit_json(RULES_SCHEMA.split("/")[1], {"rules": [rule.to_json() for rule in RULES]})
         return

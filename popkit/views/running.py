@@ -5,18 +5,18 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from popkit import stats
 from popkit.documents import SpreadOutcome, TaskChecks, TaskDetail, TaskList
-from popkit.diagnostics import submission_frame
-from popkit.results import CaseResult, ModeRun, RunReport
-from popkit.taskhints import other_task_hint
-from popkit.tasks import Skipped, Task, display_path
-from popkit.workflows import RunOutcome, SpreadRun, speedup_intervals
+from popkit.model import stats
+from popkit.model.diagnostics import submission_frame
+from popkit.model.results import CaseResult, ModeRun, RunReport
+from popkit.model.tasks import Skipped, Task, display_path
+from popkit.operations.workflows import RunOutcome, SpreadRun, speedup_intervals
+from popkit.submission.taskhints import other_task_hint
 from popkit.views.common import (console, emit_json, err_console, escape, fold, format_interval, format_time, keep_whole,
                                   table as common_table)
 
 if TYPE_CHECKING:
-    from popkit.ncu import NcuReport
+    from popkit.measure.ncu import NcuReport
     from rich.table import Table
 
 TAIL_LINES = 25  # lines of a log shown on screen; the JSON keeps the whole log

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from popkit.stats import Interval
-from popkit.tuneresult import PER_SHAPE, TuneReport, Variant
+from popkit.model.stats import Interval
+from popkit.tuning.result import PER_SHAPE, TuneReport, Variant
 from popkit.views.common import console, emit_json, escape, format_time, table as common_table
 from popkit.views.running import system_line
 

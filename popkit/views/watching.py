@@ -10,10 +10,10 @@ import json
 import sys
 import time
 
-from popkit.tasks import Task
+from popkit.model.tasks import Task
+from popkit.operations.watch import COMMANDS, Setup, Verdict
 from popkit.views.common import console, err_console, escape, print_error
 from popkit.views.running import show_run
-from popkit.watch import COMMANDS, Setup, Verdict
 
 READY_PREFIX = "watch: ready"  # the stderr line scripts wait for before a timed save
 

@@ -1,0 +1,1 @@
+"""New files: kernel specs, the template renderer, task folders checked."""

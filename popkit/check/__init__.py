@@ -1,0 +1,1 @@
+"""`popkit check`: the rule table and the static rules (server refusals, reward hacks)."""

@@ -1,0 +1,1 @@
+"""Runs on other machines: bundles, Ray, parity between workers, the scheduler and the worker."""

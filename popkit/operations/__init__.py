@@ -1,0 +1,1 @@
+"""The workflows every front end calls: test, bench, A/B, watch, doctor."""

@@ -1,0 +1,208 @@
+"""popkit's sandbox: every process that runs submission code in Linux namespaces (docs/design.md, "The sandbox").
+
+Each process (the compile pre-step, every eval) starts through util-linux `unshare` in new user, pid,
+mount, network, IPC and UTS namespaces; popkit/run/_sandbox.py, process 1 inside, makes every mount
+read-only but for the run's working folder and the build caches, gives fresh /tmp, /dev/shm and /run,
+and starts the process as uid 65534 in a nested user namespace. What that closes:
+
+- files: the task's files and popkit's harness sit read-only in the folder the eval imports from; the
+  processes work in a separate writable folder that is on no import path; nothing outside the working
+  folder and the build caches can be written (popkit's installation, site-packages, your home);
+- processes: nothing of popkit, its watchdog or other users is visible or signalable in /proc; every
+  process dies with the eval; no network; the key of popkit's closing record comes on a descriptor, in
+  no environment or command line.
+
+Where namespaces are unavailable (no `unshare`, user namespaces disabled, not Linux) runs still work,
+without it, and every report says `isolation: none (<reason>)`; `--require-isolation` makes that exit 11.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from popkit.errors import EnvironmentProblem, UsageError
+from popkit.run import _sandbox
+from popkit.run import proc
+from popkit.run.executor import Executor, Isolation, Workspace
+from popkit.toolchain import prestep
+
+SANDBOX_SCRIPT = Path(_sandbox.__file__).resolve()
+NAMESPACES = "user, pid, mount, network, IPC; uid 65534; read-only files"
+UNSHARE_ARGS = ("--user", "--map-root-user", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc",
+                "--net", "--ipc", "--uts")
+ISOLATION_CHOICES = ("auto", "require", "none")
+_PROBE_TIMEOUT_S = 20.0
+
+
+def build_caches(env: Mapping[str, str]) -> list[str]:
+    """Folders an eval may write besides its working folder: the extension build cache torch uses, Triton's
+    cache and CUDA's JIT cache (each created if missing)."""
+    home = Path(env.get("HOME") or Path.home())
+    folders = [prestep.extensions_root(env), Path(env.get("TRITON_CACHE_DIR") or home / ".triton"),
+               Path(env.get("CUDA_CACHE_PATH") or home / ".nv")]
+    made = []
+    for folder in folders:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            made.append(str(folder.resolve()))
+        except OSError:
+            continue
+    return made
+
+
+def needed_paths(python: str, env: Mapping[str, str]) -> list[str]:
+    """What the processes must still see where the sandbox gives fresh folders (/tmp, /run, /dev/shm): the
+    interpreter and its environment's root, popkit's own interpreter and import path (packages, editable
+    installs), PYTHONPATH, popkit itself, and HOME."""
+    paths = {python, os.path.realpath(python), os.path.dirname(os.path.dirname(os.path.abspath(python)))}
+    # popkit's own interpreter and import path too: the eval's is most often the same one (or a wrapper of it)
+    paths.update([sys.executable, sys.prefix, sys.exec_prefix, sys.base_prefix, *sys.path])
+    paths.update(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)
+    paths.update([str(Path(__file__).resolve().parents[2]), env.get("HOME", "")])
+    return sorted(os.path.abspath(p) for p in paths if p and _sandbox.under_fresh(os.path.abspath(p)))
+
+
+class SandboxExecutor(Executor):
+    """Runs every process of a workspace in Linux namespaces (module doc)."""
+
+    isolation = Isolation("namespaces", NAMESPACES)
+    split_folders = True
+
+    def __init__(self, gpu: str | None = None, unshare: str | None = None):
+        super().__init__(gpu)
+        self.unshare = unshare or shutil.which("unshare") or "unshare"
+
+    def argv(self, workspace: Workspace, python: str, script: str, args: Sequence[str],
+             env: Mapping[str, str]) -> list[str]:
+        spec = _sandbox.spec_args(str(workspace.files.resolve()), str(workspace.cwd.resolve()),
+                                  build_caches(env), needed_paths(python, env))
+        return [self.unshare, *UNSHARE_ARGS, "--", sys.executable or "python3", "-I", "-S", str(SANDBOX_SCRIPT),
+                *spec, "--", python, str(workspace.files.resolve() / script), *args]
+
+    def finish(self, done: proc.Finished) -> proc.Finished:
+        setup = next((line for line in done.stderr.splitlines() if line.startswith(_sandbox.SETUP_FAILED)), "")
+        if done.code == _sandbox.SETUP_EXIT and setup:  # the trial said yes, the machine now says no
+            _TRIED.clear()
+            try:
+                _trial_file().unlink()
+            except OSError:
+                pass
+            raise EnvironmentProblem(f"popkit's sandbox could not start: {setup[len(_sandbox.SETUP_FAILED):]}",
+                                     "run again (popkit tries the namespaces anew); POPKIT_ISOLATION=none runs "
+                                     "without the sandbox, and says so in the report")
+        code, stderr = signal_from(done.code, done.stderr)
+        return replace(done, code=code, stderr=stderr)
+
+
+def unavailable(unshare: str | None = None) -> str:
+    """Why the sandbox cannot run here ('' when it can): a trial run of the whole layout, once per process and,
+    through a small file in popkit's cache folder, once per boot of the machine (the trial costs a process
+    start, about 60 ms, on every command otherwise)."""
+    key = unshare or ""
+    if key not in _TRIED:
+        stamp = _trial_stamp(unshare)
+        remembered = _remembered(stamp)
+        _TRIED[key] = remembered if remembered is not None else _remember(stamp, _try(unshare))
+    return _TRIED[key]
+
+
+def _trial_stamp(unshare: str | None) -> str:
+    """What a trial's answer depends on: this boot, the kernel, the tools and popkit's sandbox script."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        script = SANDBOX_SCRIPT.stat().st_mtime_ns
+    except OSError:
+        return ""
+    return "|".join(map(str, (boot, os.uname().release, unshare or shutil.which("unshare"), sys.executable, script,
+                              os.getuid())))
+
+
+def _trial_file() -> Path:
+    return prestep.cache_dir() / "sandbox-trial.json"
+
+
+def _remembered(stamp: str) -> str | None:
+    if not stamp:
+        return None
+    try:
+        found = json.loads(_trial_file().read_text())
+    except (OSError, ValueError):
+        return None
+    return found.get("reason") if isinstance(found, dict) and found.get("stamp") == stamp else None
+
+
+def _remember(stamp: str, reason: str) -> str:
+    if stamp:
+        try:
+            _trial_file().parent.mkdir(parents=True, exist_ok=True)
+            temp = _trial_file().with_suffix(f".{os.getpid()}.tmp")
+            temp.write_text(json.dumps({"stamp": stamp, "reason": reason}))
+            temp.replace(_trial_file())
+        except OSError:
+            pass
+    return reason
+
+
+_TRIED: dict[str, str] = {}
+
+
+def _try(unshare: str | None) -> str:
+    if not sys.platform.startswith("linux"):
+        return f"Linux namespaces are not available on {sys.platform}"
+    tool = unshare or shutil.which("unshare")
+    if not tool:
+        return "util-linux `unshare` is not installed"
+    root = Path(os.environ.get("TMPDIR") or "/tmp")
+    try:
+        argv = [tool, *UNSHARE_ARGS, "--", sys.executable or "python3", "-I", "-S", str(SANDBOX_SCRIPT),
+                *_sandbox.spec_args(str(root), str(root)), "--", "true"]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=_PROBE_TIMEOUT_S,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"`unshare` could not run: {exc}"
+    if done.returncode != 0:
+        said = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        return f"namespaces refused here: {said[:160]}"
+    return ""
+
+
+def executor_for(isolation: str = "auto", gpu: str | None = None) -> Executor:
+    """The executor for a run: the sandbox where namespaces work; `require` raises exit 11 where they do not;
+    `none` runs without (isolation none, said in every report)."""
+    if isolation == "auto":
+        isolation = os.environ.get("POPKIT_ISOLATION", "").strip() or "auto"
+        if isolation not in ISOLATION_CHOICES:
+            raise UsageError(f"POPKIT_ISOLATION={isolation}: not one of {', '.join(ISOLATION_CHOICES)}",
+                             "unset it, or set auto, require or none")
+    if isolation not in ISOLATION_CHOICES:
+        raise UsageError(f"unknown isolation `{isolation}`", "use auto, require or none")
+    if isolation == "none":
+        plain = Executor(gpu)
+        plain.isolation = Isolation("none", "turned off for this run")
+        return plain
+    reason = unavailable()
+    if not reason:
+        return SandboxExecutor(gpu)
+    if isolation == "require":
+        raise EnvironmentProblem(f"--require-isolation: the sandbox cannot run here: {reason}",
+                                 "run on Linux with util-linux `unshare` and user namespaces enabled "
+                                 "(sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0)")
+    plain = Executor(gpu)
+    plain.isolation = Isolation("none", reason)
+    return plain
+
+
+def signal_from(code: int, stderr: str) -> tuple[int, str]:
+    """An exit code and stderr as a plain run would give them: the sandbox's process 1 reports a signal N that
+    killed the eval as exit 128 + N and a last stderr line; that becomes -N, the line dropped."""
+    lines = stderr.rstrip("\n").splitlines()
+    if code > 128 and lines and lines[-1] == f"{_sandbox.SIGNAL_LINE}{code - 128}":
+        return -(code - 128), "\n".join(lines[:-1]) + ("\n" if len(lines) > 1 else "")
+    return code, stderr

@@ -1,0 +1,253 @@
+"""A warm worker: popkit's harness started before the save it will judge (`popkit test --watch`).
+
+A `WarmPair` is one eval of popkit's harness (tasks/eval.py, its parent process and its spawned worker)
+started the way a cold eval starts: the same executor (the sandbox's namespaces, uid 65534, read-only
+files), a fresh workspace with the task's files, the same command line (`python eval.py MODE CASES`), the
+same environment. It gets a control descriptor (POPKIT_CONTROL_FD) instead of the key's: it imports torch
+and the reference, sets the device up, generates the cases' inputs, writes `popkit.warm: ready` on the
+pipe, and waits. `go()` puts the saved bytes in the workspace (from outside the sandbox: its files folder
+is read-only only inside), runs the compile pre-step where a cold run would, writes the cases file anew and
+sends `go` with the mode, the cases and a fresh key; the pair imports the submission, runs the mode as a
+cold eval runs it and exits. The pipe is decoded and judged by the runner's own code (runner.decode_mode),
+the workspace checked for tampering as after every cold mode.
+
+A pair is used once: it is discarded after its verdict (or when the watch stops), its processes killed and
+its folder removed, and the watch starts a new one. No process that ran submission code is ever reused.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import json
+import os
+import secrets
+import threading
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from popkit.model.contract import entry_points
+from popkit.model.results import CompileStep, ModeRun
+from popkit.model.tasks import Task
+from popkit.run import proc
+from popkit.run import protocol
+from popkit.run import runner
+from popkit.run.executor import Executor, Workspace
+
+READY_LINE = b"popkit.warm: ready\n"  # tasks/eval.py's WARM_READY_LINE: the one line before `go`, unsealed
+IDLE_S = 3600.0  # a pair that gets no `go` within this many seconds ends; the next save starts a new one
+REFERENCE_NAMES = ("generate_input", "ref_kernel", "check_implementation")  # what popkit's harness calls
+JOIN_S = 15.0  # discard(): the process tree is gone within DEADLINE_POLL_S + 2 x KILL_GRACE_S
+
+Progress = runner.Progress
+
+
+def harness_for(task: Task) -> str:
+    """`task` when the task's own eval is popkit's harness (the bundled tasks: a warm verdict is the task's
+    own), else `popkit` (popkit's harness in the eval's place, as `--harness popkit` runs it)."""
+    main = next((task.path / f.source for f in task.files if f.name == task.main), None)
+    return "task" if main is not None and runner.is_popkit_harness(main) else "popkit"
+
+
+def unfit_reason(task: Task) -> str:
+    """Why popkit's harness cannot run `task` in place of its own eval ('' when it can, or when its own eval is
+    popkit's harness)."""
+    if harness_for(task) == "task":
+        return ""
+    names = entry_points(task, "task")
+    if names and set(names) != {"custom_kernel"}:
+        return (f"its eval takes {', '.join(names)} from the submission, and popkit's harness calls "
+                "custom_kernel(data)")
+    sizes = sorted({int(c["world_size"]) for c in task.tests + task.benchmarks
+                    if isinstance(c.get("world_size"), int) and c["world_size"] > 1})
+    if task.multi_gpu or sizes:
+        return (f"its cases run on several GPUs (world_size {', '.join(map(str, sizes)) or 'given per case'}), and "
+                "popkit's harness runs one worker on one GPU")
+    reference = next((task.path / f.source for f in task.files if f.name == "reference.py"), None)
+    if reference is None:
+        return "it has no reference.py, which popkit's harness imports"
+    missing = [n for n in REFERENCE_NAMES if n not in module_names(reference)]
+    if missing:
+        return f"its reference.py defines no {missing[0]}, which popkit's harness calls"
+    return ""
+
+
+def module_names(path: Path) -> set[str]:
+    """Names bound at the top level of a Python file (defs, classes, assignments, imports); a file that does not
+    parse, or has `from x import *`, binds every name as far as this can tell (REFERENCE_NAMES then)."""
+    try:
+        tree = ast.parse(path.read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return set(REFERENCE_NAMES)
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(t.id for target in targets for t in ast.walk(target) if isinstance(t, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            if any(a.name == "*" for a in node.names):
+                return set(REFERENCE_NAMES)
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
+
+
+@dataclass(frozen=True)
+class Result:
+    """What one `go` gave: the pre-step (when it ran), why it was skipped, the mode's run (none when the build
+    failed), and how warm the pair was."""
+
+    precompile: CompileStep | None
+    precompile_skipped: str
+    runs: tuple[ModeRun, ...]
+    ready_at_go: bool  # the pair had finished its start-up when `go` was asked for
+    warmup_s: float | None  # seconds from the pair's start to `popkit.warm: ready` (None: never ready)
+
+
+class _PipeWatch:
+    """proc.run's `watch` for a pair: notices the ready line, then passes the run's pipe on (live progress)."""
+
+    def __init__(self):
+        self.head = bytearray()
+        self.looking = True
+        self.ready = threading.Event()
+        self.ready_at: float | None = None
+        self.live = None  # runner.LiveProgress, set at `go`
+
+    def __call__(self, data: bytes) -> None:
+        if self.looking and data:
+            self.head += data
+            if len(self.head) < len(READY_LINE) and READY_LINE.startswith(bytes(self.head)):
+                return
+            self.looking = False
+            if self.head.startswith(READY_LINE):
+                self.ready_at = time.monotonic()
+                self.ready.set()
+            data = bytes(self.head[len(READY_LINE):] if self.ready.is_set() else self.head)
+        live = self.live
+        if live is not None:
+            live(data)
+
+
+class WarmPair:
+    """One warm eval of `task` in `mode`, started at once on its own thread (module doc). Use it once:
+    `go(content)`, then `discard()`; `discard()` alone ends one that is not needed."""
+
+    def __init__(self, task: Task, mode: str, content: bytes, options: runner.RunOptions, executor: Executor):
+        self.task, self.mode, self.options, self.executor = task, mode, options, executor
+        self.cases = task.cases_for(mode)
+        self.cases_name = f"{mode}.txt"  # the name a cold eval's cases file has
+        self.timeout_s = task.timeout_for(mode)
+        self.started = time.monotonic()
+        self._watch = _PipeWatch()
+        self._stack = contextlib.ExitStack()
+        self._go_at: float | None = None
+        self._kill = False
+        self._done: proc.Finished | None = None
+        self._error: BaseException | None = None
+        self._control = -1
+        self._thread: threading.Thread | None = None
+        self.workspace: Workspace = self._stack.enter_context(executor.workspace("popkit-warm-"))
+        try:
+            self.main = self.workspace.prepare(task, content, options.harness)
+            self.workspace.write_cases(self.cases_name, protocol.render_cases(self.cases))
+            read, self._control = os.pipe()
+            self._thread = threading.Thread(target=self._run, args=(read,), name="popkit-warm-pair", daemon=True)
+            self._thread.start()
+        except BaseException:
+            self.discard()
+            raise
+
+    @property
+    def ready(self) -> bool:
+        """Whether the pair finished its start-up and waits for `go`."""
+        return self._watch.ready.is_set()
+
+    @property
+    def warmup_s(self) -> float | None:
+        return None if self._watch.ready_at is None else self._watch.ready_at - self.started
+
+    @property
+    def alive(self) -> bool:
+        """Whether the pair's eval still runs (one that ended before `go`, at IDLE_S or by a crash, cannot judge)."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def _deadline(self) -> float | None:
+        if self._kill:
+            return 0.0
+        return None if self._go_at is None else self._go_at + self.timeout_s
+
+    def _run(self, control_read: int) -> None:
+        convention = protocol.POPKIT_HARNESS
+        env = runner.child_env(self.options, **convention.env(None, None))
+        try:
+            self._done = self.workspace.run(
+                self.options.python, self.main, [self.mode, self.cases_name], env, IDLE_S,
+                result_fd_env=convention.result_fd_env, watch=self._watch,
+                inputs={convention.control_fd_env: control_read}, deadline=self._deadline)
+        except BaseException as exc:  # an interpreter that cannot start: the verdict says so
+            self._error = exc
+
+    def go(self, content: bytes, progress: Progress) -> Result | None:
+        """Judge `content`: into the workspace, the pre-step where a cold run has one, then `go` and the run's
+        verdict. None when the pair ended before `go` (the caller starts a new one)."""
+        ready = self.ready
+        if not self.alive:
+            if self._error is not None:
+                raise self._error
+            return None
+        ws = self.workspace
+        ws.replace_submission(content)
+        step, plan, tampered = runner.pre_step(ws, content, self.options, progress)
+        if step is not None and step.build_failed:
+            return Result(step, plan.reason, (), ready, self.warmup_s)
+        if tampered:
+            run = ModeRun(mode=self.mode, secret=False, seed=None, exit_code=0, duration_s=0.0,
+                          timeout_s=self.timeout_s, outcome="failed", summary=tampered)
+            return Result(step, plan.reason, (run,), ready, self.warmup_s)
+        ws.write_cases(self.cases_name, protocol.render_cases(self.cases))
+        key = secrets.token_hex(16)
+        line = json.dumps({"mode": self.mode, "cases": protocol.render_cases(self.cases), "key": key})
+        progress(self.mode)
+        self._watch.live = runner.LiveProgress(progress, self.mode, len(self.cases), protocol.case_kind(self.mode))
+        self._go_at = time.monotonic()
+        try:
+            os.write(self._control, f"go {line}\n".encode())
+        except OSError:  # the eval is gone: its verdict (crashed) comes from what it left
+            pass
+        self._close_control()
+        self._thread.join()
+        seconds = time.monotonic() - self._go_at
+        run = self._decode(key, seconds)
+        tampered = ws.tampered(f"the {protocol.where(run)} mode")
+        if tampered:
+            run = replace(run, outcome="failed", summary=tampered)
+        return Result(step, plan.reason, (run,), ready, self.warmup_s)
+
+    def _decode(self, key: str, seconds: float) -> ModeRun:
+        if self._error is not None:
+            raise self._error
+        done = self._done
+        pipe = done.pipe[len(READY_LINE):] if done.pipe.startswith(READY_LINE) else done.pipe
+        done = replace(done, pipe=pipe)
+        return runner.decode_mode(done, self.mode, len(self.cases), timeout_s=self.timeout_s,
+                                  convention=protocol.POPKIT_HARNESS, key=key, seconds=seconds)
+
+    def _close_control(self) -> None:
+        if self._control >= 0:
+            os.close(self._control)
+            self._control = -1
+
+    def discard(self) -> None:
+        """End the pair: its processes killed (a pair waiting for `go` never ran submission code; one that ran
+        it is over already), its thread joined, its folder removed."""
+        self._kill = True
+        self._close_control()
+        if self._thread is not None:
+            self._thread.join(JOIN_S)
+        self._stack.close()
+
+
+__all__ = ["WarmPair", "Result", "harness_for", "unfit_reason", "READY_LINE", "IDLE_S"]

@@ -1,0 +1,391 @@
+"""`popkit tune`'s race and decision: successive halving, the per-shape file, the A/B confirmations, the file written.
+
+The race times every variant that passed its check with one benchmark-mode eval per round (the order
+alternates between rounds, so a drift across a round favours no end of it); after each round the slower
+half leaves, by the geometric mean of each variant's round scores (the task's `ranking_by` over the
+shapes' times: the median of the eval's timed calls where the eval reports it, else its mean), until
+`confirm` finalists are left. Cheap timings pick the finalists; only an A/B (ab.run_ab, rounds of fresh
+evals of both sides, a 95% interval over rounds) decides the winner: the finalist whose score interval
+against the incumbent lies below 1, the smallest ratio first. When none does, the incumbent's values
+stay. Where the finalists' best values differ by shape, the per-shape file (tunefreeze) is one more
+candidate, after its own check.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Sequence
+
+from popkit.check import lint
+from popkit.measure import ab
+from popkit.model import stats
+from popkit.model import tunespec
+from popkit.model.contract import entry_points
+from popkit.model.results import RunReport, score_s
+from popkit.run import runner
+from popkit.tuning import freeze as tunefreeze
+from popkit.tuning.result import PER_SHAPE, ShapeChoice, Variant
+
+MAX_ROUNDS = 8  # of the race; halving leaves `confirm` variants well before this from up to 2**8 of them
+# Two sides with different builds get each its own extensions folder: a relative TORCH_EXTENSIONS_DIR lies in each
+# eval's working directory (one per side for the whole A/B), so neither rebuilds over the other.
+SIDE_EXTENSIONS = ".popkit-torch-extensions"
+
+
+@dataclass
+class State:
+    """A variant while tune runs (tuneresult.Variant is what it becomes)."""
+
+    index: int
+    values: dict[str, Any]
+    label: str
+    path: Path
+    content: bytes
+    sha256: str
+    incumbent: bool = False
+    build: str = ""
+    outcome: str = ""
+    message: str = ""
+    check_s: float | None = None
+    rounds: list[tuple[float, ...]] = field(default_factory=list)
+    scores: list[float] = field(default_factory=list)
+    left_after: int | None = None
+    race_failure: str = ""
+    ab: ab.ABReport | None = None
+    resumed: list[str] = field(default_factory=list)
+    resumed_check: tuple[str, str] | None = None
+    resumed_rounds: list[tuple[float, ...]] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome == "passed"
+
+    def freeze(self) -> Variant:
+        return Variant(index=self.index, label=self.label, values=dict(self.values), sha256=self.sha256,
+                       build=self.build, outcome=self.outcome, message=self.message, check_s=self.check_s,
+                       rounds=tuple(self.rounds), scores_s=tuple(self.scores), left_after=self.left_after,
+                       race_failure=self.race_failure, ab=self.ab, resumed=tuple(self.resumed),
+                       incumbent=self.incumbent)
+
+    @property
+    def score(self) -> float:
+        return math.exp(sum(map(math.log, self.scores)) / len(self.scores)) if self.scores else math.inf
+
+
+def first_line(report: RunReport) -> str:
+    """Why a run did not pass, in one line ("" when it passed): the first mismatch or the first compiler error."""
+    if report.outcome == "passed":
+        return ""
+    step = report.precompile
+    if report.outcome == "compile_failed" and step is not None and step.diagnostics:
+        first = step.diagnostics[0]
+        return f"compile failed: {first.location}: {first.message}"
+    failure = report.failure
+    why = failure.summary if failure is not None and failure.summary else report.outcome
+    raised = exception_line(failure.stderr) if failure is not None and report.outcome == "crashed" else ""
+    return (f"{why}: {raised}" if raised else why)[:500]
+
+
+_RAISED = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning)\b")
+
+
+def exception_line(stderr: str) -> str:
+    """The exception a crashed eval ended on: the last line of its traceback ("" when there is none)."""
+    for line in reversed(stderr.splitlines()):
+        if _RAISED.match(line.strip()):
+            return line.strip()
+    return ""
+
+
+def race_stats(report: RunReport, shapes: int) -> tuple[float, ...] | str:
+    """Each benchmark shape's time in a passed benchmark run (ns: the median of its calls, else the mean), or
+    why the report has none to race with."""
+    run = next((r for r in report.runs if r.mode == "benchmark" and not r.secret and r.passed), None)
+    if run is None:
+        modes = ", ".join(f"{r.mode}{' (secret)' if r.secret else ''}: {'passed' if r.passed else 'failed'}"
+                          for r in report.runs) or "none"
+        return f"no passed benchmark run in its report (runs: {modes})"
+    if len(run.benchmarks) != shapes:
+        return f"its eval reported {len(run.benchmarks)} of the {shapes} benchmark shape(s) it was given"
+    times = tuple(float(c.median_ns or c.mean_ns or 0.0) for c in run.benchmarks)
+    untimed = [c.spec or f"benchmark {c.index}" for c, t in zip(run.benchmarks, times) if not t > 0]
+    if untimed:
+        return f"no time for {untimed[0]} (neither a median nor a mean above 0)"
+    return times
+
+
+def _spec(case: dict) -> str:
+    return "; ".join(f"{k}: {v}" for k, v in case.items())
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the race decided: a variant (its index, or PER_SHAPE), or the incumbent's values (winner None)."""
+
+    winner: int | None
+    label: str
+    confirmed: bool  # decided by A/B verdicts (a winner below 1, or no variant faster than the input)
+    state: State | None  # the winning variant; None: the input's own values
+    summary: str  # the comment written into the file
+    write: bool = True  # False: nothing passed, nothing to write
+
+
+@dataclass(frozen=True)
+class Written:
+    path: str = ""
+    sha256: str = ""
+    check: str = ""
+
+
+class Race:
+    """Steps 4 and 5 of `popkit tune` over a Tuner's checked variants."""
+
+    def __init__(self, tuner: Any):  # popkit.tuning.workflow.Tuner, which imports this module
+        self.t = tuner
+        self.rounds = 0
+        self.composite: State | None = None
+        self.choices: list[ShapeChoice] = []
+        self._rows: list[tuple[Any, dict, str]] = []  # the per-shape table (shapes, values, benchmark spec)
+
+    # ------------------------------------------------------------------------------------ timing
+
+    def time_round(self, states: Sequence[State], r: int) -> None:
+        """Round `r`: one benchmark-mode eval of each state that has fewer rounds (a resumed time counts); one
+        at a time on this GPU, or one per GPU at a time over `gpus`."""
+        t = self.t
+        shapes = len(t.task.cases_for("benchmark"))  # `ranking_by: last`: the last shape alone
+        order = [s for s in (states if r % 2 else list(reversed(states))) if len(s.rounds) < r]
+        done = [0]
+
+        def one(state: State) -> None:
+            if len(state.resumed_rounds) >= r:
+                times = state.resumed_rounds[r - 1]
+                state.resumed.append(f"round {r}")
+            else:
+                report = t.run(state, "benchmark", t.options_for(state), progress=None if t.gpus else t.quiet)
+                t.eval_s.append(report.duration_s)
+                times = race_stats(report, shapes) if report.outcome == "passed" else first_line(report)
+            done[0] += 1
+            if isinstance(times, str):
+                state.race_failure = times or "benchmark mode failed"
+                t.say(f"race round {r}: {done[0]}/{len(order)} {state.label}: {state.race_failure}")
+                return
+            state.rounds.append(times)
+            state.scores.append(score_s(list(times), t.task.ranking_by) or math.inf)
+            t.say(f"race round {r}: {done[0]}/{len(order)} {state.label}: score {state.scores[-1] * 1e6:.2f} µs")
+
+        if t.gpus:
+            t.parallel(one, order, jobs=len(t.gpus))
+        else:
+            for state in order:
+                one(state)
+
+    def _cut(self, alive: list[State], r: int) -> list[State]:
+        alive = sorted((s for s in alive if not s.race_failure), key=lambda s: s.score)
+        keep = max(self.t.settings.confirm, math.ceil(len(alive) / 2))
+        for state in alive[keep:]:
+            state.left_after = r
+        return alive[:keep]
+
+    def halve(self) -> list[State]:
+        """Successive halving until `confirm` are left; returns the finalists, fastest first."""
+        t = self.t
+        alive = [s for s in t.states if s.passed and not s.race_failure]
+        r = min((len(s.rounds) for s in alive), default=0)
+        if r:
+            alive = self._cut(alive, r)
+        while alive and (r == 0 or len(alive) > t.settings.confirm) and r < MAX_ROUNDS:
+            need = stats.mean(t.eval_s) * len(alive) if t.eval_s else 0.0
+            if r and t.out_of_time(need):
+                t.note(f"the time budget ended the race after round {r}")
+                break
+            r += 1
+            t.say(f"race round {r}: {len(alive)} variant(s)")
+            self.time_round(alive, r)
+            alive = self._cut(alive, r)
+        self.rounds = r
+        return alive
+
+    # ------------------------------------------------------------------------------- per shape
+
+    def per_shape(self, finalists: Sequence[State]) -> State | None:
+        """The per-shape file when the finalists' best values differ by shape and may be set at call time."""
+        t = self.t
+        cases = t.task.cases_for("benchmark")
+        if not t.settings.per_shape or len(finalists) < 2 or len(cases) < 2:
+            return None
+        best = [min(finalists, key=lambda s, i=i: _shape_median(s, i)) for i in range(len(cases))]
+        if len({s.index for s in best}) < 2:
+            return None
+        names = tuple(entry_points(t.task, t.options.harness) or ("custom_kernel",))
+        why = ""
+        uses = tunespec.read_time_uses(t.text, t.spec.names)
+        if names != ("custom_kernel",):
+            why = f"the task's eval takes {', '.join(names)}, and popkit dispatches custom_kernel only"
+        elif uses:
+            name, line = next(iter(uses.items()))
+            why = f"{name} is read while the file is imported (line {line}), so it cannot change per call"
+        elif len({t.identities[s.sha256].key for s in finalists}) > 1:
+            why = "the finalists build different extensions"
+        shapes: list | None = None
+        if not why:
+            shapes, why = t.backend.shapes(t.task, t.options, t.content)
+        if shapes is None or len(shapes) != len(cases):
+            t.note(f"the best values differ by shape, but one set is written: {why or 'no input shapes'}")
+            return None
+        default = finalists[0]
+        table: dict[tuple, State] = {}
+        for state, key, case in zip(best, shapes, cases):
+            if table.setdefault(key, state) is not state:
+                t.note(f"benchmarks with the inputs of `{_spec(case)}` share their shapes: the first one's values"
+                       " are written for both")
+        self.choices = [ShapeChoice(_spec(c), key, table[key].label) for key, c in zip(shapes, cases)]
+        rows = [(key, state.values, _spec(cases[shapes.index(key)])) for key, state in table.items()
+                if state is not default]
+        text = tunefreeze.per_shape_text(t.text, t.spec, default.values, rows, "per-shape values (being checked)")
+        path = t.root / "variants" / f"{t.path.stem}.per-shape.py"
+        path.write_text(text, encoding="utf-8")
+        content = text.encode("utf-8")
+        state = State(index=PER_SHAPE, values=dict(default.values), label="per shape", path=path, content=content,
+                      sha256=hashlib.sha256(content).hexdigest(), build=default.build)
+        t.identities[state.sha256] = t.identities[default.sha256]
+        t.say("per-shape file: check")
+        t.check([state])
+        self.composite = state
+        if not state.passed:
+            t.note(f"the per-shape file is not a candidate: {state.message}" if not state.outcome else
+                   f"the per-shape file did not pass its check ({state.message}): not a candidate")
+            return None
+        self._rows = rows
+        return state
+
+    # --------------------------------------------------------------------------------- confirming
+
+    def ab_options(self, state: State) -> runner.RunOptions:
+        t = self.t
+        mine, theirs = t.identities[state.sha256].key, t.identities[t.incumbent.sha256].key
+        if mine == theirs:
+            return replace(t.options_for(state), label="")
+        return replace(t.options, label="", secret_seeds=(), precompile=True,
+                       env={**t.options.env, "TORCH_EXTENSIONS_DIR": SIDE_EXTENSIONS})
+
+    def incumbent_passes(self) -> bool:
+        """The incumbent's tests (its variant's check when it is one); it must pass to be a yardstick."""
+        t = self.t
+        state = next((s for s in t.states if s.sha256 == t.incumbent.sha256), None)
+        if state is None:
+            state = t.incumbent
+            if not state.outcome:
+                t.build([state])
+                t.check([state])
+        if not state.passed:
+            t.note(f"the incumbent {t.incumbent.path.name} did not pass its tests ({state.message or 'not run'}): "
+                   "no A/B; the race's fastest is written unconfirmed")
+        return state.passed
+
+    def confirm(self, candidates: Sequence[State]) -> bool:
+        """Each candidate against the incumbent; False when no A/B could be run (the incumbent failed)."""
+        t = self.t
+        if not self.incumbent_passes():
+            return False
+        ran = False
+        for state in candidates:
+            if state.sha256 == t.incumbent.sha256:
+                continue
+            if t.out_of_time():
+                t.note(f"the time budget ran out before the A/B of {state.label}")
+                continue
+            left = t.remaining_s()
+            budget = t.settings.ab_budget_s if left is None else max(1.0, min(t.settings.ab_budget_s, left))
+            t.say(f"A/B: {state.label} against {t.incumbent.path.name}")
+            options = self.ab_options(state)
+            if t.gpus:  # both sides of an A/B on one GPU
+                options = replace(options, env={**options.env, "CUDA_VISIBLE_DEVICES": t.gpus[0]})
+            report = t.backend.compare(t.task, t.incumbent.path, state.path, options,
+                                       max_rounds=t.settings.ab_rounds, budget_s=budget, progress=t.quiet,
+                                       system=t.sysinfo)
+            state.ab, ran = report, True
+            for side, content in (("A", t.incumbent.content), ("B", state.content)):
+                side_report = ab.side_report(report, side, t.task)
+                if side_report is not None:
+                    t.record(side_report, content)
+            if report.failed_side == "A":
+                t.note(f"the incumbent failed in its A/B against {state.label}: no further A/B")
+                return False
+        return ran
+
+    # --------------------------------------------------------------------------------- deciding
+
+    def run(self) -> Outcome:
+        t = self.t
+        finalists = self.halve()
+        if not finalists:
+            return Outcome(None, "", False, None, "", write=False)
+        composite = self.per_shape(finalists)
+        candidates = list(finalists) + ([composite] if composite else [])
+        ran = self.confirm(candidates)
+        yardstick = ran or any(s.sha256 == t.incumbent.sha256 for s in finalists)
+        device = t.sysinfo.get("device") or "this machine"
+        faster = [s for s in candidates if s.ab is not None and s.ab.verdict == ab.B_FASTER and not s.ab.failed_side]
+        if faster:
+            best = min(faster, key=lambda s: s.ab.score.ratio.estimate)  # type: ignore[union-attr]
+            ratio = best.ab.score.ratio  # type: ignore[union-attr]
+            summary = (f"{best.label} chosen on {device}: {ratio.estimate:.3f}x the time of {t.incumbent.path.name}"
+                       f" (95% interval {ratio.low:.3f} to {ratio.high:.3f}, A/B over {best.ab.rounds} rounds)")
+            return Outcome(best.index, best.label, True, best, summary)
+        if yardstick and t.incumbent.sha256 == t.content_sha256:
+            label = tunespec.label(t.spec.default)
+            why = "no variant was faster than the input in an A/B" if ran else "the input's own values won the race"
+            return Outcome(None, label, ran, None, f"kept {label}: {why} on {device}")
+        best = finalists[0]
+        why = "no variant was faster than the --against file" if yardstick else "no A/B could run"
+        t.note(f"{best.label} is written unconfirmed: {why}")
+        summary = f"{best.label}: the race's fastest on {device}, not confirmed by an A/B ({why})"
+        return Outcome(best.index, best.label, False, best, summary)
+
+    def text(self, outcome: Outcome) -> str:
+        t = self.t
+        if outcome.winner == PER_SHAPE:
+            return tunefreeze.per_shape_text(t.text, t.spec, outcome.state.values, self._rows,  # type: ignore
+                                             outcome.summary)
+        values = outcome.state.values if outcome.state is not None else t.spec.default
+        return tunefreeze.frozen_text(t.text, t.spec, values, outcome.summary)
+
+    def write(self, output: Path, outcome: Outcome) -> Written:
+        """The winner's file: checked once more (tests, `popkit check`), then written to `output` if it passed."""
+        t = self.t
+        if not outcome.write:
+            return Written()
+        content = self.text(outcome).encode("utf-8")
+        errors = [f"{d.location}: {d.message}" for d in lint.check_bytes(content, output.name, guard=False).errors]
+        if errors:
+            t.note(f"popkit check finds {len(errors)} error(s) in the tuned file (the input's own?): {errors[0]}")
+        staged = t.root / output.name
+        staged.write_bytes(content)
+        sha = hashlib.sha256(content).hexdigest()
+        source = outcome.state or next((s for s in t.states if s.sha256 == t.incumbent.sha256), t.incumbent)
+        t.identities[sha] = t.identities[source.sha256]
+        proxy = State(index=-3, values={}, label="tuned file", path=staged, content=content, sha256=sha)
+        t.say(f"final check of {output.name}")
+        report = t.run(proxy, "test", t.options_for(proxy, label="tune: written file"))
+        if report.outcome != "passed":
+            t.note(f"the tuned file did not pass its final check ({first_line(report)}): not written")
+            return Written(check=report.outcome)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        tmp = output.with_name(f".{output.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(content)
+        os.replace(tmp, output)
+        return Written(str(output), sha, report.outcome)
+
+
+def _shape_median(state: State, shape: int) -> float:
+    values = sorted(r[shape] for r in state.rounds)
+    return stats.median(values) if values else math.inf
+
+
+__all__ = ["MAX_ROUNDS", "Outcome", "Race", "State", "Written", "first_line", "race_stats"]

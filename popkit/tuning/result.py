@@ -1,0 +1,168 @@
+"""What `popkit tune` found: every variant's verdict and times, the winner, the file written (frozen, JSON)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping
+
+from popkit.errors import ExitCode
+from popkit.measure.ab import B_FASTER, ABReport
+from popkit.model.results import OUTCOME_EXIT
+from popkit.model.stats import Interval
+
+TUNE_SCHEMA = "popkit/tune/1"
+PER_SHAPE = -1  # the index of the per-shape file tune may compose from the finalists
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One point of the grid (or the per-shape file) and what happened to it. Times: ns per shape, s per score."""
+
+    index: int  # position among the points tune ran (PER_SHAPE: the per-shape file)
+    label: str  # "BLOCK=256 ROWS=2"
+    values: Mapping[str, Any]  # parameter -> value, in declaration order
+    sha256: str  # of the variant's bytes
+    build: str = ""  # key of the build it shares ("": nothing to build)
+    outcome: str = ""  # its check (test mode): passed, failed, compile_failed, crashed, timed_out, ...; "": not run
+    message: str = ""  # why it failed or left: the first mismatch, the first compiler error, the budget
+    check_s: float | None = None  # wall time of its check
+    rounds: tuple[tuple[float, ...], ...] = ()  # race: per round, each benchmark shape's time (median, else mean)
+    scores_s: tuple[float, ...] = ()  # race: per round, the task's score over those times
+    left_after: int | None = None  # race: the round after which it was in the slower half
+    race_failure: str = ""  # a benchmark-mode eval that did not pass
+    ab: ABReport | None = None  # its confirmation against the incumbent (B = this variant)
+    resumed: tuple[str, ...] = ()  # what came from the history instead of a run ("check", "round 1", ...)
+    incumbent: bool = False  # its bytes are the incumbent's
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome == "passed"
+
+    @property
+    def score_s(self) -> float | None:
+        """The geometric mean of its race scores (None before it raced)."""
+        if not self.scores_s:
+            return None
+        return math.exp(sum(math.log(s) for s in self.scores_s) / len(self.scores_s))
+
+    def shape_ns(self, shape: int) -> float | None:
+        """Its time at one benchmark shape: the median over its race rounds."""
+        values = sorted(r[shape] for r in self.rounds if shape < len(r))
+        if not values:
+            return None
+        mid = len(values) // 2
+        return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+    @property
+    def ratio(self) -> Interval | None:
+        """Its A/B score ratio against the incumbent (time this / time incumbent), when the A/B gave one."""
+        return self.ab.score.ratio if self.ab is not None and self.ab.score is not None else None
+
+    @property
+    def faster(self) -> bool:
+        """Confirmed faster than the incumbent: its A/B's score interval lies below 1."""
+        return self.ab is not None and not self.ab.failed_side and self.ab.verdict == B_FASTER
+
+    def to_json(self) -> dict:
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data.update(values=dict(self.values), rounds=[list(r) for r in self.rounds], scores_s=list(self.scores_s),
+                    resumed=list(self.resumed), ab=self.ab.to_json() if self.ab is not None else None,
+                    score_s=self.score_s)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Variant":
+        kwargs = {f.name: data[f.name] for f in fields(cls) if f.name in data}
+        kwargs.update(values=dict(data.get("values") or {}), rounds=tuple(tuple(r) for r in data.get("rounds", ())),
+                      scores_s=tuple(data.get("scores_s", ())), resumed=tuple(data.get("resumed", ())),
+                      ab=ABReport.from_json(data["ab"]) if data.get("ab") else None)
+        return cls(**kwargs)
+
+
+@dataclass(frozen=True)
+class ShapeChoice:
+    """The values the written file uses for one benchmark shape."""
+
+    spec: str  # the benchmark case
+    shapes: tuple[tuple[int, ...], ...]  # its input's tensor shapes (the dispatch key)
+    label: str  # the values chosen for it
+
+    def to_json(self) -> dict:
+        return {"spec": self.spec, "shapes": [list(s) for s in self.shapes], "label": self.label}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "ShapeChoice":
+        return cls(data["spec"], tuple(tuple(s) for s in data.get("shapes", ())), data["label"])
+
+
+@dataclass(frozen=True)
+class TuneReport:
+    """`popkit tune FILE -o OUT`: the grid, every variant, the race, the A/B confirmations and the file written."""
+
+    task: str
+    submission: str
+    sha256: str
+    incumbent: str  # the file the finalists were confirmed against (the input, or --against)
+    harness: str
+    ranking_by: str
+    engine: str  # grid or optuna
+    parameters: tuple[Mapping[str, Any], ...]  # name, values, default, line
+    constraints: tuple[str, ...]
+    grid_points: int | None  # points of the grid the constraints keep (None: not enumerated, optuna)
+    started_at: str
+    duration_s: float
+    variants: tuple[Variant, ...] = ()
+    builds: int = 0  # toolchain runs (compile pre-steps) tune started
+    race_rounds: int = 0
+    winner: int | None = None  # a variant's index (PER_SHAPE for the per-shape file); None: the incumbent's values
+    winner_label: str = ""
+    confirmed: bool = False  # decided by A/B: the winner's interval lies below 1, or no variant was faster (input kept)
+    per_shape: tuple[ShapeChoice, ...] = ()
+    output: str = ""  # the file written ("": none)
+    output_sha256: str = ""
+    final_check: str = ""  # the written file's test-mode outcome
+    stopped: str = "done"  # done, or budget (the time budget cut a stage short)
+    system: Mapping[str, Any] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    schema: str = TUNE_SCHEMA
+
+    @property
+    def survivors(self) -> list[Variant]:
+        return [v for v in self.variants if v.passed and v.index != PER_SHAPE]
+
+    @property
+    def winner_variant(self) -> Variant | None:
+        return next((v for v in self.variants if v.index == self.winner), None) if self.winner is not None else None
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """0 when the file was written and passed its check; else the outcome that stopped tune."""
+        if self.output and self.final_check == "passed":
+            return ExitCode.OK
+        if self.final_check and self.final_check != "passed":
+            return OUTCOME_EXIT.get(self.final_check, ExitCode.FAILED)
+        checked = {v.outcome for v in self.variants if v.outcome and v.index != PER_SHAPE}
+        if len(checked) == 1 and "passed" not in checked:  # every variant failed the same way
+            return OUTCOME_EXIT.get(checked.pop(), ExitCode.FAILED)
+        return ExitCode.FAILED
+
+    def to_json(self) -> dict:
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data.update(parameters=[dict(p) for p in self.parameters], constraints=list(self.constraints),
+                    variants=[v.to_json() for v in self.variants], per_shape=[c.to_json() for c in self.per_shape],
+                    system=dict(self.system), notes=list(self.notes), exit_code=int(self.exit_code))
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "TuneReport":
+        kwargs = {f.name: data[f.name] for f in fields(cls) if f.name in data}
+        kwargs.update(parameters=tuple(dict(p) for p in data.get("parameters", ())),
+                      constraints=tuple(data.get("constraints", ())),
+                      variants=tuple(Variant.from_json(v) for v in data.get("variants", ())),
+                      per_shape=tuple(ShapeChoice.from_json(c) for c in data.get("per_shape", ())),
+                      system=dict(data.get("system") or {}), notes=tuple(data.get("notes", ())))
+        return cls(**kwargs)
+
+
+__all__ = ["PER_SHAPE", "ShapeChoice", "TUNE_SCHEMA", "TuneReport", "Variant"]
