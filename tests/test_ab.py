@@ -426,6 +426,7 @@ def test_stalled_rounds_judge_each_side_against_its_own_other_rounds():
     assert abrounds.stalled_rounds([10.0, 10.1, 12.4, 10.2]) == {}  # 22% above: within the spread a side may show
     assert abrounds.stalled_rounds([10.0, 40.0]) == {}  # one other round is no median to judge by
     assert list(abrounds.stalled_rounds([10.0, 30.0, 10.0, 50.0, 10.0], limit=1)) == [3]  # the farthest first
+    assert abrounds.stalled_rounds([0.0, 0.0, 0.0, 5.0]) == {}  # no typical time to judge by (a 0 ns timer)
 
 
 def test_one_stalled_round_does_not_hide_a_consistent_slowdown(tmp_path, monkeypatch, capsys):

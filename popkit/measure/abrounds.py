@@ -69,8 +69,9 @@ def stalled_rounds(values: Sequence[float], limit: int | None = None) -> dict[in
     found: dict[int, float] = {}
     for j, value in enumerate(values):
         others = [v for k, v in enumerate(values) if k != j]
-        if len(others) >= 2 and value > STALL_FACTOR * stats.median(others):
-            found[j] = value / stats.median(others)
+        typical = stats.median(others) if len(others) >= 2 else 0.0
+        if typical > 0 and value > STALL_FACTOR * typical:
+            found[j] = value / typical
     farthest = sorted(found, key=lambda j: -found[j])[:limit]
     return {j: f"{found[j]:.2f}x the median of its other rounds" for j in sorted(farthest)}
 
