@@ -140,9 +140,8 @@ def _ab_table(report: ABReport) -> Table:
     rows = list(report.shapes) + ([report.score] if report.score is not None else [])
     for s in rows:
         name = f"[bold]score ({escape(report.ranking_by)})[/]" if s is report.score else escape(s.spec)
-        kept = s.kept
-        a = format_time(stats.median([s.a_ns[j] for j in kept])) if kept else "-"
-        b = format_time(stats.median([s.b_ns[j] for j in kept])) if kept else "-"
+        a = format_time(stats.median(s.a_ns)) if s.a_ns else "-"
+        b = format_time(stats.median(s.b_ns)) if s.b_ns else "-"
         ratio = _interval(s.ratio) if s.ratio is not None else "[dim]-[/]"
         means = f"{s.mean_ratio:.3f}×" if s.mean_ratio is not None else "-"
         table.add_row(name, a, b, ratio, _series_verdict(s, report), means, _rounds(s))
