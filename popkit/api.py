@@ -36,7 +36,7 @@ from popkit.ledger import runcompare
 from popkit.ledger import submit as submitter
 from popkit.machine import runnable
 from popkit.machine import system
-from popkit.measure import ncu
+from popkit.measure import absim, ncu
 from popkit.model import stats
 from popkit.model.contract import entry_points
 from popkit.operations import doctor as checkup
@@ -54,6 +54,7 @@ from popkit.errors import PopkitError, UsageError
 from popkit.ledger.popcorn import DEFAULT_TIMEOUT_S as SUBMIT_TIMEOUT_S
 from popkit.ledger.runcompare import RunComparison
 from popkit.ledger.submit import SubmitResult
+from popkit.measure.absim import Noise as SimNoise, Outcome as SimOutcome
 from popkit.measure.ncu import NcuReport
 from popkit.model.results import score_s
 from popkit.model.stats import Interval
@@ -132,6 +133,14 @@ def compile(submission: Submission, *, task: Optional[str] = None, clean: bool =
 def doctor(*, python: Optional[str] = None) -> DoctorReport:
     """`popkit doctor`: the environment's checks, each with a fix (exit_code 11 when one is a problem)."""
     return checkup.doctor(python)
+
+
+def simulate_ab(trials: int, ratio: float, noise: Optional[SimNoise] = None, *, shapes: int = 4, max_rounds: int = 8,
+                budget_s: float = 60.0, eval_s: float = 5.0, seed: int = 0) -> SimOutcome:
+    """The A/B's decision rule (`bench A B`) on `trials` simulated A/Bs where B takes `ratio` times A's time:
+    how many shape verdicts named a winner, and the right one (docs/timing.md). Seeded, no processes."""
+    return absim.simulate(trials, ratio, noise or SimNoise(), shapes=shapes, max_rounds=max_rounds,
+                          budget_s=budget_s, eval_s=eval_s, seed=seed)
 
 
 def hip_on_cuda_env() -> dict[str, str]:
@@ -412,5 +421,5 @@ __all__ = [
     "history", "show", "compare", "document", "exit_code", "kind_of", "score", "ratio_interval", "Interval",
     "TaskList", "TaskChecks", "TaskDetail", "HistoryList", "RunDetail", "RunComparison", "SpreadOutcome",
     "RunOutcome", "ABOutcome", "NcuReport", "CompileReport", "LintReport", "SubmitResult", "DoctorReport",
-    "Written", "Catalog", "TuneReport",
+    "Written", "Catalog", "TuneReport", "simulate_ab", "SimNoise", "SimOutcome",
 ]

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from popkit.cli import app
 from popkit.errors import ExitCode
-from popkit.measure import ab
+from popkit.measure import ab, abrounds
 from popkit.measure import shapes
 from popkit.measure.ab import ABReport
 from popkit.measure.shapes import Comparison, compare_shapes
@@ -149,13 +149,13 @@ def _ab(tmp_path, fake, **kwargs):
 
 
 def test_looks_spend_alpha_once_and_start_at_round_four():
-    assert ab.looks(4) == {4: pytest.approx(0.05)}
-    spent = ab.looks(8)
+    assert abrounds.looks(4) == {4: pytest.approx(0.05)}
+    spent = abrounds.looks(8)
     assert sorted(spent) == [4, 6, 8] and spent[4] == pytest.approx(0.025)
     assert sum(spent.values()) == pytest.approx(0.05)
     for bad in (2, 5, 7):
         with pytest.raises(ValueError):
-            ab.looks(bad)
+            abrounds.looks(bad)
 
 
 def test_abba_order_puts_each_side_first_equally_often_per_shape(tmp_path):
@@ -192,7 +192,7 @@ def test_identical_quiet_candidates_settle_as_the_same(tmp_path):
 def test_settled_shapes_leave_only_once_the_score_is_settled(tmp_path):
     # size 10: B 10% faster, quiet (settles at the first look); 20 and 40: very noisy, so the score (geom)
     # cannot settle, and size 10 keeps running with it because the score needs it every round.
-    quiet, noisy = _noisy(0.001, 2), _noisy(0.3, 3)
+    quiet, noisy = _noisy(0.001, 2), _noisy(0.08, 5)
 
     class Mixed(FakeEval):
         def __call__(self, workdir, main, mode, cases, **kw):
@@ -297,11 +297,11 @@ def _simulate(trials, ratio, process_sd, shape_sd, order=0.01, drift=0.001, seed
     cases = [{"size": s} for s in (10, 20, 40, 80)]
     covered = total = named = 0
     for _ in range(trials):
-        state = ab._Rounds(cases, "geom", 8)
+        state = abrounds.Rounds(cases, "geom", 8)
         evals = 0
         while state.active and state.done < 8:
             runs = {}
-            for k, side in enumerate(ab.round_order(state.done)):
+            for k, side in enumerate(abrounds.round_order(state.done)):
                 evals += 1
                 process = rng.gauss(0, process_sd) + k * order + evals * drift
                 benches = tuple(CaseResult(kind="benchmark", index=i, spec="", passed=True, runs=10,
@@ -416,3 +416,116 @@ def test_no_history_leaves_no_database(tmp_path, cli_env):
                                       "--no-precompile", "--no-history"], env=cli_env)
     assert result.exit_code == 0, result.output
     assert not (tmp_path / "h").exists()
+
+
+# ------------------------------------------------------------------- stalled rounds, the rule simulated
+
+
+def test_stalled_rounds_judge_each_side_against_its_own_other_rounds():
+    assert abrounds.stalled_rounds([17.7, 17.7, 18.9, 53.1]) == {3: "3.00x the median of its other rounds"}
+    assert abrounds.stalled_rounds([10.0, 10.1, 12.4, 10.2]) == {}  # 22% above: within the spread a side may show
+    assert abrounds.stalled_rounds([10.0, 40.0]) == {}  # one other round is no median to judge by
+    assert list(abrounds.stalled_rounds([10.0, 30.0, 10.0, 50.0, 10.0], limit=1)) == [3]  # the farthest first
+    assert abrounds.stalled_rounds([0.0, 0.0, 0.0, 5.0]) == {}  # no typical time to judge by (a 0 ns timer)
+
+
+def test_one_stalled_round_does_not_hide_a_consistent_slowdown(tmp_path, monkeypatch, capsys):
+    # the failure seen on an H100: B ~1.7x slower in every round, and one round of B stalled 3x (53 us against 18)
+    def stall(side, call):
+        return 3.0 if (side, call) == ("B", 4) else 1.0 + 0.02 * (call % 3)
+
+    def run():  # evals of 6 s: the 60 s budget ends the A/B at its first look, as it did on the H100
+        clock = [0.0]
+        fake = FakeEval({"A": 1.0, "B": 1.7}, jitter=stall, clock=clock, eval_s=6.0)
+        return _ab(tmp_path, fake, clock=lambda: clock[0])
+
+    report = run()
+    assert [s.verdict for s in report.shapes] == [shapes.A_FASTER] * 3 and report.verdict == shapes.A_FASTER
+    assert report.rounds == 5 and all(list(s.stalled) == [3] and s.stalled[3].startswith("B: 2.9")
+                                      for s in report.shapes)
+    assert report.score.stalled and report.shapes[0].ratio.low > 1.6
+    assert report.shapes[0].mean_ratio == pytest.approx(stats.mean(report.shapes[0].b_means_ns)
+                                                        / stats.mean(report.shapes[0].a_means_ns))
+    assert ABReport.from_json(json.loads(json.dumps(report.to_json()))) == report
+    assert report.to_json()["shapes"][0]["stalled"] == {"3": report.shapes[0].stalled[3]}
+    monkeypatch.setenv("POPKIT_WIDTH", "300")
+    show_ab(report)
+    shown = capsys.readouterr().out
+    assert "stalled: round 4 left out and replaced in 4 series (size: 10; seed: 3: B: 2.9" in shown
+    assert "means B / A" in shown and "5 (1 stalled)" in shown
+    monkeypatch.setattr(abrounds, "STALL_FACTOR", 1e9)  # without the rule: the stalled round widens past 1
+    old = run()
+    assert old.verdict == shapes.SAME and old.rounds == 4 and old.stopped == "budget"
+
+
+def test_simulated_identical_arms_name_few_winners_even_with_stalls():
+    from popkit.measure.absim import Noise, simulate
+
+    for noise in (Noise(), Noise(process_sd=0.02, shape_sd=0.01, stall=0.1)):
+        outcome = simulate(150, 1.0, noise, seed=3)
+        assert outcome.named <= 0.05 * outcome.verdicts, outcome
+
+
+def test_simulated_differences_are_named_with_the_default_rounds_and_budget():
+    from popkit.measure.absim import Noise, simulate
+
+    stalled = simulate(150, 1.7, Noise(process_sd=0.02, shape_sd=0.01), seed=4)
+    assert stalled.right >= 0.95 * stalled.verdicts and stalled.seconds <= 60.0, stalled
+    h100 = Noise(process_sd=0.001, shape_sd=0.0007, order=0.001, drift=0.0003)  # 100 us shapes (ab_simulate.py)
+    one_percent = simulate(150, 1.01, h100, seed=5)
+    assert one_percent.right >= 0.90 * one_percent.verdicts and one_percent.seconds <= 60.0, one_percent
+
+
+class FakeSampler:
+    """Stands in for gpustate.Sampler: each eval's GPU state from `states(side, call)`."""
+
+    def __init__(self, states):
+        self.states, self.calls = states, []
+
+    def __call__(self, env):
+        outer = self
+
+        class Watch:
+            state = None
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                outer.calls.append(None)
+                self.state = outer.states(len(outer.calls))
+
+        return Watch()
+
+
+def _gpu(sm_mhz, throttle=()):
+    from popkit.machine.gpustate import GpuState
+
+    return GpuState(samples=20, sm_mhz=sm_mhz, sm_mhz_low=345, mem_mhz=2619, temp_c=41, power_w=210.0,
+                    throttle=tuple(throttle))
+
+
+def test_arms_at_different_clocks_name_no_winner_and_say_why(tmp_path, monkeypatch, capsys):
+    # ABBA: evals 1, 4, 5, 8 are A's, 2, 3, 6, 7 B's; B's evals ran at a 10% lower clock
+    sides = "ABBAABBA"
+    fake = FakeSampler(lambda n: _gpu(1980 if sides[(n - 1) % 8] == "A" else 1785))
+    report = _ab(tmp_path, FakeEval({"A": 1.0, "B": 1.1}, jitter=_noisy(0.01)), sampler=fake)
+    assert report.rounds == 4 and len(report.gpu) == 8 and report.gpu[0]["side"] == "A"
+    assert "different SM clocks (A 1980 MHz, B 1785 MHz" in report.held
+    assert all(s.verdict == shapes.SAME and s.ratio.low > 1.05 for s in report.shapes)  # a winner, held back
+    assert report.verdict == shapes.SAME and ABReport.from_json(json.loads(json.dumps(report.to_json()))) == report
+    monkeypatch.setenv("POPKIT_WIDTH", "300")
+    show_ab(report)
+    shown = capsys.readouterr().out
+    assert "no winner named: GPU state (below)" in shown and "no winner named: the arms ran at different" in shown
+    assert "SM clock A 1980 MHz, B 1785 MHz" in shown
+
+
+def test_throttling_in_either_arm_names_no_winner_and_equal_clocks_do(tmp_path):
+    throttled = FakeSampler(lambda n: _gpu(1980, ("hw_thermal",) if n == 3 else ()))
+    report = _ab(tmp_path, FakeEval({"A": 1.0, "B": 1.1}, jitter=_noisy(0.01)), sampler=throttled)
+    assert report.held.startswith("the GPU throttled during the evals (B: hw_thermal)")
+    assert report.verdict == shapes.SAME
+    steady = FakeSampler(lambda n: _gpu(1980 - n % 2 * 15, ("sw_power_cap",)))  # within 2%, a power cap: noted only
+    report = _ab(tmp_path, FakeEval({"A": 1.0, "B": 1.1}, jitter=_noisy(0.01)), sampler=steady)
+    assert report.held == "" and report.verdict == shapes.A_FASTER

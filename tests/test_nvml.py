@@ -212,3 +212,56 @@ def test_this_interpreter_is_probed_here_as_its_facts_script_would_say(monkeypat
         "python": "%d.%d.%d" % sys.version_info[:3], "torch": system.facts_here()["torch"],
         "cuda": system.facts_here()["cuda"], "device": "cpu"}
     assert not system.answers_here(sys.executable, {**env, "PYTHONPATH": "/elsewhere"})
+
+
+class ClockedNvml(FakeNvml):
+    """FakeNvml that also reports clocks, temperature, power and clock-event reasons, one reading after another."""
+
+    def __init__(self, readings, **kwargs):
+        super().__init__([H100], **kwargs)
+        self.readings, self.read = readings, 0
+
+    def _now(self):
+        return self.readings[min(self.read, len(self.readings) - 1)]
+
+    def _nvmlDeviceGetClockInfo(self, handle, kind, ref):
+        self._out(ref).value = self._now()[0] if kind.value == 1 else self._now()[1]
+        return 0
+
+    def _nvmlDeviceGetTemperature(self, handle, sensor, ref):
+        self._out(ref).value = self._now()[2]
+        return 0
+
+    def _nvmlDeviceGetPowerUsage(self, handle, ref):
+        self._out(ref).value = self._now()[3]
+        self.read += 1  # the last query of a reading (nvml.read asks the reasons first)
+        return 0
+
+    def _nvmlDeviceGetCurrentClocksEventReasons(self, handle, ref):
+        self._out(ref).value = self._now()[4]
+        return 0
+
+
+def test_the_sampler_summarizes_clocks_temperature_power_and_throttling():
+    from popkit.machine import gpustate
+
+    readings = [(345, 2619, 35, 70_000, 0x1), (1980, 2619, 44, 310_500, 0x0), (1755, 2619, 47, 350_000, 0x4 | 0x20)]
+    lib = ClockedNvml(readings)
+    with gpustate.Sampler({}, load=lambda: lib, interval_s=0.001) as watch:
+        while lib.read < 3:
+            pass
+    state = watch.state
+    assert (state.sm_mhz, state.sm_mhz_low, state.mem_mhz, state.temp_c, state.power_w) == (1980, 345, 2619, 47, 350.0)
+    assert state.throttle == ("sw_thermal", "sw_power_cap") and state.samples >= 3 and lib.shut
+    assert gpustate.GpuState.from_json(state.to_json()) == state
+    assert nvml.read(lib, nvml.handle(lib, 0)).sm_mhz == 1755
+    with gpustate.Sampler({"CUDA_VISIBLE_DEVICES": "GPU-1234"}, load=lambda: ClockedNvml(readings)) as unmapped:
+        pass
+    assert unmapped.state is None  # a UUID: not sampled rather than the wrong GPU
+
+    def no_driver():
+        raise OSError("libnvidia-ml.so.1: cannot open shared object file")
+
+    with gpustate.Sampler({}, load=no_driver) as none:
+        pass
+    assert none.state is None

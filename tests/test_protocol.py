@@ -62,3 +62,25 @@ def test_a_pass_with_no_case_results_fails_by_name():
     judged = protocol.judge(run, 0)
     assert judged.outcome == "failed"
     assert judged.summary == "check failed: test wrote `check: pass` but no case results for its 0 case(s)"
+
+
+def test_the_trace_breakdown_is_read_when_the_harness_sends_it_and_shown():
+    from popkit.views.running import breakdown_line
+
+    raw = {"benchmark-count": "1", "benchmark.0.spec": "n: 1", "benchmark.0.status": "pass", "benchmark.0.runs": "3",
+           "benchmark.0.mean": "10000", "benchmark.0.median": "10000", "benchmark.0.samples": "9000,10000,11000",
+           "benchmark.0.kernel_ns": "6000,6500,7000", "benchmark.0.gap_ns": "500,400,600",
+           "benchmark.0.launches": "2,2,2"}
+    (case,) = protocol.decode_cases(raw, "benchmark", 1)
+    assert case.passed and case.kernel_ns == (6000.0, 6500.0, 7000.0) and case.launches == (2.0, 2.0, 2.0)
+    assert case.breakdown == {"kernel_ns": 6500.0, "gap_ns": 500.0, "launches": 2.0, "other_ns": 3000.0,
+                              "kernel_share": 0.65}
+    assert case.to_json()["breakdown"] == case.breakdown and CaseResult.from_json(case.to_json()) == case
+    assert breakdown_line(case) == ("trace: kernels 6.50 µs · gaps 500 ns · 2 launches · launch and event overhead"
+                                    " 3.00 µs (65% of the time in kernels)")
+    del raw["benchmark.0.kernel_ns"]  # an older harness: no breakdown, nothing shown
+    (plain,) = protocol.decode_cases(raw, "benchmark", 1)
+    assert plain.breakdown == {} and breakdown_line(plain) == "" and plain.to_json()["breakdown"] == {}
+    raw["benchmark.0.gap_ns"] = "1,x"  # malformed fails the case by name, as a bad sample does
+    (bad,) = protocol.decode_cases(raw, "benchmark", 1)
+    assert not bad.passed and "`benchmark.0.gap_ns` is '1,x'" in bad.error

@@ -12,7 +12,7 @@ from popkit.author import render
 from popkit.cli.app import app, finite
 from popkit.errors import ExitCode
 from popkit.model.tasks import MAX_TIMEOUT_S, task_roots
-from popkit.operations import doctor as environment
+from popkit.operations import doctor as environment, timingcheck
 from popkit.run import compile as compiler
 from popkit.views import authoring as view
 from popkit.views import common
@@ -92,13 +92,19 @@ def compile_(
 @app.command()
 def doctor(
     python: Annotated[Optional[str], typer.Option("--python", help="Interpreter to check (default: the one running popkit).")] = None,
+    timing: Annotated[bool, typer.Option("--timing", help="Measure what timing costs here instead (about 30 s on a "
+                                         "GPU): launch floor, event pair, copy bandwidth, timer, clocks.")] = False,
     json: JsonOpt = False,
 ) -> None:
     """Check the environment for building and running kernels, with a fix for each problem.
 
-    Example: popkit doctor
+    Example: popkit doctor, popkit doctor --timing
     """
     common.set_json(json)
+    if timing:
+        measured = timingcheck.measure(python)
+        view.show_timing(measured, json)
+        raise typer.Exit(0 if measured.ok else int(ExitCode.ENVIRONMENT))
     report = environment.doctor(python)
     view.show_doctor(report, json)
     raise typer.Exit(0 if report.ok else int(ExitCode.ENVIRONMENT))

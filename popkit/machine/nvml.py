@@ -147,3 +147,44 @@ def system_driver_version(library: str = LIBRARY) -> str | None:
         return driver_version(ctypes.CDLL(library))
     except (OSError, AttributeError):
         return None
+
+
+# ------------------------------------------------------------------------------------ the GPU's state
+
+_CLOCK_SM, _CLOCK_MEM = 1, 2  # nvmlClockType_t
+_TEMPERATURE_GPU = 0
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One look at a GPU: clocks (MHz), temperature (°C), power (W), and the driver's clock-event reasons (bits)."""
+
+    sm_mhz: int
+    mem_mhz: int
+    temp_c: int
+    power_w: float
+    reasons: int
+
+
+def handle(lib: Any, index: int) -> ctypes.c_void_p:
+    """The NVML handle of the driver's device `index` (nvmlInit_v2 must have run)."""
+    found = ctypes.c_void_p()
+    _call(lib, "nvmlDeviceGetHandleByIndex_v2", ctypes.c_uint(index), ctypes.byref(found))
+    return found
+
+
+def read(lib: Any, device: ctypes.c_void_p) -> Reading:
+    """The state of one GPU now; a quantity the driver does not report reads 0."""
+    def uint(name: str, *args: Any) -> int:
+        value = ctypes.c_uint()
+        query = getattr(lib, name, None)
+        return value.value if query is not None and query(device, *args, ctypes.byref(value)) == _SUCCESS else 0
+
+    reasons = ctypes.c_ulonglong()
+    query = getattr(lib, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+        lib, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
+    got = query is not None and query(device, ctypes.byref(reasons)) == _SUCCESS
+    return Reading(sm_mhz=uint("nvmlDeviceGetClockInfo", ctypes.c_uint(_CLOCK_SM)),
+                   mem_mhz=uint("nvmlDeviceGetClockInfo", ctypes.c_uint(_CLOCK_MEM)),
+                   temp_c=uint("nvmlDeviceGetTemperature", ctypes.c_uint(_TEMPERATURE_GPU)),
+                   power_w=uint("nvmlDeviceGetPowerUsage") / 1000.0, reasons=reasons.value if got else 0)

@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 from popkit.errors import ExitCode
 from popkit.model.diagnostics import Diagnostic
 from popkit.model.gpus import peak_bandwidth
-from popkit.model.stats import derived
+from popkit.model.stats import derived, median
 
 RUN_SCHEMA = "popkit/run/1"
 # Markers of a failed extension build in a child's output (load_inline, ninja, nvcc, ptxas, the linker).
@@ -71,6 +71,29 @@ class CaseResult:
     timer: str = ""  # popkit harness extra: cuda-event or cpu-monotonic
     report: str = ""  # profile mode: the profiler table, decoded
     bytes: int | None = None  # popkit harness extra: the fewest bytes one call must move
+    # popkit harness extras, one per timed call from its trace of the call's own kernels: their GPU busy time,
+    # the idle time between the first kernel's start and the last one's end, and how many kernels it launched
+    kernel_ns: tuple[float, ...] = ()
+    gap_ns: tuple[float, ...] = ()
+    launches: tuple[float, ...] = ()
+
+    @property
+    def breakdown(self) -> dict[str, float]:
+        """What a call's time is made of, medians over the timed calls: `kernel_ns` (its kernels' GPU time),
+        `gap_ns`, `launches`, `other_ns` (the event time's median less kernels and gaps: launch and event
+        overhead) and `kernel_share` of the event time; {} when the harness sent no trace."""
+        if not self.kernel_ns:
+            return {}
+        out = {"kernel_ns": median(self.kernel_ns)}
+        if self.gap_ns:
+            out["gap_ns"] = median(self.gap_ns)
+        if self.launches:
+            out["launches"] = median(self.launches)
+        event = self.median_ns or (median(self.samples_ns) if self.samples_ns else self.mean_ns)
+        if event:
+            out["other_ns"] = event - out["kernel_ns"] - out.get("gap_ns", 0.0)
+            out["kernel_share"] = out["kernel_ns"] / event
+        return out
 
     @property
     def bandwidth_bytes_per_s(self) -> float | None:
@@ -86,6 +109,7 @@ class CaseResult:
     def to_json(self) -> dict:
         data = asdict(self)
         data["derived"] = derived(self.samples_ns)  # stats.DERIVED from the raw samples (ignored by from_json)
+        data["breakdown"] = self.breakdown  # ignored by from_json
         return data
 
     @classmethod
@@ -308,6 +332,9 @@ class RunReport:
     # "detail": ...}; empty in records made before popkit had a sandbox.
     isolation: Mapping[str, str] = field(default_factory=dict)
     skipped_shapes: tuple[str, ...] = ()  # benchmark shapes left out (a CPU run, popkit.measure.sizing): not faithful
+    # the GPU's state while the run went on (gpustate.GpuState.to_json: clocks, temperature, power, throttling);
+    # empty without NVML
+    gpu_state: Mapping[str, Any] = field(default_factory=dict)
     schema: str = RUN_SCHEMA
 
     @property
@@ -381,6 +408,7 @@ class RunReport:
         data["precompile"] = self.precompile.to_json() if self.precompile else None
         data["system"] = dict(self.system)
         data["isolation"] = dict(self.isolation)
+        data["gpu_state"] = dict(self.gpu_state)
         data["outcome"] = self.outcome
         data["leaderboard_faithful"] = self.leaderboard_faithful
         data["exit_code"] = int(self.exit_code)
@@ -394,7 +422,7 @@ class RunReport:
             cls, data,
             runs=lambda items: tuple(ModeRun.from_json(r) for r in items),
             precompile=lambda p: CompileStep.from_json(p) if p else None,
-            system=dict, isolation=dict,
+            system=dict, isolation=dict, gpu_state=dict,
         )
 
 

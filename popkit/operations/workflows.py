@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from popkit.errors import EnvironmentProblem, PopkitError, UsageError
 from popkit.ledger import history
-from popkit.machine import system
+from popkit.machine import gpustate, system
 from popkit.measure import ab
 from popkit.measure import sizing
 from popkit.model import stats
@@ -220,9 +220,12 @@ def run(request: Request, progress: Progress | None = None, executor: Executor |
     executor = executor or sandbox.executor_for(request.options.isolation)
     full = len(task.benchmarks)
     task, skipped = sizing.fit(task, source, request, executor, progress)
-    report = with_notes(runner.run_submission(task, source.path, request.mode, request.options, progress=progress,
-                                              content=source.content, executor=executor),
-                        request.notes, skipped, full)
+    with gpustate.Sampler(runner.child_env(request.options)) as watch:  # the clocks it ran at, where NVML is
+        report = with_notes(runner.run_submission(task, source.path, request.mode, request.options, progress=progress,
+                                                  content=source.content, executor=executor),
+                            request.notes, skipped, full)
+    if watch.state is not None:
+        report = replace(report, gpu_state=watch.state.to_json())
     base = None
     if request.baseline and report.outcome == "passed":
         # The reference is timed in the same mode, without the chain before it: it is the yardstick.

@@ -27,6 +27,9 @@ CASE_STATISTICS = ("runs", "mean", "std", "err", "best", "worst")
 # Statistics popkit's harness adds (the leaderboard ignores unknown keys); anything else popkit shows is
 # derived from the raw samples (stats.DERIVED), never asked of the harness.
 HARNESS_STATISTICS = ("median",)
+# Lists popkit's harness may add per benchmark case, one value per timed call like `samples` (ns, but
+# `launches`): what the call's own kernels took on the GPU by its trace (CaseResult.breakdown).
+HARNESS_LISTS = ("samples", "kernel_ns", "gap_ns", "launches")
 
 PIPE_END_KEY = "popkit.end"  # popkit's harness writes this record last (tasks/eval.py, ResultPipe)
 MALFORMED = "the eval wrote a malformed result"
@@ -184,14 +187,25 @@ def case_numbers(raw: Mapping[str, str], prefix: str) -> tuple[dict[str, float |
         if prefix + key in raw and (value is None or key == "runs" and not math.isfinite(value)):
             numbers[key] = None
             problems.append(f"`{prefix}{key}` is {raw[prefix + key][:40]!r}, not a number")
-    try:
-        samples = tuple(float(s) for s in raw.get(prefix + "samples", "").split(",") if s.strip())
-        if not all(map(math.isfinite, samples)):
-            raise ValueError
-    except ValueError:
-        samples = ()
-        problems.append(f"`{prefix}samples` is {raw[prefix + 'samples'][:40]!r}, not a list of numbers")
-    return numbers, samples, f"{MALFORMED}: {problems[0]}" if problems else ""
+    lists = case_lists(raw, prefix, problems)
+    return numbers, lists["samples"], f"{MALFORMED}: {problems[0]}" if problems else ""
+
+
+def case_lists(raw: Mapping[str, str], prefix: str, problems: list[str] | None = None) -> dict[str, tuple[float, ...]]:
+    """Every HARNESS_LISTS key of one case as numbers (() where absent); one not a list of finite numbers is
+    () and named in `problems`."""
+    lists = {}
+    for key in HARNESS_LISTS:
+        try:
+            values = tuple(float(s) for s in raw.get(prefix + key, "").split(",") if s.strip())
+            if not all(map(math.isfinite, values)):
+                raise ValueError
+        except ValueError:
+            values = ()
+            if problems is not None:
+                problems.append(f"`{prefix}{key}` is {raw[prefix + key][:40]!r}, not a list of numbers")
+        lists[key] = values
+    return lists
 
 
 def decode_cases(raw: Mapping[str, str], kind: str, limit: int) -> tuple[CaseResult, ...]:
@@ -204,6 +218,7 @@ def decode_cases(raw: Mapping[str, str], kind: str, limit: int) -> tuple[CaseRes
     for i in range(count):
         p = f"{kind}.{i}."
         numbers, samples, malformed = case_numbers(raw, p)
+        lists = case_lists(raw, p)
         report = raw.get(p + "report", "")
         if report:
             try:
@@ -219,7 +234,8 @@ def decode_cases(raw: Mapping[str, str], kind: str, limit: int) -> tuple[CaseRes
             error=malformed or _unescape(raw.get(p + "error", "")), message=_unescape(raw.get(p + "message", "")),
             runs=int(numbers["runs"] or 0), mean_ns=numbers["mean"], std_ns=numbers["std"], err_ns=numbers["err"],
             best_ns=numbers["best"], worst_ns=numbers["worst"], median_ns=numbers["median"], samples_ns=samples,
-            stop=raw.get(p + "stop", ""), timer=raw.get(p + "timer", ""), report=report,
+            stop=raw.get(p + "stop", ""), timer=raw.get(p + "timer", ""), report=report, kernel_ns=lists["kernel_ns"],
+            gap_ns=lists["gap_ns"], launches=lists["launches"],
             bytes=int(raw[p + "bytes"]) if raw.get(p + "bytes", "").isdigit() else None,
         ))
     return tuple(cases)

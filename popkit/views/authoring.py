@@ -5,8 +5,10 @@ from __future__ import annotations
 
 
 from popkit.operations.doctor import DoctorReport
+from popkit.operations.timingcheck import TimingReport
 from popkit.run.compile import CompileReport
 from popkit.views.common import console, emit_json, escape, table as common_table
+from popkit.views.running import gpu_state_line
 
 LOG_TAIL_LINES = 20  # lines of a failed build's log shown when no diagnostic explains it
 _STATUS = {"ok": "[green]ok[/]", "info": "[cyan]info[/]", "warn": "[yellow]warn[/]", "problem": "[bold red]problem[/]"}
@@ -141,3 +143,44 @@ def doctor_summary(report: DoctorReport) -> str:
         names = ", ".join(escape(c.name) for c in warnings)
         said.append(f"[yellow]{len(warnings)} warning{'s' * (len(warnings) != 1)}[/] ({names}: see above)")
     return ", ".join(said) if said else "[green]no problems[/]"
+
+
+def _rate(bytes_per_s: float | None) -> str:
+    return f"{bytes_per_s / 1e9:,.1f} GB/s" if bytes_per_s else "-"
+
+
+def timing_rows(report: TimingReport) -> list[tuple[str, str]]:
+    """`doctor --timing`'s measurements as (name, value) rows, CPU first."""
+    cpu, gpu = report.cpu, report.gpu
+    rows = []
+    if cpu:
+        rows += [("CPU timer", f"resolution {cpu['timer_resolution_ns']} ns, {cpu['timer_call_ns']:.0f} ns a call"),
+                 ("CPU memory copy", f"{_rate(cpu['copy_bandwidth_bytes_per_s'])} (read + write, "
+                                     f"{cpu['copy_bytes'] >> 20} MiB)")]
+    if gpu.get("error"):
+        rows.append(("GPU", f"not measured: {gpu['error']}"))
+    elif gpu:
+        rows += [("GPU", f"{gpu['device']} · torch {gpu['torch']}"),
+                 ("launch floor", f"{gpu['launch_floor_us']:.2f} µs: a one-element kernel between CUDA events"),
+                 ("event pair", f"{gpu['event_pair_us']:.2f} µs: two CUDA events, nothing between"),
+                 ("back-to-back launches", f"{gpu['back_to_back_launch_us']:.2f} µs a kernel"),
+                 ("GPU memory copy", f"{_rate(gpu['copy_bandwidth_bytes_per_s'])} (read + write, "
+                                     f"{gpu['copy_bytes'] >> 20} MiB)")]
+    if report.gpu_state:
+        rows.append(("clocks", gpu_state_line(report.gpu_state)))
+    return rows
+
+
+def show_timing(report: TimingReport, json: bool) -> None:
+    if json:
+        emit_json("timing", report.to_json())
+        return
+    con = console()
+    if report.error:
+        con.print(f"[bold red]timing not measured:[/] {escape(report.error)}")
+        return
+    table = common_table(("measured", "value"), show_header=False, show_edge=False, pad_edge=False, box=None)
+    for name, value in timing_rows(report):
+        table.add_row(escape(name), escape(value))
+    con.print(table)
+    con.print(f"[dim]{escape(report.python)} · {report.duration_s:.1f} s · medians over repeats (docs/timing.md)[/]")

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from popkit.ledger.runcompare import SAME_BYTES, RunComparison
 from popkit.measure.ab import ABReport, Series
-from popkit.measure.shapes import A_FASTER, B_FASTER, INCOMPLETE, SAME, Comparison
+from popkit.measure.shapes import A_FASTER, B_FASTER, INCOMPLETE, SAME, Comparison, verdict
 from popkit.model import stats
 from popkit.model.stats import Interval
 from popkit.views.common import console, emit_json, escape, format_time, table as common_table
@@ -114,6 +114,8 @@ def _series_verdict(s: Series, report: ABReport) -> str:
     if s.status != "ok":
         return f"[red]{escape(s.status.replace('_', ' '))} on {s.status_side}[/]"
     text = _verdict_text(s.verdict, report.a_path, report.b_path)
+    if s.held and s.ratio is not None and verdict(s.ratio) in (A_FASTER, B_FASTER):
+        text = "[yellow]no winner named: GPU state (below)[/]"
     if s.ratio is not None and not s.ratio.defined:
         text = "[dim]too few rounds to tell[/]"
     return text
@@ -121,22 +123,62 @@ def _series_verdict(s: Series, report: ABReport) -> str:
 
 AB_FOOTER = ("A = {a}, B = {b}. A and B columns: per shape, the median over rounds of the statistic the column names "
              "(each eval's median of its timed calls, or its mean where the eval reports no median); B / A below 1 "
-             "means B takes less time. Intervals: Student t over rounds on log ratios, 95% wherever the A/B stopped "
-             "(docs/design.md)")  # one wording for every A/B: only the column headers name the statistic
+             "means B takes less time. Intervals: Student t over rounds on log ratios, 95% wherever the A/B stopped, "
+             "over the rounds no host stall slowed; `means B / A`: the ratio of the rounds' eval means, every round "
+             "included, what the leaderboard ranks (docs/timing.md)")  # one wording for every A/B: only the column headers name the statistic
+
+
+def _rounds(s: Series) -> str:
+    stalled = len(s.stalled or {})
+    return f"{s.rounds} ({stalled} stalled)" if stalled else str(s.rounds)
 
 
 def _ab_table(report: ABReport) -> Table:
     a_col, b_col = f"A ({report.statistic})", f"B ({report.statistic})"
-    table = common_table(("shape", a_col, b_col, "B / A [95% CI]", "verdict", "rounds"),
-                         right=(a_col, b_col, "B / A [95% CI]", "rounds"), show_edge=False)
+    table = common_table(("shape", a_col, b_col, "B / A [95% CI]", "verdict", "means B / A", "rounds"),
+                         right=(a_col, b_col, "B / A [95% CI]", "means B / A", "rounds"), show_edge=False)
     rows = list(report.shapes) + ([report.score] if report.score is not None else [])
     for s in rows:
         name = f"[bold]score ({escape(report.ranking_by)})[/]" if s is report.score else escape(s.spec)
         a = format_time(stats.median(s.a_ns)) if s.a_ns else "-"
         b = format_time(stats.median(s.b_ns)) if s.b_ns else "-"
         ratio = _interval(s.ratio) if s.ratio is not None else "[dim]-[/]"
-        table.add_row(name, a, b, ratio, _series_verdict(s, report), str(s.rounds))
+        means = f"{s.mean_ratio:.3f}×" if s.mean_ratio is not None else "-"
+        table.add_row(name, a, b, ratio, _series_verdict(s, report), means, _rounds(s))
     return table
+
+
+def _ab_notes(report: ABReport) -> list[str]:
+    """Which rounds a stall left out, and why no winner was named from clocks that differed."""
+    lines = []
+    left_out: dict[int, list[tuple[str, str]]] = {}  # round -> (series, why): a stalled eval hits all its shapes
+    for s in list(report.shapes) + ([report.score] if report.score is not None else []):
+        for j, why in (s.stalled or {}).items():
+            left_out.setdefault(j, []).append((s.spec, why))
+    for j, hits in sorted(left_out.items()):
+        whys = "; ".join(f"{spec}: {why}" for spec, why in hits[:3]) + (f"; {len(hits) - 3} more" if len(hits) > 3 else "")
+        lines.append(f"[yellow]stalled:[/] round {j + 1} left out and replaced in {len(hits)} series"
+                     f" ({escape(whys)})")
+    if report.held:
+        lines.append(f"[yellow]no winner named:[/] {escape(report.held)}")
+    line = gpu_line(report.gpu)
+    if line:
+        lines.append(f"[dim]{escape(line)}[/]")
+    return lines
+
+
+def gpu_line(states) -> str:
+    """The clocks each side's evals ran at (the median of each eval's highest SM clock), and their extremes."""
+    if not states:
+        return ""
+    parts = []
+    for side in ("A", "B"):
+        mine = [g for g in states if g["side"] == side]
+        if mine:
+            parts.append(f"{side} {stats.median([g['sm_mhz'] for g in mine]):.0f} MHz")
+    hottest = max(g["temp_c"] for g in states)
+    return (f"GPU during the evals: SM clock {', '.join(parts)}; memory {max(g['mem_mhz'] for g in states)} MHz; "
+            f"up to {hottest} °C and {max(g['power_w'] for g in states):.0f} W")
 
 
 def show_ab(report: ABReport, *, json: bool = False) -> None:
@@ -154,6 +196,8 @@ def show_ab(report: ABReport, *, json: bool = False) -> None:
     if any(s.a_ns or s.status != "ok" for s in report.shapes):
         con.print(_ab_table(report))
         con.print(f"[dim]{escape(AB_FOOTER.format(a=report.a_path, b=report.b_path))}[/]")
+        for line in _ab_notes(report):
+            con.print(line)
     if report.failed_side:
         side = report.failed_side
         path = escape(report.path(side))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from popkit.documents import SpreadOutcome, TaskChecks, TaskDetail, TaskList
 from popkit.model import stats
@@ -42,6 +42,15 @@ def system_line(system: dict) -> str:
         parts.append(f"CUDA {system['cuda']}")
     if system.get("hip"):
         parts.append(f"ROCm/HIP {system['hip']}")
+    return " · ".join(parts)
+
+
+def gpu_state_line(state: Mapping[str, Any]) -> str:
+    """`SM clock up to 1980 MHz (lowest 345) · memory 2619 MHz · up to 47 °C, 350 W · throttled: sw_thermal`."""
+    parts = [f"SM clock up to {state['sm_mhz']} MHz (lowest {state['sm_mhz_low']})", f"memory {state['mem_mhz']} MHz",
+             f"up to {state['temp_c']} °C, {state['power_w']:.0f} W"]
+    if state.get("throttle"):
+        parts.append("throttled: " + ", ".join(state["throttle"]))
     return " · ".join(parts)
 
 
@@ -109,7 +118,26 @@ def _case_lines(case: CaseResult, submission: str = "", name: str = "submission.
     if case.timer:
         extra.append(f"timer: {case.timer}")
     lines.append("   [dim]" + " · ".join(extra) + "[/]")
+    parts = breakdown_line(case)
+    if parts:
+        lines.append(f"   [dim]{escape(parts)}[/]")
     return lines + profiled
+
+
+def breakdown_line(case: CaseResult) -> str:
+    """What the call's time is made of by the harness's trace (medians per call), or "" without one."""
+    b = case.breakdown
+    if not b:
+        return ""
+    parts = [f"kernels {format_time(b['kernel_ns'])}"]
+    if "gap_ns" in b:
+        parts.append(f"gaps {format_time(b['gap_ns'])}")
+    if "launches" in b:
+        parts.append(f"{b['launches']:g} launch{'' if b['launches'] == 1 else 'es'}")
+    if "other_ns" in b:
+        parts.append(f"launch and event overhead {format_time(max(b['other_ns'], 0.0))}"
+                     f" ({b['kernel_share'] * 100:.0f}% of the time in kernels)")
+    return "trace: " + " · ".join(parts)
 
 
 def _run_title(run: ModeRun) -> str:
@@ -225,6 +253,8 @@ def show_run(report: RunReport, task: Task, *, baseline: RunReport | None = None
     isolation = isolation_line(report.isolation)
     con.print(f"[dim]system:[/] {escape(system_line(dict(report.system)))} · [dim]harness:[/] {report.harness}"
               + f" ({judged_by(report)})" + (f" · [dim]isolation:[/] {escape(isolation)}" if isolation else ""))
+    if report.gpu_state:
+        con.print(f"[dim]GPU during the run:[/] {escape(gpu_state_line(report.gpu_state))}")
     for note in report.notes:
         con.print(f"[bold yellow]{escape(note)}[/]")
     if report.precompile is not None:
