@@ -26,10 +26,11 @@ import queue
 import re
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from popkit import ab, history, proc, runner, sandbox, system, tuneprobe, tunesearch, tunespec
 from popkit.errors import EnvironmentProblem, SubmissionError, UsageError
@@ -37,7 +38,7 @@ from popkit.resources import popkit_home
 from popkit.results import CompileStep, RunReport
 from popkit.tasks import Task
 from popkit.tunerace import Race, State, first_line, race_stats
-from popkit.tuneresult import PER_SHAPE, TuneReport
+from popkit.tuneresult import PER_SHAPE, Phase, TuneReport
 
 ENGINES = ("grid", "optuna")
 OPTUNA_HINT = "pip install 'popkit[tune]'"
@@ -168,6 +169,9 @@ class Tuner:
         self.eval_s: list[float] = []  # wall time of each race eval (to see whether the next round fits the budget)
         self.notes: list[str] = []
         self.stopped = "done"
+        self.phases: dict[str, list[float]] = {}  # phase -> [wall seconds, evals], in the order first entered
+        self._stack: list[str] = []
+        self._mark = self.t0
         self.ext_root = popkit_home() / "build"
         sha = hashlib.sha256(incumbent_content).hexdigest()
         self.incumbent = State(index=-2, values={}, label="incumbent", path=incumbent, content=incumbent_content,
@@ -182,6 +186,32 @@ class Tuner:
     def note(self, msg: str) -> None:
         if msg not in self.notes:
             self.notes.append(msg)
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Charge the wall time inside to `name` (a phase entered inside another charges its own time only)."""
+        self._charge()
+        self._stack.append(name)
+        self.phases.setdefault(name, [0.0, 0])
+        try:
+            yield
+        finally:
+            self._charge()
+            self._stack.pop()
+
+    def _charge(self) -> None:
+        now = self.clock()
+        if self._stack:
+            self.phases[self._stack[-1]][0] += now - self._mark
+        self._mark = now
+
+    def count_evals(self, n: int = 1) -> None:
+        with self._lock:
+            if self._stack:
+                self.phases[self._stack[-1]][1] += n
+
+    def phase_report(self) -> tuple[Phase, ...]:
+        return tuple(Phase(name, seconds, int(evals)) for name, (seconds, evals) in self.phases.items())
 
     def remaining_s(self) -> float | None:
         if not self.settings.budget_s:
@@ -221,6 +251,7 @@ class Tuner:
                 report = self.backend.run(self.task, state.path, mode, options, progress=progress, system=self.sysinfo)
             finally:
                 self._free.put(gpu)
+        self.count_evals()
         self.record(report, state.content)
         return report
 
@@ -257,7 +288,8 @@ class Tuner:
         self.states += new
         unknown = [s for s in new + [self.incumbent] if s.sha256 not in self.identities]
         if unknown:
-            found = self.backend.identities(self.task, [s.content for s in unknown], self.options)
+            with self.phase("probe"):
+                found = self.backend.identities(self.task, [s.content for s in unknown], self.options)
             for state, identity in zip(unknown, found):
                 self.identities[state.sha256] = identity
                 if identity.note:
@@ -316,7 +348,9 @@ class Tuner:
                           "inside its own timeout")
             done[key] = why
 
-        self.parallel(one, list(pending.values()))
+        with self.phase("build"):
+            self.parallel(one, list(pending.values()))
+            self.count_evals(len(pending))
         self.builds += len(pending)
         self.built.update(done)
 
@@ -349,7 +383,8 @@ class Tuner:
             verdict = "passed" if report.outcome == "passed" else state.message
             self.say(f"check {done[0]}/{len(todo)} {state.label}: {verdict}")
 
-        self.parallel(one, todo)
+        with self.phase("check"):
+            self.parallel(one, todo)
 
     # ------------------------------------------------------------------------------ the whole run
 
@@ -415,7 +450,8 @@ def run_tune(task: Task, submission: Path | str, output: Path | str, options: ru
         grid_points = tuner.search()
         race = Race(tuner)
         outcome = race.run()
-        written = race.write(output, outcome)
+        with tuner.phase("final check"):
+            written = race.write(output, outcome)
     return TuneReport(
         task=task.name, submission=str(path), sha256=hashlib.sha256(content).hexdigest(), incumbent=str(incumbent),
         harness=options.harness, ranking_by=task.ranking_by, engine=settings.engine, parameters=tuple(spec.describe()),
@@ -425,7 +461,7 @@ def run_tune(task: Task, submission: Path | str, output: Path | str, options: ru
         builds=tuner.builds, race_rounds=race.rounds, winner=outcome.winner, winner_label=outcome.label,
         confirmed=outcome.confirmed, per_shape=tuple(race.choices if outcome.winner == PER_SHAPE else ()),
         output=written.path, output_sha256=written.sha256, final_check=written.check, stopped=tuner.stopped,
-        system=sysinfo, notes=tuple(tuner.notes))
+        system=sysinfo, notes=tuple(tuner.notes), phases=tuner.phase_report())
 
 
 __all__ = ["Backend", "ENGINES", "TuneSettings", "Tuner", "build_step", "check_gpu_sized", "check_paths", "run_tune"]

@@ -201,7 +201,8 @@ class Race:
                 break
             r += 1
             t.say(f"race round {r}: {len(alive)} variant(s)")
-            self.time_round(alive, r)
+            with t.phase("race"):
+                self.time_round(alive, r)
             alive = self._cut(alive, r)
         self.rounds = r
         return alive
@@ -229,7 +230,8 @@ class Race:
             why = "the finalists build different extensions"
         shapes: list | None = None
         if not why:
-            shapes, why = t.backend.shapes(t.task, t.options, t.content)
+            with t.phase("probe"):
+                shapes, why = t.backend.shapes(t.task, t.options, t.content)
         if shapes is None or len(shapes) != len(cases):
             t.note(f"the best values differ by shape, but one set is written: {why or 'no input shapes'}")
             return None
@@ -301,9 +303,11 @@ class Race:
             options = self.ab_options(state)
             if t.gpus:  # both sides of an A/B on one GPU
                 options = replace(options, env={**options.env, "CUDA_VISIBLE_DEVICES": t.gpus[0]})
-            report = t.backend.compare(t.task, t.incumbent.path, state.path, options,
-                                       max_rounds=t.settings.ab_rounds, budget_s=budget, progress=t.quiet,
-                                       system=t.sysinfo)
+            with t.phase("A/B"):
+                report = t.backend.compare(t.task, t.incumbent.path, state.path, options,
+                                           max_rounds=t.settings.ab_rounds, budget_s=budget, progress=t.quiet,
+                                           system=t.sysinfo)
+                t.count_evals(len(report.eval_s))
             state.ab, ran = report, True
             for side, content in (("A", t.incumbent.content), ("B", state.content)):
                 side_report = ab.side_report(report, side, t.task)

@@ -97,6 +97,22 @@ class ShapeChoice:
 
 
 @dataclass(frozen=True)
+class Phase:
+    """Where tune's wall time went: one phase (probe, build, check, race, A/B, final check), its evals."""
+
+    name: str
+    seconds: float
+    evals: int = 0  # evals (builds, for the build phase) it ran; the A/B's counted evals
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "seconds": self.seconds, "evals": self.evals}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Phase":
+        return cls(str(data["name"]), float(data["seconds"]), int(data.get("evals", 0)))
+
+
+@dataclass(frozen=True)
 class TuneReport:
     """`popkit tune FILE -o OUT`: the grid, every variant, the race, the A/B confirmations and the file written."""
 
@@ -125,6 +141,7 @@ class TuneReport:
     stopped: str = "done"  # done, or budget (the time budget cut a stage short)
     system: Mapping[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    phases: tuple[Phase, ...] = ()  # where the wall time went, in the order the phases began
     schema: str = TUNE_SCHEMA
 
     @property
@@ -151,7 +168,8 @@ class TuneReport:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data.update(parameters=[dict(p) for p in self.parameters], constraints=list(self.constraints),
                     variants=[v.to_json() for v in self.variants], per_shape=[c.to_json() for c in self.per_shape],
-                    system=dict(self.system), notes=list(self.notes), exit_code=int(self.exit_code))
+                    system=dict(self.system), notes=list(self.notes), exit_code=int(self.exit_code),
+                    phases=[p.to_json() for p in self.phases])
         return data
 
     @classmethod
@@ -161,8 +179,9 @@ class TuneReport:
                       constraints=tuple(data.get("constraints", ())),
                       variants=tuple(Variant.from_json(v) for v in data.get("variants", ())),
                       per_shape=tuple(ShapeChoice.from_json(c) for c in data.get("per_shape", ())),
-                      system=dict(data.get("system") or {}), notes=tuple(data.get("notes", ())))
+                      system=dict(data.get("system") or {}), notes=tuple(data.get("notes", ())),
+                      phases=tuple(Phase.from_json(p) for p in data.get("phases", ())))
         return cls(**kwargs)
 
 
-__all__ = ["PER_SHAPE", "ShapeChoice", "TUNE_SCHEMA", "TuneReport", "Variant"]
+__all__ = ["PER_SHAPE", "Phase", "ShapeChoice", "TUNE_SCHEMA", "TuneReport", "Variant"]

@@ -429,3 +429,26 @@ def test_the_exception_line_is_the_last_line_a_traceback_raised():
               " memory\nsome trailing log line\n")
     assert tunerace.exception_line(stderr) == "torch.OutOfMemoryError: CUDA out of memory"
     assert tunerace.exception_line("ninja: no work to do\n") == ""
+
+
+# ------------------------------------------------------------------------------------ where the time goes
+
+
+def test_the_report_says_where_the_wall_time_went_per_phase(task, tmp_path, capsys, monkeypatch):
+    from popkit.views import tuning as view
+
+    ticks = iter(range(0, 10**6))  # every look at the clock: 1 s later
+    fake = Fake()
+    report = run(task, tmp_path, fake, clock=lambda: float(next(ticks)))
+    phases = {p.name: p for p in report.phases}
+    assert list(phases) == ["probe", "check", "race", "A/B", "final check"]  # nothing to build
+    assert phases["check"].evals == 4 and phases["race"].evals == 3 and phases["final check"].evals == 1
+    assert phases["A/B"].evals == fake.calls[("ab", "CHUNK=4096")] + fake.calls[("ab", "CHUNK=256")] - 1  # warmup
+    assert all(p.seconds > 0 for p in report.phases)
+    assert sum(p.seconds for p in report.phases) <= report.duration_s
+    assert TuneReport.from_json(json.loads(json.dumps(report.to_json()))).phases == report.phases
+    monkeypatch.setenv("POPKIT_WIDTH", "200")
+    monkeypatch.setenv("NO_COLOR", "1")
+    view.show_tune(report)
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("time: "))
+    assert line.startswith("time: probe ") and " · check " in line and "race 1.0 s (3 evals)" in line

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from popkit.stats import Interval
-from popkit.tuneresult import PER_SHAPE, TuneReport, Variant
+from popkit.tuneresult import PER_SHAPE, Phase, TuneReport, Variant
 from popkit.views.common import console, emit_json, escape, format_time, table as common_table
 from popkit.views.running import system_line
 
@@ -93,7 +93,15 @@ def show_tune(report: TuneReport, *, json: bool = False) -> None:
         con.print(table)
     for note in report.notes:
         con.print(f"[yellow]note:[/] {escape(note)}")
+    if report.phases:
+        con.print("[dim]time:[/] " + " · ".join(_phase(p) for p in report.phases))
     _verdict_lines(report, con)
+
+
+def _phase(p: Phase) -> str:
+    unit = "build" if p.name == "build" else "eval"
+    return f"{escape(p.name)} {p.seconds:.1f} s ({_plural(p.evals, unit)})" if p.evals or p.name != "probe" else \
+        f"{escape(p.name)} {p.seconds:.1f} s"
 
 
 def _short(path: str) -> str:
