@@ -323,6 +323,10 @@ class Tuner:
             key = self.identities[state.sha256].key
             if key is not None and key not in self.built and key not in pending:
                 pending[key] = state
+        for key in [k for k in pending if built_before(self.ext_root, k)]:
+            del pending[key]
+            self.built[key] = ""
+            self.note("the build of an earlier tune of the same source is reused (nothing to compile)")
         if not pending:
             return
         max_jobs = max(1, (os.cpu_count() or 1) // max(1, min(self.jobs, len(pending))))
@@ -346,6 +350,8 @@ class Tuner:
                 self.note(f"the build took {step.duration_s:.0f} s, past the leaderboard's "
                           f"{runner.PRECOMPILE_TIMEOUT_S:.0f} s compile step: there the first eval would finish it "
                           "inside its own timeout")
+            if not why and step is not None:
+                mark_built(self.ext_root, key)
             done[key] = why
 
         with self.phase("build"):
@@ -406,6 +412,25 @@ class Tuner:
         self.build(states)
         self.check(states)
         return len(points)
+
+
+BUILT_MARK = ".popkit-tune-built"  # in a build key's folder: its pre-step passed and left a library there
+
+
+def built_before(root: Path, key: str) -> bool:
+    """A build of `key` passed in an earlier tune and its library is still there: nothing to compile."""
+    folder = tuneprobe.build_dir(root, key)
+    try:
+        return (folder / BUILT_MARK).read_text() == key and any(folder.rglob("*.so"))
+    except OSError:
+        return False
+
+
+def mark_built(root: Path, key: str) -> None:
+    """Mark `key`'s folder as built, when the build left a library there (a cluster's build leaves none here)."""
+    folder = tuneprobe.build_dir(root, key)
+    if folder.is_dir() and any(folder.rglob("*.so")):
+        (folder / BUILT_MARK).write_text(key)
 
 
 def first_line_of(text: str) -> str:

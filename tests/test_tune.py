@@ -452,3 +452,32 @@ def test_the_report_says_where_the_wall_time_went_per_phase(task, tmp_path, caps
     view.show_tune(report)
     line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("time: "))
     assert line.startswith("time: probe ") and " · check " in line and "race 1.0 s (3 evals)" in line
+
+
+def test_a_second_tune_of_the_unchanged_file_builds_nothing(task, tmp_path):
+    def shared(task, contents, options):
+        return [Identity("b" * 64, True, ("ext",)) for _ in contents]
+
+    def building(task, path, content, options, progress=None):  # leaves a library, as load_inline's build does
+        folder = Path(options.env["TORCH_EXTENSIONS_DIR"]) / "ext"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "ext.so").write_bytes(b"\x7fELF")
+        fakes[-1].builds.append(str(folder))
+        return CompileStep(exit_code=0, duration_s=1.0), ""
+
+    fakes = [Fake()]
+    fakes[0].backend = tune.Backend(**{**fakes[0].backend.__dict__, "identities": shared, "build": building})
+    first = run(task, tmp_path / "1", fakes[0])
+    assert first.builds == 1 and len(fakes[0].builds) == 1
+    fakes.append(Fake())
+    fakes[1].backend = tune.Backend(**{**fakes[1].backend.__dict__, "identities": shared, "build": building})
+    second = run(task, tmp_path / "2", fakes[1])
+    assert second.builds == 0 and fakes[1].builds == [] and second.winner_label == first.winner_label
+    assert any("reused" in n for n in second.notes)
+    checks = [o for o in fakes[1].options if o.label.startswith("tune CHUNK")]
+    assert checks and all(o.precompile is False for o in checks)  # the evals find the library built
+    (library,) = Path(fakes[0].builds[0]).glob("*.so")
+    library.unlink()  # a build folder emptied since: built again
+    fakes.append(Fake())
+    fakes[2].backend = tune.Backend(**{**fakes[2].backend.__dict__, "identities": shared, "build": building})
+    assert run(task, tmp_path / "3", fakes[2]).builds == 1
