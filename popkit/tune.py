@@ -37,7 +37,7 @@ from popkit.errors import EnvironmentProblem, SubmissionError, UsageError
 from popkit.resources import popkit_home
 from popkit.results import CompileStep, RunReport
 from popkit.tasks import Task
-from popkit.tunerace import Race, State, first_line, race_stats
+from popkit.tunerace import Race, State, first_line, race_spec, race_stats
 from popkit.tuneresult import PER_SHAPE, Phase, TuneReport
 
 ENGINES = ("grid", "optuna")
@@ -486,7 +486,8 @@ def run_tune(task: Task, submission: Path | str, output: Path | str, options: ru
         builds=tuner.builds, race_rounds=race.rounds, winner=outcome.winner, winner_label=outcome.label,
         confirmed=outcome.confirmed, per_shape=tuple(race.choices if outcome.winner == PER_SHAPE else ()),
         output=written.path, output_sha256=written.sha256, final_check=written.check, stopped=tuner.stopped,
-        system=sysinfo, notes=tuple(tuner.notes), phases=tuner.phase_report())
+        system=sysinfo, notes=tuple(tuner.notes), phases=tuner.phase_report(),
+        benchmarks=tuple(race_spec(c) for c in task.cases_for("benchmark")))
 
 
 __all__ = ["Backend", "ENGINES", "TuneSettings", "Tuner", "build_step", "check_gpu_sized", "check_paths", "run_tune"]

@@ -114,7 +114,8 @@ def race_stats(report: RunReport, shapes: int) -> tuple[float, ...] | str:
     return times
 
 
-def _spec(case: dict) -> str:
+def race_spec(case: dict) -> str:
+    """A benchmark case as the report names it (`size: 4096; seed: 3`)."""
     return "; ".join(f"{k}: {v}" for k, v in case.items())
 
 
@@ -239,10 +240,10 @@ class Race:
         table: dict[tuple, State] = {}
         for state, key, case in zip(best, shapes, cases):
             if table.setdefault(key, state) is not state:
-                t.note(f"benchmarks with the inputs of `{_spec(case)}` share their shapes: the first one's values"
+                t.note(f"benchmarks with the inputs of `{race_spec(case)}` share their shapes: the first one's values"
                        " are written for both")
-        self.choices = [ShapeChoice(_spec(c), key, table[key].label) for key, c in zip(shapes, cases)]
-        rows = [(key, state.values, _spec(cases[shapes.index(key)])) for key, state in table.items()
+        self.choices = [ShapeChoice(race_spec(c), key, table[key].label) for key, c in zip(shapes, cases)]
+        rows = [(key, state.values, race_spec(cases[shapes.index(key)])) for key, state in table.items()
                 if state is not default]
         text = tunefreeze.per_shape_text(t.text, t.spec, default.values, rows, "per-shape values (being checked)")
         path = t.root / "variants" / f"{t.path.stem}.per-shape.py"
@@ -387,4 +388,4 @@ def _shape_median(state: State, shape: int) -> float:
     return stats.median(values) if values else math.inf
 
 
-__all__ = ["MAX_ROUNDS", "Outcome", "Race", "State", "Written", "first_line", "race_stats"]
+__all__ = ["MAX_ROUNDS", "Outcome", "Race", "State", "Written", "first_line", "race_spec", "race_stats"]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from popkit.ab import B_FASTER, ABReport
 from popkit.errors import ExitCode
-from popkit.results import OUTCOME_EXIT
+from popkit.results import OUTCOME_EXIT, score_s
 from popkit.stats import Interval
 
 TUNE_SCHEMA = "popkit/tune/1"
@@ -68,7 +68,8 @@ class Variant:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data.update(values=dict(self.values), rounds=[list(r) for r in self.rounds], scores_s=list(self.scores_s),
                     resumed=list(self.resumed), ab=self.ab.to_json() if self.ab is not None else None,
-                    score_s=self.score_s)
+                    score_s=self.score_s, shape_ns=[self.shape_ns(i) for i in range(len(self.rounds[0]))]
+                    if self.rounds else [])
         return data
 
     @classmethod
@@ -94,6 +95,38 @@ class ShapeChoice:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "ShapeChoice":
         return cls(data["spec"], tuple(tuple(s) for s in data.get("shapes", ())), data["label"])
+
+
+@dataclass(frozen=True)
+class DispatchGain:
+    """What picking the values per shape gains over the best single variant, by the race's per-shape medians."""
+
+    best_single: str  # the label of the variant with the best score over every shape
+    best_single_s: float  # its score (the task's ranking_by over its shape medians)
+    per_shape_s: float  # the score of the fastest variant at each shape
+    per_shape: tuple[str, ...]  # which variant is fastest at each shape
+
+    @property
+    def gain(self) -> float:
+        """best single / per shape: 1.0 when one variant is the fastest everywhere."""
+        return self.best_single_s / self.per_shape_s
+
+    def to_json(self) -> dict:
+        return {"best_single": self.best_single, "best_single_s": self.best_single_s,
+                "per_shape_s": self.per_shape_s, "per_shape": list(self.per_shape), "gain": self.gain}
+
+
+def dispatch_gain(variants: Sequence[Variant], shapes: int, ranking_by: str) -> DispatchGain | None:
+    """The gain of per-shape dispatch over the best single variant among `variants` timed at every shape."""
+    timed = [(v, [v.shape_ns(i) for i in range(shapes)]) for v in variants if v.index != PER_SHAPE and v.rounds]
+    timed = [(v, times) for v, times in timed if all(t is not None and t > 0 for t in times)]
+    if not timed or not shapes:
+        return None
+    scored = [(score_s(times, ranking_by), v, times) for v, times in timed]  # type: ignore[arg-type]
+    best_s, best, _ = min(((s, v, t) for s, v, t in scored if s is not None), key=lambda x: (x[0], x[1].index))
+    fastest = [min(timed, key=lambda vt, i=i: (vt[1][i], vt[0].index)) for i in range(shapes)]
+    oracle = score_s([times[i] for i, (_v, times) in enumerate(fastest)], ranking_by)  # type: ignore[index]
+    return DispatchGain(best.label, best_s, oracle or best_s, tuple(v.label for v, _t in fastest))
 
 
 @dataclass(frozen=True)
@@ -142,6 +175,7 @@ class TuneReport:
     system: Mapping[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     phases: tuple[Phase, ...] = ()  # where the wall time went, in the order the phases began
+    benchmarks: tuple[str, ...] = ()  # the benchmark shapes the race timed (specs, in the order of `rounds`)
     schema: str = TUNE_SCHEMA
 
     @property
@@ -151,6 +185,11 @@ class TuneReport:
     @property
     def winner_variant(self) -> Variant | None:
         return next((v for v in self.variants if v.index == self.winner), None) if self.winner is not None else None
+
+    @property
+    def dispatch_gain(self) -> DispatchGain | None:
+        """Per-shape dispatch against the best single variant, over every variant the race timed."""
+        return dispatch_gain(self.variants, len(self.benchmarks), self.ranking_by)
 
     @property
     def exit_code(self) -> ExitCode:
@@ -169,7 +208,8 @@ class TuneReport:
         data.update(parameters=[dict(p) for p in self.parameters], constraints=list(self.constraints),
                     variants=[v.to_json() for v in self.variants], per_shape=[c.to_json() for c in self.per_shape],
                     system=dict(self.system), notes=list(self.notes), exit_code=int(self.exit_code),
-                    phases=[p.to_json() for p in self.phases])
+                    phases=[p.to_json() for p in self.phases], benchmarks=list(self.benchmarks),
+                    dispatch_gain=gain.to_json() if (gain := self.dispatch_gain) is not None else None)
         return data
 
     @classmethod
@@ -180,8 +220,9 @@ class TuneReport:
                       variants=tuple(Variant.from_json(v) for v in data.get("variants", ())),
                       per_shape=tuple(ShapeChoice.from_json(c) for c in data.get("per_shape", ())),
                       system=dict(data.get("system") or {}), notes=tuple(data.get("notes", ())),
-                      phases=tuple(Phase.from_json(p) for p in data.get("phases", ())))
+                      phases=tuple(Phase.from_json(p) for p in data.get("phases", ())),
+                      benchmarks=tuple(data.get("benchmarks", ())))
         return cls(**kwargs)
 
 
-__all__ = ["PER_SHAPE", "Phase", "ShapeChoice", "TUNE_SCHEMA", "TuneReport", "Variant"]
+__all__ = ["DispatchGain", "PER_SHAPE", "Phase", "dispatch_gain", "ShapeChoice", "TUNE_SCHEMA", "TuneReport", "Variant"]

@@ -481,3 +481,30 @@ def test_a_second_tune_of_the_unchanged_file_builds_nothing(task, tmp_path):
     fakes.append(Fake())
     fakes[2].backend = tune.Backend(**{**fakes[2].backend.__dict__, "identities": shared, "build": building})
     assert run(task, tmp_path / "3", fakes[2]).builds == 1
+
+
+def test_the_shape_by_variant_table_and_the_gain_of_per_shape_dispatch(task, tmp_path, capsys, monkeypatch):
+    from popkit.views import tuning as view
+
+    fake = Fake({1: (900e3, 900e3), 256: (5e3, 40e3), 1000: None, 4096: (20e3, 10e3)})
+    report = run(task, tmp_path, fake, settings=settings(per_shape=True))
+    gain = report.dispatch_gain
+    assert report.benchmarks == ("size: 4096; seed: 3", "size: 8192; seed: 4")
+    assert gain.per_shape == ("CHUNK=256", "CHUNK=4096") and gain.best_single in ("CHUNK=256", "CHUNK=4096")
+    # geometric means: best single sqrt(5*40)=sqrt(20*10)=14.1 µs; the fastest at each shape sqrt(5*10)=7.07 µs
+    assert gain.gain == pytest.approx(2.0, rel=0.03)
+    doc = json.loads(json.dumps(report.to_json()))
+    assert doc["dispatch_gain"]["gain"] == pytest.approx(gain.gain) and doc["benchmarks"] == list(report.benchmarks)
+    assert {v["label"]: v["shape_ns"] for v in doc["variants"]}["CHUNK=256"][0] == pytest.approx(5e3, rel=0.02)
+    assert TuneReport.from_json(doc) == report
+    monkeypatch.setenv("POPKIT_WIDTH", "200")
+    monkeypatch.setenv("NO_COLOR", "1")
+    view.show_tune(report)
+    lines = capsys.readouterr().out.splitlines()
+    row = next(line for line in lines if line.strip().startswith("size: 4096; seed: 3") and "µs" in line)
+    assert "5.0" in row and "*" in row
+    said = next(line for line in lines if line.startswith("shapes: per-shape dispatch (the fastest at each shape, *) "))
+    assert float(said.split("*) ")[1].split("×")[0]) == pytest.approx(2.0, rel=0.03)
+    assert said.endswith(f"faster than the best single variant, {gain.best_single}, by the race's medians")
+    one = run(task, tmp_path / "one", Fake())  # 4096 fastest at both shapes: no gain
+    assert one.dispatch_gain.gain == 1.0 and one.dispatch_gain.per_shape == ("CHUNK=4096", "CHUNK=4096")

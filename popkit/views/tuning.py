@@ -86,6 +86,7 @@ def show_tune(report: TuneReport, *, json: bool = False) -> None:
     unchecked = [v for v in variants if not v.outcome]
     if unchecked:
         con.print(f"[yellow]not checked:[/] {_plural(len(unchecked), 'variant')} (the time budget ran out)")
+    _shape_table(report, con, raced)
     if report.per_shape:
         table = common_table(("benchmark", "values written"), show_edge=False)
         for choice in report.per_shape:
@@ -96,6 +97,37 @@ def show_tune(report: TuneReport, *, json: bool = False) -> None:
     if report.phases:
         con.print("[dim]time:[/] " + " · ".join(_phase(p) for p in report.phases))
     _verdict_lines(report, con)
+
+
+SHAPE_COLUMNS = 5  # variants shown in the shape x variant table
+
+
+def _shape_table(report: TuneReport, con, ranked: list[Variant]) -> None:
+    """Each benchmark shape's race time (median over rounds) for the best-ranked variants, the fastest per shape
+    marked; then the gain of per-shape dispatch over the best single variant."""
+    gain = report.dispatch_gain
+    if len(report.benchmarks) < 2 or gain is None:
+        return
+    shown = [v for v in ranked if v.rounds and v.index != PER_SHAPE][:SHAPE_COLUMNS]
+    for label in gain.per_shape:  # every shape's fastest has a column
+        if label not in [v.label for v in shown]:
+            shown.append(next(v for v in report.variants if v.label == label and v.index != PER_SHAPE))
+    table = common_table(("benchmark", *(v.label for v in shown)), right=tuple(v.label for v in shown),
+                         show_edge=False)
+    for i, spec in enumerate(report.benchmarks):
+        cells = []
+        for v in shown:
+            ns = v.shape_ns(i)
+            text = format_time(ns) if ns else "-"
+            cells.append(f"[bold]{text}*[/]" if v.label == gain.per_shape[i] else text)
+        table.add_row(escape(spec), *cells)
+    con.print(table)
+    if gain.gain > 1.0:
+        how = (f"per-shape dispatch (the fastest at each shape, *) {gain.gain:.3f}× faster than the best single "
+               f"variant, {escape(gain.best_single)}, by the race's medians")
+    else:
+        how = f"one variant, {escape(gain.best_single)}, is the fastest at every shape: per-shape dispatch gains nothing"
+    con.print(f"[dim]shapes:[/] {how}")
 
 
 def _phase(p: Phase) -> str:
