@@ -60,6 +60,7 @@ class TuneSettings:
     ab_budget_s: float = 60.0  # per A/B (it never stops before its first look, round 4)
     jobs: int = 0  # parallel builds and checks (0: min(MAX_JOBS, CPUs))
     per_shape: bool = True  # compose a per-shape dispatch where the best differs by shape
+    race_decides: bool = True  # the race's own rounds may decide, with no A/B, when they separate the finalists
     resume: bool = False  # reuse checks and race times of the same bytes from the history
     record: bool = True  # record every eval in the history
 
@@ -484,7 +485,7 @@ def run_tune(task: Task, submission: Path | str, output: Path | str, options: ru
         started_at=started.isoformat(timespec="seconds"), duration_s=clock() - tuner.t0,
         variants=tuple(s.freeze() for s in tuner.states + ([race.composite] if race.composite else [])),
         builds=tuner.builds, race_rounds=race.rounds, winner=outcome.winner, winner_label=outcome.label,
-        confirmed=outcome.confirmed, per_shape=tuple(race.choices if outcome.winner == PER_SHAPE else ()),
+        confirmed=outcome.confirmed, decided_by=outcome.decided_by, per_shape=tuple(race.choices if outcome.winner == PER_SHAPE else ()),
         output=written.path, output_sha256=written.sha256, final_check=written.check, stopped=tuner.stopped,
         system=sysinfo, notes=tuple(tuner.notes), phases=tuner.phase_report(),
         benchmarks=tuple(race_spec(c) for c in task.cases_for("benchmark")))

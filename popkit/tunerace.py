@@ -27,6 +27,7 @@ from popkit.results import RunReport, score_s
 from popkit.tuneresult import PER_SHAPE, ShapeChoice, Variant
 
 MAX_ROUNDS = 8  # of the race; halving leaves `confirm` variants well before this from up to 2**8 of them
+LOOK_ROUNDS = 4  # race rounds the finalists reach before the race's own intervals may decide (the A/B's first look)
 # Two sides with different builds get each its own extensions folder: a relative TORCH_EXTENSIONS_DIR lies in each
 # eval's working directory (one per side for the whole A/B), so neither rebuilds over the other.
 SIDE_EXTENSIONS = ".popkit-torch-extensions"
@@ -52,6 +53,7 @@ class State:
     left_after: int | None = None
     race_failure: str = ""
     ab: ab.ABReport | None = None
+    race_ratio: stats.Interval | None = None  # decided by the race: its score / the incumbent's, paired by round
     resumed: list[str] = field(default_factory=list)
     resumed_check: tuple[str, str] | None = None
     resumed_rounds: list[tuple[float, ...]] = field(default_factory=list)
@@ -64,7 +66,8 @@ class State:
         return Variant(index=self.index, label=self.label, values=dict(self.values), sha256=self.sha256,
                        build=self.build, outcome=self.outcome, message=self.message, check_s=self.check_s,
                        rounds=tuple(self.rounds), scores_s=tuple(self.scores), left_after=self.left_after,
-                       race_failure=self.race_failure, ab=self.ab, resumed=tuple(self.resumed),
+                       race_failure=self.race_failure, ab=self.ab, race_ratio=self.race_ratio,
+                       resumed=tuple(self.resumed),
                        incumbent=self.incumbent)
 
     @property
@@ -129,6 +132,7 @@ class Outcome:
     state: State | None  # the winning variant; None: the input's own values
     summary: str  # the comment written into the file
     write: bool = True  # False: nothing passed, nothing to write
+    decided_by: str = ""  # "A/B", "race" (its rounds separated the finalists), "" (not confirmed)
 
 
 @dataclass(frozen=True)
@@ -182,11 +186,17 @@ class Race:
                 one(state)
 
     def _cut(self, alive: list[State], r: int) -> list[State]:
+        """The faster half (at least `confirm`) goes on; from round 2, so does no variant whose interval against
+        the leader lies above 1 (paired by round, Bonferroni over the comparisons: the A/B's statistics)."""
         alive = sorted((s for s in alive if not s.race_failure), key=lambda s: s.score)
         keep = max(self.t.settings.confirm, math.ceil(len(alive) / 2))
-        for state in alive[keep:]:
+        out = alive[keep:]
+        if r >= 2 and len(alive) > 1:
+            slower = set(clearly_slower(alive[0], alive[1:keep]))
+            out += [s for s in alive[1:keep] if s.index in slower]
+        for state in out:
             state.left_after = r
-        return alive[:keep]
+        return [s for s in alive if s.left_after != r or s is alive[0]]
 
     def halve(self) -> list[State]:
         """Successive halving until `confirm` are left; returns the finalists, fastest first."""
@@ -321,32 +331,87 @@ class Race:
 
     # --------------------------------------------------------------------------------- deciding
 
+    def settle(self, finalists: list[State]) -> tuple[State | None, list[State]]:
+        """The finalists and the incumbent's own variant race on to LOOK_ROUNDS rounds; when the leader's interval
+        against every other lies below 1, the race decides (returns the leader) and no A/B runs. Else returns the
+        finalists an A/B must still separate: the leader and those within the race's noise of it."""
+        t = self.t
+        yard = next((s for s in t.states if s.sha256 == t.incumbent.sha256 and s.passed and not s.race_failure), None)
+        if yard is None or not t.settings.race_decides or len(finalists) < 1:
+            return None, finalists
+        group = list(finalists) + ([yard] if yard not in finalists else [])
+        if len(group) < 2:
+            return None, finalists
+        r = self.rounds
+        while any(len(s.scores) < LOOK_ROUNDS for s in group) and r < MAX_ROUNDS:
+            if t.out_of_time(stats.mean(t.eval_s) * len(group) if t.eval_s else 0.0):
+                t.note(f"the time budget ended the race after round {r}")
+                return None, finalists
+            r += 1
+            t.say(f"race round {r}: {len(group)} variant(s), toward the race's look at round {LOOK_ROUNDS}")
+            with t.phase("race"):
+                self.time_round(group, r)
+            group = [s for s in group if not s.race_failure]
+            if yard not in group or not group:
+                self.rounds = r
+                return None, [s for s in finalists if not s.race_failure]
+        self.rounds = max(self.rounds, r)
+        group.sort(key=lambda s: s.score)
+        leader, others = group[0], group[1:]
+        slower = set(clearly_slower(leader, others))
+        if len(slower) == len(others):
+            if leader is not yard:
+                leader.race_ratio = race_ratio(leader, yard)
+            return leader, []
+        near = [s for s in finalists if s is leader or s.index not in slower]
+        dropped = [s.label for s in finalists if s not in near]
+        if dropped:
+            t.note(f"no A/B for {', '.join(dropped)}: slower than {leader.label} in the race's {LOOK_ROUNDS} rounds")
+        return None, near
+
     def run(self) -> Outcome:
         t = self.t
         finalists = self.halve()
         if not finalists:
             return Outcome(None, "", False, None, "", write=False)
         composite = self.per_shape(finalists)
+        device = t.sysinfo.get("device") or "this machine"
+        if composite is None:
+            decided, finalists = self.settle(finalists)
+            if decided is not None:
+                return self.by_race(decided, device)
         candidates = list(finalists) + ([composite] if composite else [])
         ran = self.confirm(candidates)
         yardstick = ran or any(s.sha256 == t.incumbent.sha256 for s in finalists)
-        device = t.sysinfo.get("device") or "this machine"
         faster = [s for s in candidates if s.ab is not None and s.ab.verdict == ab.B_FASTER and not s.ab.failed_side]
         if faster:
             best = min(faster, key=lambda s: s.ab.score.ratio.estimate)  # type: ignore[union-attr]
             ratio = best.ab.score.ratio  # type: ignore[union-attr]
             summary = (f"{best.label} chosen on {device}: {ratio.estimate:.3f}x the time of {t.incumbent.path.name}"
                        f" (95% interval {ratio.low:.3f} to {ratio.high:.3f}, A/B over {best.ab.rounds} rounds)")
-            return Outcome(best.index, best.label, True, best, summary)
+            return Outcome(best.index, best.label, True, best, summary, decided_by="A/B")
         if yardstick and t.incumbent.sha256 == t.content_sha256:
             label = tunespec.label(t.spec.default)
             why = "no variant was faster than the input in an A/B" if ran else "the input's own values won the race"
-            return Outcome(None, label, ran, None, f"kept {label}: {why} on {device}")
+            return Outcome(None, label, ran, None, f"kept {label}: {why} on {device}", decided_by="A/B" if ran else "")
         best = finalists[0]
         why = "no variant was faster than the --against file" if yardstick else "no A/B could run"
         t.note(f"{best.label} is written unconfirmed: {why}")
         summary = f"{best.label}: the race's fastest on {device}, not confirmed by an A/B ({why})"
         return Outcome(best.index, best.label, False, best, summary)
+
+    def by_race(self, leader: State, device: str) -> Outcome:
+        """The race's rounds separated its leader from every other finalist and from the incumbent: no A/B."""
+        t = self.t
+        n = len(leader.scores)
+        if leader.sha256 == t.incumbent.sha256:
+            label = tunespec.label(t.spec.default)
+            return Outcome(None, label, True, None, f"kept {label}: every other finalist was slower in the race's "
+                                                    f"{n} rounds on {device}", decided_by="race")
+        ratio = leader.race_ratio
+        summary = (f"{leader.label} chosen on {device}: {ratio.estimate:.3f}x the time of {t.incumbent.path.name}"
+                   f" (95% interval {ratio.low:.3f} to {ratio.high:.3f}, race over {n} rounds)")  # type: ignore
+        return Outcome(leader.index, leader.label, True, leader, summary, decided_by="race")
 
     def text(self, outcome: Outcome) -> str:
         t = self.t
@@ -383,9 +448,28 @@ class Race:
         return Written(str(output), sha, report.outcome)
 
 
+def race_ratio(state: State, other: State, confidence: float = stats.CONFIDENCE) -> stats.Interval | None:
+    """The interval of state's score / other's over the rounds both ran, paired by round (None under 2 rounds)."""
+    pairs = list(zip(state.scores, other.scores))
+    if len(pairs) < 2 or not all(math.isfinite(a) and math.isfinite(b) and a > 0 and b > 0 for a, b in pairs):
+        return None
+    return stats.paired_ratio_interval([a / b for a, b in pairs], confidence)
+
+
+def clearly_slower(leader: State, others: Sequence[State]) -> list[int]:
+    """The indices of `others` whose interval against `leader` lies above 1, Bonferroni over the comparisons."""
+    confidence = 1 - (1 - stats.CONFIDENCE) / max(1, len(others))
+    found = []
+    for state in others:
+        ratio = race_ratio(state, leader, confidence)
+        if ratio is not None and ratio.defined and ratio.low > 1:  # type: ignore[operator]
+            found.append(state.index)
+    return found
+
+
 def _shape_median(state: State, shape: int) -> float:
     values = sorted(r[shape] for r in state.rounds)
     return stats.median(values) if values else math.inf
 
 
-__all__ = ["MAX_ROUNDS", "Outcome", "Race", "State", "Written", "first_line", "race_spec", "race_stats"]
+__all__ = ["LOOK_ROUNDS", "MAX_ROUNDS", "clearly_slower", "race_ratio", "Outcome", "Race", "State", "Written", "first_line", "race_spec", "race_stats"]

@@ -32,6 +32,7 @@ class Variant:
     left_after: int | None = None  # race: the round after which it was in the slower half
     race_failure: str = ""  # a benchmark-mode eval that did not pass
     ab: ABReport | None = None  # its confirmation against the incumbent (B = this variant)
+    race_ratio: Interval | None = None  # decided by the race, no A/B: its score / the incumbent's, paired by round
     resumed: tuple[str, ...] = ()  # what came from the history instead of a run ("check", "round 1", ...)
     incumbent: bool = False  # its bytes are the incumbent's
 
@@ -56,18 +57,23 @@ class Variant:
 
     @property
     def ratio(self) -> Interval | None:
-        """Its A/B score ratio against the incumbent (time this / time incumbent), when the A/B gave one."""
-        return self.ab.score.ratio if self.ab is not None and self.ab.score is not None else None
+        """Its score ratio against the incumbent (time this / time incumbent) from its A/B, else from the race."""
+        if self.ab is not None:
+            return self.ab.score.ratio if self.ab.score is not None else None
+        return self.race_ratio
 
     @property
     def faster(self) -> bool:
-        """Confirmed faster than the incumbent: its A/B's score interval lies below 1."""
-        return self.ab is not None and not self.ab.failed_side and self.ab.verdict == B_FASTER
+        """Confirmed faster than the incumbent: its A/B's score interval lies below 1 (or the race's, with no A/B)."""
+        if self.ab is None:
+            return self.race_ratio is not None and self.race_ratio.defined and self.race_ratio.high < 1  # type: ignore
+        return not self.ab.failed_side and self.ab.verdict == B_FASTER
 
     def to_json(self) -> dict:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data.update(values=dict(self.values), rounds=[list(r) for r in self.rounds], scores_s=list(self.scores_s),
                     resumed=list(self.resumed), ab=self.ab.to_json() if self.ab is not None else None,
+                    race_ratio=self.race_ratio.to_json() if self.race_ratio is not None else None,
                     score_s=self.score_s, shape_ns=[self.shape_ns(i) for i in range(len(self.rounds[0]))]
                     if self.rounds else [])
         return data
@@ -77,7 +83,8 @@ class Variant:
         kwargs = {f.name: data[f.name] for f in fields(cls) if f.name in data}
         kwargs.update(values=dict(data.get("values") or {}), rounds=tuple(tuple(r) for r in data.get("rounds", ())),
                       scores_s=tuple(data.get("scores_s", ())), resumed=tuple(data.get("resumed", ())),
-                      ab=ABReport.from_json(data["ab"]) if data.get("ab") else None)
+                      ab=ABReport.from_json(data["ab"]) if data.get("ab") else None,
+                      race_ratio=Interval.from_json(data["race_ratio"]) if data.get("race_ratio") else None)
         return cls(**kwargs)
 
 
@@ -167,6 +174,7 @@ class TuneReport:
     winner: int | None = None  # a variant's index (PER_SHAPE for the per-shape file); None: the incumbent's values
     winner_label: str = ""
     confirmed: bool = False  # decided by A/B: the winner's interval lies below 1, or no variant was faster (input kept)
+    decided_by: str = ""  # "A/B"; "race": its rounds separated the leader from every finalist, no A/B ran; "": neither
     per_shape: tuple[ShapeChoice, ...] = ()
     output: str = ""  # the file written ("": none)
     output_sha256: str = ""

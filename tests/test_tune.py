@@ -119,7 +119,7 @@ def task():
 
 
 def settings(**kw) -> tune.TuneSettings:
-    return tune.TuneSettings(**{"ab_rounds": 4, "record": False, "per_shape": False, **kw})
+    return tune.TuneSettings(**{"ab_rounds": 4, "record": False, "per_shape": False, "race_decides": False, **kw})
 
 
 def by_label(report: TuneReport) -> dict:
@@ -508,3 +508,48 @@ def test_the_shape_by_variant_table_and_the_gain_of_per_shape_dispatch(task, tmp
     assert said.endswith(f"faster than the best single variant, {gain.best_single}, by the race's medians")
     one = run(task, tmp_path / "one", Fake())  # 4096 fastest at both shapes: no gain
     assert one.dispatch_gain.gain == 1.0 and one.dispatch_gain.per_shape == ("CHUNK=4096", "CHUNK=4096")
+
+
+# ------------------------------------------------------------------------------------ the race decides
+
+
+def test_a_race_that_separates_its_finalists_decides_with_no_ab(task, tmp_path, capsys, monkeypatch):
+    from popkit.views import tuning as view
+
+    fake = Fake()
+    report = run(task, tmp_path, fake, settings=settings(race_decides=True))
+    v = by_label(report)
+    assert report.decided_by == "race" and report.confirmed and report.winner_label == "CHUNK=4096"
+    assert not [k for k in fake.calls if k[0] == "ab"]  # no A/B eval at all
+    assert report.race_rounds == tunerace.LOOK_ROUNDS and len(v["CHUNK=4096"].scores_s) == tunerace.LOOK_ROUNDS
+    assert v["CHUNK=4096"].faster and v["CHUNK=4096"].ratio.high < 1 and v["CHUNK=4096"].ab is None
+    assert v["CHUNK=4096"].ratio.estimate == pytest.approx(0.25, rel=0.03)  # (5*10)/(20*40), geomean: 1/4
+    assert len(v["CHUNK=1"].scores_s) == 1  # raced out in round 1: not timed again
+    text = (tmp_path / "out.py").read_text()
+    assert "# popkit tune: CHUNK=4096 chosen on " in text and "race over 4 rounds)" in text
+    assert TuneReport.from_json(json.loads(json.dumps(report.to_json()))) == report
+    monkeypatch.setenv("POPKIT_WIDTH", "200")
+    monkeypatch.setenv("NO_COLOR", "1")
+    view.show_tune(report)
+    out = capsys.readouterr().out
+    assert "faster (race)" in out and "confirmed by the race's 4 rounds (no A/B needed)" in out
+
+
+def test_finalists_within_the_races_noise_go_to_an_ab(task, tmp_path):
+    fake = Fake({**TIMES, 4096: (20.05e3, 40.05e3)})  # within the fake's 1% noise of the input's 256
+    report = run(task, tmp_path, fake, settings=settings(race_decides=True))
+    assert report.decided_by == "A/B" and fake.calls[("ab", "CHUNK=4096")] > 0
+    assert len(by_label(report)["CHUNK=4096"].scores_s) == tunerace.LOOK_ROUNDS
+
+
+def test_early_elimination_drops_what_the_intervals_separate_beyond_the_halving(task):
+    def state(i, scores):
+        return tunerace.State(index=i, values={}, label=f"v{i}", path=Path("x"), content=b"", sha256=str(i),
+                              outcome="passed", scores=list(scores))
+
+    leader = state(0, [1.0, 1.01, 0.99, 1.0])
+    near = state(1, [1.0, 0.995, 1.01, 1.003])
+    slow = state(2, [1.5, 1.52, 1.49, 1.51])
+    assert tunerace.clearly_slower(leader, [near, slow]) == [2]
+    assert tunerace.race_ratio(slow, leader).low > 1 and tunerace.race_ratio(near, leader).contains(1.0)
+    assert tunerace.race_ratio(state(3, [2.0]), leader) is None  # one round: no interval

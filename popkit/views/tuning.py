@@ -34,6 +34,8 @@ def _race(v: Variant, report: TuneReport) -> str:
 
 def _verdict(v: Variant) -> str:
     if v.ab is None:
+        if v.race_ratio is not None:
+            return "[green]faster (race)[/]" if v.faster else "-"
         return "incumbent" if v.incumbent else "-"
     if v.ab.failed_side:
         return f"[red]A/B: side {v.ab.failed_side} failed[/]"
@@ -150,7 +152,10 @@ def _verdict_lines(report: TuneReport, con) -> None:
     winner = report.winner_variant
     what = escape(report.winner_label or "the input's values")
     if winner is not None and winner.faster and winner.ratio is not None:
-        how = f"{_ratio(winner.ratio)} the time of {escape(_short(report.incumbent))}, confirmed by an A/B"
+        by = "by an A/B" if winner.ab is not None else f"by the race's {len(winner.scores_s)} rounds (no A/B needed)"
+        how = f"{_ratio(winner.ratio)} the time of {escape(_short(report.incumbent))}, confirmed {by}"
+    elif report.winner is None and report.decided_by == "race":
+        how = f"every other finalist was slower in the race's rounds: the values of {escape(_short(report.incumbent))} are kept"
     elif report.winner is None and report.confirmed:
         how = f"no variant was faster than {escape(_short(report.incumbent))} in an A/B: its values are kept"
     elif report.winner is None:
