@@ -24,13 +24,13 @@ import hashlib
 import os
 import queue
 import re
+import signal
 import threading
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from popkit import ab, history, proc, runner, sandbox, system, tuneprobe, tunesearch, tunespec
 from popkit.errors import EnvironmentProblem, SubmissionError, UsageError
@@ -38,7 +38,8 @@ from popkit.resources import popkit_home
 from popkit.results import CompileStep, RunReport
 from popkit.tasks import Task
 from popkit.tunerace import Race, State, first_line, race_spec, race_stats
-from popkit.tuneresult import PER_SHAPE, Phase, TuneReport
+from popkit.tuneclock import Timekeeping
+from popkit.tuneresult import PER_SHAPE, TuneReport
 
 ENGINES = ("grid", "optuna")
 OPTUNA_HINT = "pip install 'popkit[tune]'"
@@ -142,7 +143,7 @@ class _Quiet:
             live(text, key)
 
 
-class Tuner:
+class Tuner(Timekeeping):
     """One `popkit tune`: the state its stages share (variants, builds, notes, the clock)."""
 
     def __init__(self, task: Task, path: Path, content: bytes, spec: tunespec.TuneSpec, options: runner.RunOptions,
@@ -167,12 +168,9 @@ class Tuner:
         self.identities: dict[str, tuneprobe.Identity] = {}  # sha256 -> identity
         self.built: dict[str, str] = {}  # build key -> "" (built) or why its variants dropped
         self.builds = 0
-        self.eval_s: list[float] = []  # wall time of each race eval (to see whether the next round fits the budget)
         self.notes: list[str] = []
         self.stopped = "done"
-        self.phases: dict[str, list[float]] = {}  # phase -> [wall seconds, evals], in the order first entered
-        self._stack: list[str] = []
-        self._mark = self.t0
+        self.init_time()
         self.ext_root = popkit_home() / "build"
         sha = hashlib.sha256(incumbent_content).hexdigest()
         self.incumbent = State(index=-2, values={}, label="incumbent", path=incumbent, content=incumbent_content,
@@ -187,44 +185,6 @@ class Tuner:
     def note(self, msg: str) -> None:
         if msg not in self.notes:
             self.notes.append(msg)
-
-    @contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        """Charge the wall time inside to `name` (a phase entered inside another charges its own time only)."""
-        self._charge()
-        self._stack.append(name)
-        self.phases.setdefault(name, [0.0, 0])
-        try:
-            yield
-        finally:
-            self._charge()
-            self._stack.pop()
-
-    def _charge(self) -> None:
-        now = self.clock()
-        if self._stack:
-            self.phases[self._stack[-1]][0] += now - self._mark
-        self._mark = now
-
-    def count_evals(self, n: int = 1) -> None:
-        with self._lock:
-            if self._stack:
-                self.phases[self._stack[-1]][1] += n
-
-    def phase_report(self) -> tuple[Phase, ...]:
-        return tuple(Phase(name, seconds, int(evals)) for name, (seconds, evals) in self.phases.items())
-
-    def remaining_s(self) -> float | None:
-        if not self.settings.budget_s:
-            return None
-        return self.settings.budget_s - (self.clock() - self.t0)
-
-    def out_of_time(self, need_s: float = 0.0) -> bool:
-        left = self.remaining_s()
-        if left is None or left - need_s > 0:
-            return False
-        self.stopped = "budget"
-        return True
 
     def record(self, report: RunReport, content: bytes) -> None:
         if self.settings.record:
@@ -241,18 +201,24 @@ class Tuner:
         env = {**opts.env, "TORCH_EXTENSIONS_DIR": str(tuneprobe.build_dir(self.ext_root, identity.key))}
         return replace(opts, env=env, precompile=False if self.built.get(identity.key) == "" else None)
 
-    def run(self, state: State, mode: str, options: runner.RunOptions, progress: Any = None) -> RunReport:
-        """One eval through the backend, recorded; with `gpus`, on a GPU no other eval of tune holds meanwhile."""
+    def run(self, state: State, mode: str, options: runner.RunOptions, progress: Any = None) -> RunReport | None:
+        """One eval through the backend, recorded; with `gpus`, on a GPU no other eval of tune holds meanwhile.
+        Its timeout is cut to what is left of the budget: None when that cut stopped it (no verdict, not recorded)."""
+        task, cut = self.bounded(self.task)
         if not self.gpus:
-            report = self.backend.run(self.task, state.path, mode, options, progress=progress, system=self.sysinfo)
+            report = self.backend.run(task, state.path, mode, options, progress=progress, system=self.sysinfo)
         else:
             gpu = self._free.get()
             try:
                 options = replace(options, env={**options.env, "CUDA_VISIBLE_DEVICES": gpu})
-                report = self.backend.run(self.task, state.path, mode, options, progress=progress, system=self.sysinfo)
+                report = self.backend.run(task, state.path, mode, options, progress=progress, system=self.sysinfo)
             finally:
                 self._free.put(gpu)
         self.count_evals()
+        if cut and report.outcome == "timed_out":
+            self.stopped = "budget"
+            return None
+        self.timed(mode, report.duration_s)
         self.record(report, state.content)
         return report
 
@@ -384,6 +350,9 @@ class Tuner:
                 state.message = "not checked: the time budget ran out"
                 return
             report = self.run(state, "test", self.options_for(state))
+            if report is None:
+                state.message = "not checked: the time budget ran out"
+                return
             message = first_line(report).replace(str(state.path), str(self.path))  # the user's file, same lines
             state.outcome, state.message, state.check_s = report.outcome, message, report.duration_s
             done[0] += 1
@@ -473,9 +442,14 @@ def run_tune(task: Task, submission: Path | str, output: Path | str, options: ru
     with proc.WorkDir("popkit-tune-", keep=options.keep_workdir) as root:
         tuner = Tuner(task, path, content, spec, options, settings, backend or Backend(), say, clock, root, sysinfo,
                       incumbent, incumbent_content, gpus)
-        grid_points = tuner.search()
-        race = Race(tuner)
-        outcome = race.run()
+        race, grid_points, signum = Race(tuner), None, 0
+        try:
+            grid_points = tuner.search()
+            outcome = race.run()
+        except KeyboardInterrupt as exc:  # Ctrl-C (or SIGTERM/SIGHUP as Interrupted): the best so far is written
+            signum = int(getattr(exc, "signum", 0) or signal.SIGINT)
+            tuner.stopped = "interrupted"
+            outcome = race.so_far()
         with tuner.phase("final check"):
             written = race.write(output, outcome)
     return TuneReport(
@@ -487,7 +461,7 @@ def run_tune(task: Task, submission: Path | str, output: Path | str, options: ru
         builds=tuner.builds, race_rounds=race.rounds, winner=outcome.winner, winner_label=outcome.label,
         confirmed=outcome.confirmed, decided_by=outcome.decided_by, per_shape=tuple(race.choices if outcome.winner == PER_SHAPE else ()),
         output=written.path, output_sha256=written.sha256, final_check=written.check, stopped=tuner.stopped,
-        system=sysinfo, notes=tuple(tuner.notes), phases=tuner.phase_report(),
+        system=sysinfo, notes=tuple(tuner.notes), signal=signum, phases=tuner.phase_report(),
         benchmarks=tuple(race_spec(c) for c in task.cases_for("benchmark")))
 
 

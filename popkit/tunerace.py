@@ -25,8 +25,10 @@ from popkit import ab, lint, runner, stats, tunefreeze, tunespec
 from popkit.contract import entry_points
 from popkit.results import RunReport, score_s
 from popkit.tuneresult import PER_SHAPE, ShapeChoice, Variant
+from popkit.tunestats import clearly_slower, halving_evals, race_ratio, race_stats
 
 MAX_ROUNDS = 8  # of the race; halving leaves `confirm` variants well before this from up to 2**8 of them
+AB_MIN_EVALS = 9  # an A/B's least: a warm-up eval and 4 rounds of two (its first look)
 LOOK_ROUNDS = 4  # race rounds the finalists reach before the race's own intervals may decide (the A/B's first look)
 # Two sides with different builds get each its own extensions folder: a relative TORCH_EXTENSIONS_DIR lies in each
 # eval's working directory (one per side for the whole A/B), so neither rebuilds over the other.
@@ -100,23 +102,6 @@ def exception_line(stderr: str) -> str:
     return ""
 
 
-def race_stats(report: RunReport, shapes: int) -> tuple[float, ...] | str:
-    """Each benchmark shape's time in a passed benchmark run (ns: the median of its calls, else the mean), or
-    why the report has none to race with."""
-    run = next((r for r in report.runs if r.mode == "benchmark" and not r.secret and r.passed), None)
-    if run is None:
-        modes = ", ".join(f"{r.mode}{' (secret)' if r.secret else ''}: {'passed' if r.passed else 'failed'}"
-                          for r in report.runs) or "none"
-        return f"no passed benchmark run in its report (runs: {modes})"
-    if len(run.benchmarks) != shapes:
-        return f"its eval reported {len(run.benchmarks)} of the {shapes} benchmark shape(s) it was given"
-    times = tuple(float(c.median_ns or c.mean_ns or 0.0) for c in run.benchmarks)
-    untimed = [c.spec or f"benchmark {c.index}" for c, t in zip(run.benchmarks, times) if not t > 0]
-    if untimed:
-        return f"no time for {untimed[0]} (neither a median nor a mean above 0)"
-    return times
-
-
 def race_spec(case: dict) -> str:
     """A benchmark case as the report names it (`size: 4096; seed: 3`)."""
     return "; ".join(f"{k}: {v}" for k, v in case.items())
@@ -168,7 +153,9 @@ class Race:
                 state.resumed.append(f"round {r}")
             else:
                 report = t.run(state, "benchmark", t.options_for(state), progress=None if t.gpus else t.quiet)
-                t.eval_s.append(report.duration_s)
+                if report is None:
+                    t.say(f"race round {r}: {state.label}: stopped by the time budget")
+                    return
                 times = race_stats(report, shapes) if report.outcome == "passed" else first_line(report)
             done[0] += 1
             if isinstance(times, str):
@@ -206,15 +193,19 @@ class Race:
         if r:
             alive = self._cut(alive, r)
         while alive and (r == 0 or len(alive) > t.settings.confirm) and r < MAX_ROUNDS:
-            need = stats.mean(t.eval_s) * len(alive) if t.eval_s else 0.0
+            need = t.per_eval_s("benchmark") * math.ceil(len(alive) / max(1, len(t.gpus)))
             if r and t.out_of_time(need):
                 t.note(f"the time budget ended the race after round {r}")
                 break
             r += 1
-            t.say(f"race round {r}: {len(alive)} variant(s)")
+            t.say(f"race round {r}: {len(alive)} variant(s)"
+                  + t.left_text("benchmark", halving_evals(len(alive), t.settings.confirm), max(1, len(t.gpus))))
             with t.phase("race"):
                 self.time_round(alive, r)
-            alive = self._cut(alive, r)
+            alive = self._cut([s for s in alive if s.scores], r)
+            if t.stopped == "budget":
+                t.note(f"the time budget stopped the race in round {r}")
+                break
         self.rounds = r
         return alive
 
@@ -305,8 +296,9 @@ class Race:
         for state in candidates:
             if state.sha256 == t.incumbent.sha256:
                 continue
-            if t.out_of_time():
-                t.note(f"the time budget ran out before the A/B of {state.label}")
+            need = t.per_eval_s("benchmark") * AB_MIN_EVALS
+            if t.out_of_time(need):
+                t.note(f"the time budget ran out before the A/B of {state.label} (it takes about {need:.0f} s)")
                 continue
             left = t.remaining_s()
             budget = t.settings.ab_budget_s if left is None else max(1.0, min(t.settings.ab_budget_s, left))
@@ -344,14 +336,19 @@ class Race:
             return None, finalists
         r = self.rounds
         while any(len(s.scores) < LOOK_ROUNDS for s in group) and r < MAX_ROUNDS:
-            if t.out_of_time(stats.mean(t.eval_s) * len(group) if t.eval_s else 0.0):
+            if t.out_of_time(t.per_eval_s("benchmark") * len(group)):
                 t.note(f"the time budget ended the race after round {r}")
                 return None, finalists
             r += 1
-            t.say(f"race round {r}: {len(group)} variant(s), toward the race's look at round {LOOK_ROUNDS}")
+            t.say(f"race round {r}: {len(group)} variant(s), toward the race's look at round {LOOK_ROUNDS}"
+                  + t.left_text("benchmark", len(group) * (LOOK_ROUNDS - r + 1)))
             with t.phase("race"):
                 self.time_round(group, r)
             group = [s for s in group if not s.race_failure]
+            if t.stopped == "budget":
+                self.rounds = r
+                t.note(f"the time budget stopped the race in round {r}")
+                return None, [s for s in finalists if s.scores]
             if yard not in group or not group:
                 self.rounds = r
                 return None, [s for s in finalists if not s.race_failure]
@@ -400,15 +397,39 @@ class Race:
         summary = f"{best.label}: the race's fastest on {device}, not confirmed by an A/B ({why})"
         return Outcome(best.index, best.label, False, best, summary)
 
+    def so_far(self) -> Outcome:
+        """What tune knows when it is stopped (Ctrl-C): a variant an A/B confirmed, else the race's fastest so far
+        (unconfirmed), else nothing to write."""
+        t = self.t
+        device = t.sysinfo.get("device") or "this machine"
+        states = t.states + ([self.composite] if self.composite else [])
+        faster = [s for s in states if s.ab is not None and s.ab.verdict == ab.B_FASTER and not s.ab.failed_side]
+        if faster:
+            best = min(faster, key=lambda s: s.ab.score.ratio.estimate)  # type: ignore[union-attr]
+            return Outcome(best.index, best.label, True, best, f"{best.label} confirmed faster by an A/B on {device};"
+                           " tune was stopped before the rest", decided_by="A/B")
+        raced = sorted((s for s in t.states if s.passed and s.scores and not s.race_failure), key=lambda s: s.score)
+        if not raced:
+            t.note("tune was stopped before any variant was timed: nothing written")
+            return Outcome(None, "", False, None, "", write=False)
+        best = raced[0]
+        t.note(f"{best.label} is written unconfirmed: the race's fastest when tune was stopped")
+        return Outcome(best.index, best.label, False, best, f"{best.label}: the race's fastest on {device} when tune "
+                       f"was stopped after {len(best.scores)} round(s), not confirmed")
+
     def by_race(self, leader: State, device: str) -> Outcome:
         """The race's rounds separated its leader from every other finalist and from the incumbent: no A/B."""
         t = self.t
         n = len(leader.scores)
-        if leader.sha256 == t.incumbent.sha256:
+        if leader.sha256 == t.incumbent.sha256 == t.content_sha256:
             label = tunespec.label(t.spec.default)
             return Outcome(None, label, True, None, f"kept {label}: every other finalist was slower in the race's "
                                                     f"{n} rounds on {device}", decided_by="race")
         ratio = leader.race_ratio
+        if ratio is None:  # the --against file's own bytes, one of the variants, led
+            return Outcome(leader.index, leader.label, True, leader, f"{leader.label} (the values of "
+                           f"{t.incumbent.path.name}) led every other finalist in the race's {n} rounds on {device}",
+                           decided_by="race")
         summary = (f"{leader.label} chosen on {device}: {ratio.estimate:.3f}x the time of {t.incumbent.path.name}"
                    f" (95% interval {ratio.low:.3f} to {ratio.high:.3f}, race over {n} rounds)")  # type: ignore
         return Outcome(leader.index, leader.label, True, leader, summary, decided_by="race")
@@ -436,35 +457,28 @@ class Race:
         source = outcome.state or next((s for s in t.states if s.sha256 == t.incumbent.sha256), t.incumbent)
         t.identities[sha] = t.identities[source.sha256]
         proxy = State(index=-3, values={}, label="tuned file", path=staged, content=content, sha256=sha)
-        t.say(f"final check of {output.name}")
-        report = t.run(proxy, "test", t.options_for(proxy, label="tune: written file"))
-        if report.outcome != "passed":
+        report = None
+        if t.stopped not in ("budget", "interrupted"):
+            t.say(f"final check of {output.name}")
+            report = t.run(proxy, "test", t.options_for(proxy, label="tune: written file"))
+        if report is None and not source.passed:
+            t.note("the final check could not run (the time budget): not written")
+            return Written()
+        if report is None:
+            why = "tune was stopped" if t.stopped == "interrupted" else "the time budget ran out"
+            t.note(f"the final check did not run ({why}): the file written is {source.label}, which passed the "
+                   "tests, with its values frozen and a comment added")
+            check = "skipped"
+        elif report.outcome != "passed":
             t.note(f"the tuned file did not pass its final check ({first_line(report)}): not written")
             return Written(check=report.outcome)
+        else:
+            check = report.outcome
         output.parent.mkdir(parents=True, exist_ok=True)
         tmp = output.with_name(f".{output.name}.{os.getpid()}.tmp")
         tmp.write_bytes(content)
         os.replace(tmp, output)
-        return Written(str(output), sha, report.outcome)
-
-
-def race_ratio(state: State, other: State, confidence: float = stats.CONFIDENCE) -> stats.Interval | None:
-    """The interval of state's score / other's over the rounds both ran, paired by round (None under 2 rounds)."""
-    pairs = list(zip(state.scores, other.scores))
-    if len(pairs) < 2 or not all(math.isfinite(a) and math.isfinite(b) and a > 0 and b > 0 for a, b in pairs):
-        return None
-    return stats.paired_ratio_interval([a / b for a, b in pairs], confidence)
-
-
-def clearly_slower(leader: State, others: Sequence[State]) -> list[int]:
-    """The indices of `others` whose interval against `leader` lies above 1, Bonferroni over the comparisons."""
-    confidence = 1 - (1 - stats.CONFIDENCE) / max(1, len(others))
-    found = []
-    for state in others:
-        ratio = race_ratio(state, leader, confidence)
-        if ratio is not None and ratio.defined and ratio.low > 1:  # type: ignore[operator]
-            found.append(state.index)
-    return found
+        return Written(str(output), sha, check)
 
 
 def _shape_median(state: State, shape: int) -> float:
@@ -472,4 +486,4 @@ def _shape_median(state: State, shape: int) -> float:
     return stats.median(values) if values else math.inf
 
 
-__all__ = ["LOOK_ROUNDS", "MAX_ROUNDS", "clearly_slower", "race_ratio", "Outcome", "Race", "State", "Written", "first_line", "race_spec", "race_stats"]
+__all__ = ["AB_MIN_EVALS", "LOOK_ROUNDS", "MAX_ROUNDS", "Outcome", "Race", "State", "Written", "first_line", "race_spec", "race_stats"]

@@ -179,7 +179,8 @@ class TuneReport:
     output: str = ""  # the file written ("": none)
     output_sha256: str = ""
     final_check: str = ""  # the written file's test-mode outcome
-    stopped: str = "done"  # done, or budget (the time budget cut a stage short)
+    stopped: str = "done"  # done; budget (the time budget cut a stage short); interrupted (Ctrl-C, SIGTERM)
+    signal: int = 0  # the signal that stopped it (stopped == "interrupted")
     system: Mapping[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     phases: tuple[Phase, ...] = ()  # where the wall time went, in the order the phases began
@@ -201,8 +202,12 @@ class TuneReport:
 
     @property
     def exit_code(self) -> ExitCode:
-        """0 when the file was written and passed its check; else the outcome that stopped tune."""
-        if self.output and self.final_check == "passed":
+        """0 when the file was written and passed its check; 128 + the signal when stopped by one; else the outcome
+        that stopped tune."""
+        if self.stopped == "interrupted":
+            known = {int(code) for code in ExitCode}
+            return ExitCode(128 + self.signal) if 128 + self.signal in known else ExitCode.INTERRUPTED
+        if self.output and self.final_check in ("passed", "skipped"):
             return ExitCode.OK
         if self.final_check and self.final_check != "passed":
             return OUTCOME_EXIT.get(self.final_check, ExitCode.FAILED)

@@ -1,0 +1,65 @@
+"""The statistics `popkit tune`'s race decides by: the A/B's (stats.paired_ratio_interval on per-round ratios).
+
+A race round gives every variant still in it one fresh benchmark-mode eval, in an order that alternates
+between rounds; round i of one variant is paired with round i of another, as an A/B pairs its two evals of a
+round. From round 2 a variant whose interval against the leader lies above 1 (Bonferroni over the
+comparisons of that look) leaves the race; at the finalists' look the race decides alone when its leader's
+interval against every other lies below 1. `state` arguments are tunerace.State (`scores`: one per round, s;
+`index`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+from popkit import stats
+from popkit.results import RunReport
+
+
+def race_stats(report: RunReport, shapes: int) -> tuple[float, ...] | str:
+    """Each benchmark shape's time in a passed benchmark run (ns: the median of its calls, else the mean), or
+    why the report has none to race with."""
+    run = next((r for r in report.runs if r.mode == "benchmark" and not r.secret and r.passed), None)
+    if run is None:
+        modes = ", ".join(f"{r.mode}{' (secret)' if r.secret else ''}: {'passed' if r.passed else 'failed'}"
+                          for r in report.runs) or "none"
+        return f"no passed benchmark run in its report (runs: {modes})"
+    if len(run.benchmarks) != shapes:
+        return f"its eval reported {len(run.benchmarks)} of the {shapes} benchmark shape(s) it was given"
+    times = tuple(float(c.median_ns or c.mean_ns or 0.0) for c in run.benchmarks)
+    untimed = [c.spec or f"benchmark {c.index}" for c, t in zip(run.benchmarks, times) if not t > 0]
+    if untimed:
+        return f"no time for {untimed[0]} (neither a median nor a mean above 0)"
+    return times
+
+
+def halving_evals(alive: int, confirm: int) -> int:
+    """The evals successive halving still runs from `alive` variants down to `confirm` (one round at least)."""
+    total = alive
+    while alive > confirm:
+        alive = max(confirm, math.ceil(alive / 2))
+        total += alive if alive > confirm else 0
+    return total
+
+
+def race_ratio(state: Any, other: Any, confidence: float = stats.CONFIDENCE) -> stats.Interval | None:
+    """The interval of state's score / other's over the rounds both ran, paired by round (None under 2 rounds)."""
+    pairs = list(zip(state.scores, other.scores))
+    if len(pairs) < 2 or not all(math.isfinite(a) and math.isfinite(b) and a > 0 and b > 0 for a, b in pairs):
+        return None
+    return stats.paired_ratio_interval([a / b for a, b in pairs], confidence)
+
+
+def clearly_slower(leader: Any, others: Sequence[Any]) -> list[int]:
+    """The indices of `others` whose interval against `leader` lies above 1, Bonferroni over the comparisons."""
+    confidence = 1 - (1 - stats.CONFIDENCE) / max(1, len(others))
+    found = []
+    for state in others:
+        ratio = race_ratio(state, leader, confidence)
+        if ratio is not None and ratio.defined and ratio.low > 1:  # type: ignore[operator]
+            found.append(state.index)
+    return found
+
+
+__all__ = ["clearly_slower", "halving_evals", "race_ratio", "race_stats"]
