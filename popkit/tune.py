@@ -205,6 +205,7 @@ class Tuner(Timekeeping):
         """One eval through the backend, recorded; with `gpus`, on a GPU no other eval of tune holds meanwhile.
         Its timeout is cut to what is left of the budget: None when that cut stopped it (no verdict, not recorded)."""
         task, cut = self.bounded(self.task)
+        started = self.clock()
         if not self.gpus:
             report = self.backend.run(task, state.path, mode, options, progress=progress, system=self.sysinfo)
         else:
@@ -218,7 +219,7 @@ class Tuner(Timekeeping):
         if cut and report.outcome == "timed_out":
             self.stopped = "budget"
             return None
-        self.timed(mode, report.duration_s)
+        self.timed(mode, self.clock() - started)
         self.record(report, state.content)
         return report
 

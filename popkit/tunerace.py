@@ -151,6 +151,8 @@ class Race:
             if len(state.resumed_rounds) >= r:
                 times = state.resumed_rounds[r - 1]
                 state.resumed.append(f"round {r}")
+            elif t.stopped == "budget":
+                return
             else:
                 report = t.run(state, "benchmark", t.options_for(state), progress=None if t.gpus else t.quiet)
                 if report is None:
@@ -387,12 +389,13 @@ class Race:
             summary = (f"{best.label} chosen on {device}: {ratio.estimate:.3f}x the time of {t.incumbent.path.name}"
                        f" (95% interval {ratio.low:.3f} to {ratio.high:.3f}, A/B over {best.ab.rounds} rounds)")
             return Outcome(best.index, best.label, True, best, summary, decided_by="A/B")
-        if yardstick and t.incumbent.sha256 == t.content_sha256:
+        if yardstick and t.incumbent.sha256 == t.content_sha256 and (ran or finalists[0].sha256 == t.incumbent.sha256):
             label = tunespec.label(t.spec.default)
             why = "no variant was faster than the input in an A/B" if ran else "the input's own values won the race"
             return Outcome(None, label, ran, None, f"kept {label}: {why} on {device}", decided_by="A/B" if ran else "")
         best = finalists[0]
-        why = "no variant was faster than the --against file" if yardstick else "no A/B could run"
+        why = ("no variant was faster than the --against file" if ran else
+               "the time budget ran out before its A/B" if t.stopped == "budget" else "no A/B could run")
         t.note(f"{best.label} is written unconfirmed: {why}")
         summary = f"{best.label}: the race's fastest on {device}, not confirmed by an A/B ({why})"
         return Outcome(best.index, best.label, False, best, summary)

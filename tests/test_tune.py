@@ -554,3 +554,76 @@ def test_early_elimination_drops_what_the_intervals_separate_beyond_the_halving(
     assert tunestats.clearly_slower(leader, [near, slow]) == [2]
     assert tunestats.race_ratio(slow, leader).low > 1 and tunestats.race_ratio(near, leader).contains(1.0)
     assert tunestats.race_ratio(state(3, [2.0]), leader) is None  # one round: no interval
+
+
+# ------------------------------------------------------------------------------------ stopped, resumed
+
+
+class Clocked(Fake):
+    """A Fake on a clock of its own: each eval takes `each` seconds, or stops at the task's timeout (timed out)."""
+
+    def __init__(self, each=10.0, interrupt_at=None, **kw):
+        super().__init__(**kw)
+        self.now, self.each, self.interrupt_at, self.benchmarks = 0.0, each, interrupt_at, 0
+
+    def clock(self) -> float:
+        return self.now
+
+    def run(self, task, path, mode, options, progress=None, system=None, content=None):
+        if mode == "benchmark":
+            self.benchmarks += 1
+            if self.benchmarks == self.interrupt_at:
+                raise KeyboardInterrupt
+        limit = task.timeout_for(mode)
+        report = super().run(task, path, mode, options, progress, system, content)
+        if self.each > limit:
+            self.now += limit
+            run = ModeRun(**{**report.runs[0].__dict__, "outcome": "timed_out", "timed_out": True, "exit_code": None})
+            return RunReport(**{**report.__dict__, "runs": (run,)})
+        self.now += self.each
+        return report
+
+
+def test_the_budget_stops_an_eval_in_flight_and_the_closing_words_say_what_happened(task, tmp_path, capsys,
+                                                                                      monkeypatch):
+    from popkit.views import tuning as view
+
+    fake = Clocked()
+    report = run(task, tmp_path, fake, settings=settings(budget_s=45, jobs=1), clock=fake.clock)
+    assert report.stopped == "budget" and not report.output and fake.now <= 45 + 1
+    assert [v.outcome for v in report.variants].count("passed") == 3 and not any(v.scores_s for v in report.variants)
+    assert not any(v.outcome == "timed_out" or v.race_failure for v in report.variants)  # cut, not judged
+    monkeypatch.setenv("POPKIT_WIDTH", "200")
+    monkeypatch.setenv("NO_COLOR", "1")
+    view.show_tune(report)
+    out = capsys.readouterr().out
+    assert "no variant passed its checks" not in out
+    assert ("nothing written: the time budget ran out before any of the 3 variants that passed their checks was "
+            "timed") in out
+
+
+def test_budget_after_a_race_round_writes_the_fastest_so_far_without_a_final_check(task, tmp_path):
+    fake = Clocked()
+    report = run(task, tmp_path, fake, settings=settings(budget_s=75, jobs=1), clock=fake.clock)
+    assert report.stopped == "budget" and report.winner_label == "CHUNK=4096" and not report.confirmed
+    assert report.final_check == "skipped" and report.exit_code == ExitCode.OK and fake.now <= 75 + 1
+    assert fake.calls[("test", "tune: written file")] == 0
+    assert "\nCHUNK = 4096\n" in (tmp_path / "out.py").read_text()
+    assert any("the final check did not run (the time budget ran out)" in n for n in report.notes)
+
+
+def test_ctrl_c_writes_the_best_so_far_and_resume_repeats_no_measured_point(task, tmp_path):
+    first = Clocked(interrupt_at=3)  # the race's third eval: two variants timed, one not
+    report = run(task, tmp_path / "1", first, settings=settings(record=True), clock=first.clock)
+    assert report.stopped == "interrupted" and report.exit_code == ExitCode.INTERRUPTED
+    timed = {v.label for v in report.variants if v.scores_s}
+    assert len(timed) == 2 and report.output and report.winner_label == min(
+        (v for v in report.variants if v.scores_s), key=lambda v: v.score_s).label
+    ran_before = {k for k, n in first.calls.items() if n}
+    again = Clocked()
+    resumed = run(task, tmp_path / "2", again, settings=settings(record=True, resume=True), clock=again.clock)
+    repeated = {k for k, n in again.calls.items() if n and k[0] in ("test", "benchmark")} & ran_before
+    assert repeated == set()  # no check and no race round measured before ran again
+    assert again.calls[("benchmark", "tune CHUNK=1")] + again.calls[("benchmark", "tune CHUNK=4096")] + \
+        again.calls[("benchmark", "tune CHUNK=256")] == 1  # the one variant the first tune had not timed
+    assert resumed.winner_label == "CHUNK=4096" and resumed.exit_code == ExitCode.OK

@@ -138,6 +138,20 @@ def _phase(p: Phase) -> str:
         f"{escape(p.name)} {p.seconds:.1f} s"
 
 
+def _why_nothing(report: TuneReport) -> str:
+    """Why no file was written, as it happened: stopped early, or what became of the variants that passed."""
+    passed = len(report.survivors)
+    stop = {"budget": "the time budget ran out", "interrupted": "tune was stopped"}.get(report.stopped, "")
+    if stop and passed:
+        return f"{stop} before any of the {_plural(passed, 'variant')} that passed their checks was timed"
+    if stop:
+        return f"{stop} before any variant passed its checks"
+    if passed:
+        return (f"{_plural(passed, 'variant')} passed their checks, but none finished a benchmark-mode eval "
+                "(see `left the race` above)")
+    return "no variant passed its checks"
+
+
 def _short(path: str) -> str:
     return path.rsplit("/", 1)[-1]
 
@@ -147,7 +161,7 @@ def _verdict_lines(report: TuneReport, con) -> None:
         if report.final_check and report.final_check != "passed":
             con.print(f"[bold red]not written:[/] the tuned file did not pass its tests ({report.final_check})")
         else:
-            con.print("[bold red]nothing written:[/] no variant passed its checks")
+            con.print(f"[bold red]nothing written:[/] {escape(_why_nothing(report))}")
         return
     winner = report.winner_variant
     what = escape(report.winner_label or "the input's values")
