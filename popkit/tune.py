@@ -358,7 +358,8 @@ class Tuner(Timekeeping):
             state.outcome, state.message, state.check_s = report.outcome, message, report.duration_s
             done[0] += 1
             verdict = "passed" if report.outcome == "passed" else state.message
-            self.say(f"check {done[0]}/{len(todo)} {state.label}: {verdict}")
+            self.say(f"check {done[0]}/{len(todo)} {state.label}: {verdict}"
+                     + self.left_text("test", len(todo) - done[0], self.jobs))
 
         with self.phase("check"):
             self.parallel(one, todo)

@@ -368,8 +368,26 @@ class Race:
             t.note(f"no A/B for {', '.join(dropped)}: slower than {leader.label} in the race's {LOOK_ROUNDS} rounds")
         return None, near
 
+    def estimate(self) -> str:
+        """What the race and its decision will take, from the evals timed so far, said before the race starts."""
+        t = self.t
+        alive = [s for s in t.states if s.passed and not s.race_failure]
+        each = t.per_eval_s("benchmark") or t.per_eval_s("test")
+        if not alive or not each:
+            return ""
+        evals = halving_evals(len(alive), t.settings.confirm) + t.settings.confirm * (LOOK_ROUNDS - 1)
+        ab_evals = AB_MIN_EVALS * t.settings.confirm
+        left = t.remaining_s()
+        budget = f"; {left:.0f} s of the budget left" if left is not None else ""
+        return (f"estimate: race about {evals} evals (~{evals * each / max(1, len(t.gpus)):.0f} s at ~{each:.0f} s an"
+                f" eval), then an A/B only if the race cannot separate its finalists (~{ab_evals * each:.0f} s)"
+                f"{budget}")
+
     def run(self) -> Outcome:
         t = self.t
+        said = self.estimate()
+        if said:
+            t.say(said)
         finalists = self.halve()
         if not finalists:
             return Outcome(None, "", False, None, "", write=False)

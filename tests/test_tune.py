@@ -627,3 +627,16 @@ def test_ctrl_c_writes_the_best_so_far_and_resume_repeats_no_measured_point(task
     assert again.calls[("benchmark", "tune CHUNK=1")] + again.calls[("benchmark", "tune CHUNK=4096")] + \
         again.calls[("benchmark", "tune CHUNK=256")] == 1  # the one variant the first tune had not timed
     assert resumed.winner_label == "CHUNK=4096" and resumed.exit_code == ExitCode.OK
+
+
+def test_progress_says_each_phase_and_estimates_the_time_left(task, tmp_path):
+    said: list[str] = []
+    fake = Clocked()
+    run(task, tmp_path, fake, settings=settings(jobs=1, budget_s=1000, race_decides=True), clock=fake.clock,
+        progress=said.append)
+    checks = [line for line in said if line.startswith("check ")]
+    assert checks[0] == "check 1/4 CHUNK=1: passed, ~30 s left in this phase"  # 3 more at 10 s each
+    assert checks[-1].startswith("check 4/4 ") and "left" not in checks[-1]
+    estimate = next(line for line in said if line.startswith("estimate: race about "))
+    assert "at ~10 s an eval" in estimate and estimate.endswith("s of the budget left")
+    assert any(line.startswith("race round 2: 2 variant(s), toward the race's look at round 4, ~") for line in said)
