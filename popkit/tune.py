@@ -37,7 +37,8 @@ from popkit.errors import EnvironmentProblem, SubmissionError, UsageError
 from popkit.resources import popkit_home
 from popkit.results import CompileStep, RunReport
 from popkit.tasks import Task
-from popkit.tunerace import Race, State, first_line, race_spec, race_stats
+from popkit.tunerace import Race, State
+from popkit.tunestats import first_line, race_spec, race_stats
 from popkit.tuneclock import Timekeeping
 from popkit.tuneresult import PER_SHAPE, TuneReport
 
@@ -464,7 +465,7 @@ def run_tune(task: Task, submission: Path | str, output: Path | str, options: ru
         confirmed=outcome.confirmed, decided_by=outcome.decided_by, per_shape=tuple(race.choices if outcome.winner == PER_SHAPE else ()),
         output=written.path, output_sha256=written.sha256, final_check=written.check, stopped=tuner.stopped,
         system=sysinfo, notes=tuple(tuner.notes), signal=signum, phases=tuner.phase_report(),
-        benchmarks=tuple(race_spec(c) for c in task.cases_for("benchmark")))
+        build_root=str(tuner.ext_root), benchmarks=tuple(race_spec(c) for c in task.cases_for("benchmark")))
 
 
 __all__ = ["Backend", "ENGINES", "TuneSettings", "Tuner", "build_step", "check_gpu_sized", "check_paths", "run_tune"]

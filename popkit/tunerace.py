@@ -16,16 +16,15 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
 from popkit import ab, lint, runner, stats, tunefreeze, tunespec
 from popkit.contract import entry_points
-from popkit.results import RunReport, score_s
+from popkit.results import score_s
 from popkit.tuneresult import PER_SHAPE, ShapeChoice, Variant
-from popkit.tunestats import clearly_slower, halving_evals, race_ratio, race_stats
+from popkit.tunestats import clearly_slower, first_line, halving_evals, race_ratio, race_spec, race_stats
 
 MAX_ROUNDS = 8  # of the race; halving leaves `confirm` variants well before this from up to 2**8 of them
 AB_MIN_EVALS = 9  # an A/B's least: a warm-up eval and 4 rounds of two (its first look)
@@ -75,36 +74,6 @@ class State:
     @property
     def score(self) -> float:
         return math.exp(sum(map(math.log, self.scores)) / len(self.scores)) if self.scores else math.inf
-
-
-def first_line(report: RunReport) -> str:
-    """Why a run did not pass, in one line ("" when it passed): the first mismatch or the first compiler error."""
-    if report.outcome == "passed":
-        return ""
-    step = report.precompile
-    if report.outcome == "compile_failed" and step is not None and step.diagnostics:
-        first = step.diagnostics[0]
-        return f"compile failed: {first.location}: {first.message}"
-    failure = report.failure
-    why = failure.summary if failure is not None and failure.summary else report.outcome
-    raised = exception_line(failure.stderr) if failure is not None and report.outcome == "crashed" else ""
-    return (f"{why}: {raised}" if raised else why)[:500]
-
-
-_RAISED = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning)\b")
-
-
-def exception_line(stderr: str) -> str:
-    """The exception a crashed eval ended on: the last line of its traceback ("" when there is none)."""
-    for line in reversed(stderr.splitlines()):
-        if _RAISED.match(line.strip()):
-            return line.strip()
-    return ""
-
-
-def race_spec(case: dict) -> str:
-    """A benchmark case as the report names it (`size: 4096; seed: 3`)."""
-    return "; ".join(f"{k}: {v}" for k, v in case.items())
 
 
 @dataclass(frozen=True)

@@ -184,6 +184,7 @@ class TuneReport:
     system: Mapping[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     phases: tuple[Phase, ...] = ()  # where the wall time went, in the order the phases began
+    build_root: str = ""  # where the builds live: a variant's extensions folder is BUILD_ROOT/tune-<its build>
     benchmarks: tuple[str, ...] = ()  # the benchmark shapes the race timed (specs, in the order of `rounds`)
     schema: str = TUNE_SCHEMA
 

@@ -1,4 +1,5 @@
-"""The statistics `popkit tune`'s race decides by: the A/B's (stats.paired_ratio_interval on per-round ratios).
+"""What `popkit tune`'s race reads from its evals and decides by: each eval's times and why one did not pass
+(race_stats, first_line), and the A/B's statistics (stats.paired_ratio_interval on per-round ratios).
 
 A race round gives every variant still in it one fresh benchmark-mode eval, in an order that alternates
 between rounds; round i of one variant is paired with round i of another, as an A/B pairs its two evals of a
@@ -11,10 +12,41 @@ interval against every other lies below 1. `state` arguments are tunerace.State 
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Sequence
 
 from popkit import stats
 from popkit.results import RunReport
+
+
+def first_line(report: RunReport) -> str:
+    """Why a run did not pass, in one line ("" when it passed): the first mismatch or the first compiler error."""
+    if report.outcome == "passed":
+        return ""
+    step = report.precompile
+    if report.outcome == "compile_failed" and step is not None and step.diagnostics:
+        first = step.diagnostics[0]
+        return f"compile failed: {first.location}: {first.message}"
+    failure = report.failure
+    why = failure.summary if failure is not None and failure.summary else report.outcome
+    raised = exception_line(failure.stderr) if failure is not None and report.outcome == "crashed" else ""
+    return (f"{why}: {raised}" if raised else why)[:500]
+
+
+_RAISED = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning)\b")
+
+
+def exception_line(stderr: str) -> str:
+    """The exception a crashed eval ended on: the last line of its traceback ("" when there is none)."""
+    for line in reversed(stderr.splitlines()):
+        if _RAISED.match(line.strip()):
+            return line.strip()
+    return ""
+
+
+def race_spec(case: dict) -> str:
+    """A benchmark case as the report names it (`size: 4096; seed: 3`)."""
+    return "; ".join(f"{k}: {v}" for k, v in case.items())
 
 
 def race_stats(report: RunReport, shapes: int) -> tuple[float, ...] | str:
@@ -62,4 +94,5 @@ def clearly_slower(leader: Any, others: Sequence[Any]) -> list[int]:
     return found
 
 
-__all__ = ["clearly_slower", "halving_evals", "race_ratio", "race_stats"]
+__all__ = ["clearly_slower", "exception_line", "first_line", "halving_evals", "race_ratio", "race_spec",
+           "race_stats"]

@@ -7,20 +7,19 @@ Run from the repository root on a CUDA machine with popkit importable (no networ
 
 Per task (the bundled softmax and matmul CUDA templates from `popkit new`, matmul without its 8192^3 shape as
 in scripts/gpu_tune.py; with --tasks-root, also the public pmpp_v2 vectoradd):
-  points      the grid of the file's `#!POPKIT tune` lines, or a seeded sample of --points of it that keeps the
-              default values (tunespec.sample: the very points `popkit tune --max-variants N --seed S` runs);
-  build       the grid's one build, before anything is timed (a one-variant tune; its wall time apart);
-  exhaustive  every point, --repeats times, one benchmark-mode eval each through the runner (the task's own
-              eval, the sealed run), in rounds whose order alternates; a point's time is the task's score
-              (ranking_by over the shapes' medians) of each eval, pooled over the repeats;
-  tune        `popkit tune` on the same points (--max-variants, --seed; one value set for every shape, so the
-              pick is a grid point), finding the grid built;
-  regret      the pooled time of tune's pick over the best point's, with a 95% interval (stats.ratio_ci95 over
-              the repeats; exactly 1 when tune picked the best point), and the wall time tune spent against the
-              exhaustive run's (every one of its evals, checks included, against the exhaustive evals).
+  tune        `popkit tune` with --max-variants (--points) and --seed: the grid of the file's `#!POPKIT tune`
+              lines, or a seeded sample of it that keeps the default values; one value set for every shape, so
+              its pick is a grid point; its one build of the grid is not counted (its `build` phase);
+  exhaustive  every point tune ran, --repeats times, one benchmark-mode eval each through `popkit bench` (the
+              task's own eval, the sealed run) in the extensions folder tune built, in rounds whose order
+              alternates; a point's time is the task's score (ranking_by over the shapes' medians) per eval;
+  regret      the mean time of tune's pick over the best point's, with a 95% interval (repeat i of one paired
+              with repeat i of the other, as an A/B pairs rounds; exactly 1 when tune picked the best point),
+              and the wall time tune's evals took (checks, race, A/B, final check) against the exhaustive evals'.
 Writes OUTDIR/regret.json (raw scores of every eval, tune's report) and OUTDIR/regret.md, and prints the
 markdown table last. `--dry-run` does it on the CPU with the fixture task tests/fixtures/tasks/chunksum.
 About 8 minutes on an H100 with the defaults (10 points x 3 repeats per template, one cold build each).
+Only popkit.api is used (scripts/ use no internals).
 """
 
 from __future__ import annotations
@@ -28,6 +27,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import re
 import shutil
 import sys
 import tempfile
@@ -39,11 +39,7 @@ from typing import Any, Callable, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from popkit import api, runner, stats, system, tuneprobe, tunespec  # noqa: E402
-from popkit.resources import popkit_home  # noqa: E402
-from popkit.results import score_s  # noqa: E402
-from popkit.tasks import Task, load_task  # noqa: E402
-from popkit.tunestats import race_stats  # noqa: E402
+from popkit import api  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("gpu_tune", ROOT / "scripts" / "gpu_tune.py")
 gpu_tune = importlib.util.module_from_spec(_spec)
@@ -65,48 +61,62 @@ def plan(tmp: Path, tasks_root: Path | None, dry_run: bool) -> list[dict]:
     return rows
 
 
-def points_of(path: Path, count: int, seed: int) -> tuple[tunespec.TuneSpec, list[dict]]:
-    """The points tune runs with --max-variants COUNT --seed SEED (all of them when COUNT is 0)."""
-    spec = tunespec.load(path)
-    grid = list(spec.points())
-    return spec, tunespec.sample(grid, count or len(grid), seed, keep=spec.default)
+def variant_text(text: str, values: dict) -> str:
+    """The file with each tuned name's module-level assignment set to its value (one assignment per name, as
+    `#!POPKIT tune` requires)."""
+    for name, value in values.items():
+        text, n = re.subn(rf"^{re.escape(name)}[ \t]*=[ \t]*[^#\n]*?(?=[ \t]*(#|$))", f"{name} = {value!r}", text,
+                          count=1, flags=re.M)
+        if n != 1:
+            raise SystemExit(f"no module-level assignment of {name} to rewrite")
+    return text
 
 
-def exhaustive(task: Task, path: Path, spec: tunespec.TuneSpec, points: Sequence[dict], repeats: int,
-               deadline: float, run: Callable[..., Any] = runner.run_submission,
-               clock: Callable[[], float] = time.monotonic) -> list[dict]:
-    """Every point `repeats` times (at least MIN_REPEATS, more only before `deadline`), rounds alternating in order.
+def points_of(report: Any) -> list[dict]:
+    """The grid points tune ran (its report's variants, in order): label, values, build, whether they passed."""
+    return [{"label": v.label, "values": dict(v.values), "build": v.build, "passed": v.passed}
+            for v in report.variants if v.index >= 0]
+
+
+def shape_times(report: Any) -> tuple[float, ...] | str:
+    """Each benchmark shape's time (ns: median of the calls, else mean) of a passed benchmark eval, or why none."""
+    if report.outcome != "passed":
+        return report.outcome
+    run = next((r for r in report.runs if r.mode == "benchmark" and not r.secret and r.passed), None)
+    if run is None or not run.benchmarks:
+        return "no passed benchmark run"
+    times = tuple(float(c.median_ns or c.mean_ns or 0.0) for c in run.benchmarks)
+    return times if all(t > 0 for t in times) else "a shape without a time"
+
+
+def exhaustive(task: str, path: Path, points: Sequence[dict], repeats: int, deadline: float, build_root: str,
+               bench: Callable[..., Any] = api.bench, clock: Callable[[], float] = time.monotonic,
+               allow_cpu: bool = False) -> list[dict]:
+    """Every point `repeats` times (at least MIN_REPEATS, more only before `deadline`), rounds alternating in order,
+    each one benchmark-mode eval (`api.bench`, not recorded) in the extensions folder tune built the grid in.
     Returns per point: label, values, scores (s, one per passed eval), failures, eval wall times."""
     text = path.read_text()
     folder = path.parent / f"{path.stem}-points"
     folder.mkdir(exist_ok=True)
     rows = []
-    for i, values in enumerate(points):
+    for i, point in enumerate(points):
         variant = folder / f"{path.stem}.{i:03d}.py"
-        variant.write_text(tunespec.variant_text(text, spec, values))
-        rows.append({"label": tunespec.label(values), "values": dict(values), "path": variant, "scores": [],
-                     "failures": [], "eval_s": []})
-    options = runner.RunOptions(label="regret")
-    identities = tuneprobe.build_identities(task, [r["path"].read_bytes() for r in rows], options)
-    sysinfo = system.probe(options.python, env=runner.child_env(options))
-    shapes = len(task.cases_for("benchmark"))
+        variant.write_text(variant_text(text, point["values"]))
+        rows.append({**point, "path": variant, "scores": [], "failures": [], "eval_s": []})
     for rep in range(repeats):
         if rep >= MIN_REPEATS and clock() > deadline:
             log(f"exhaustive: stopped after {rep} repeats (--minutes)")
             break
-        for row, identity in (zip(rows, identities) if rep % 2 == 0 else reversed(list(zip(rows, identities)))):
-            opts = options
-            if identity.key is not None:
-                env = {"TORCH_EXTENSIONS_DIR": str(tuneprobe.build_dir(popkit_home() / "build", identity.key))}
-                opts = runner.RunOptions(label="regret", env=env)
+        for row in (rows if rep % 2 == 0 else rows[::-1]):
+            env = {"TORCH_EXTENSIONS_DIR": f"{build_root}/tune-{row['build']}"} if row["build"] and build_root else {}
             t0 = clock()
-            report = run(task, row["path"], "benchmark", opts, system=sysinfo)
+            outcome = bench(row["path"], task=task, record=False, env=env, label="regret", allow_cpu=allow_cpu)
             row["eval_s"].append(clock() - t0)
-            times = race_stats(report, shapes) if report.outcome == "passed" else report.outcome
+            times = shape_times(outcome.report)
             if isinstance(times, str):
                 row["failures"].append(times)
             else:
-                row["scores"].append(score_s(list(times), task.ranking_by))
+                row["scores"].append(api.score(times, outcome.report.ranking_by))
         log(f"exhaustive: repeat {rep + 1}/{repeats} of {len(rows)} points")
     for row in rows:
         row["path"] = str(row["path"])
@@ -114,9 +124,10 @@ def exhaustive(task: Task, path: Path, spec: tunespec.TuneSpec, points: Sequence
 
 
 def regret(points: Sequence[dict], picked: str) -> dict:
-    """Tune's pick against the best point by pooled mean score: the ratio with its 95% interval, the pick's rank."""
+    """Tune's pick against the best point by mean score: the ratio with its 95% interval (repeat i of one paired
+    with repeat i of the other, as an A/B pairs its rounds: api.ratio_interval), and the pick's rank."""
     timed = sorted((p for p in points if len(p["scores"]) >= MIN_REPEATS and not p["failures"]),
-                   key=lambda p: stats.mean(p["scores"]))
+                   key=lambda p: sum(p["scores"]) / len(p["scores"]))
     if not timed:
         return {"picked": picked, "best": None, "regret": None, "rank": None, "timed": 0}
     best = timed[0]
@@ -124,11 +135,12 @@ def regret(points: Sequence[dict], picked: str) -> dict:
     if pick is None:
         return {"picked": picked, "best": best["label"], "regret": None, "rank": None, "timed": len(timed)}
     if pick is best:
-        ratio = stats.Interval(1.0, 1.0, 1.0)
+        ratio = {"estimate": 1.0, "low": 1.0, "high": 1.0}
     else:
-        ratio = stats.ratio_ci95(pick["scores"], best["scores"])
-    return {"picked": picked, "best": best["label"], "regret": ratio.to_json(), "rank": timed.index(pick) + 1,
-            "timed": len(timed), "best_s": stats.mean(best["scores"]), "picked_s": stats.mean(pick["scores"])}
+        ratio = api.ratio_interval([a / b for a, b in zip(pick["scores"], best["scores"])]).to_json()
+    mean = lambda p: sum(p["scores"]) / len(p["scores"])  # noqa: E731
+    return {"picked": picked, "best": best["label"], "regret": ratio, "rank": timed.index(pick) + 1,
+            "timed": len(timed), "best_s": mean(best), "picked_s": mean(pick)}
 
 
 def tune_seconds(report: dict) -> float:
@@ -136,14 +148,15 @@ def tune_seconds(report: dict) -> float:
     return sum(p["seconds"] for p in report.get("phases", ()) if p["name"] not in ("build", "probe"))
 
 
-def summary(name: str, points: Sequence[dict], report: dict, found: dict, build_s: float) -> dict:
+def summary(name: str, points: Sequence[dict], report: dict, found: dict) -> dict:
     exhaustive_s = sum(sum(p["eval_s"]) for p in points)
     spent = tune_seconds(report)
     return {"task": name, "points": len(points), "repeats": max((len(p["eval_s"]) for p in points), default=0),
             "best": found["best"], "picked": found["picked"], "rank": found["rank"], "regret": found["regret"],
             "decided_by": report.get("decided_by", ""), "tune_builds": report.get("builds"),
             "exhaustive_s": round(exhaustive_s, 1), "tune_s": round(spent, 1),
-            "share": round(spent / exhaustive_s, 3) if exhaustive_s else None, "build_s": round(build_s, 1),
+            "share": round(spent / exhaustive_s, 3) if exhaustive_s else None,
+            "build_s": round(sum(p["seconds"] for p in report.get("phases", ()) if p["name"] == "build"), 1),
             "tune_wall_s": round(report.get("duration_s", 0.0), 1), "exit_code": report.get("exit_code")}
 
 
@@ -169,7 +182,8 @@ def markdown(results: dict) -> str:
                      f" {row['tune_builds']} |")
     lines += ["", "Regret: pooled time of tune's pick / the best point's (the task's score over the benchmark shapes,"
               " mean over repeats of one eval each; 95% interval by stats.ratio_ci95). Share: wall time of tune's"
-              " evals (checks, race, A/B, final check) / the exhaustive evals'. The grid was built before both."]
+              " evals (checks, race, A/B, final check) / the exhaustive evals'. Tune built the grid (its builds"
+              " column); the exhaustive evals ran in that build."]
     return "\n".join(lines) + "\n"
 
 
@@ -198,24 +212,22 @@ def main(argv: list[str] | None = None) -> int:
         rows = [r for r in rows if not only or r["name"] in only]
         if not rows:
             parser.error(f"--only {args.only}: no such task")
-        built = gpu_tune.prebuild(rows, tmp)
         for n, row in enumerate(rows):
-            task = load_task(row["task"])
-            spec, points = points_of(row["file"], args.points, args.seed)
             left = 60 * args.minutes - (time.monotonic() - start)
             share = left / (len(rows) - n)
-            log(f"{row['name']}: {len(points)} points x {args.repeats}, {share:.0f} s for it")
-            found_points = exhaustive(task, row["file"], spec, points, args.repeats,
-                                      deadline=time.monotonic() + 0.6 * share)
+            log(f"{row['name']}: tune on {args.points or 'every'} point(s), then each x {args.repeats}; {share:.0f} s")
+            t0 = time.monotonic()
             report = api.tune(row["file"], tmp / "out" / f"{row['file'].stem}_tuned.py", task=str(row["task"]),
-                              max_variants=len(points), seed=args.seed, per_shape=False, record=False, force=True,
-                              budget_s=max(60.0, share * 0.4), always_ab=args.always_ab,
-                              progress=lambda m, name=row["name"]: log(f"{name}: {m}"))
+                              max_variants=args.points or 10_000, seed=args.seed, per_shape=False, record=False,
+                              force=True, budget_s=max(120.0, 0.5 * share), always_ab=args.always_ab,
+                              allow_cpu=args.dry_run, progress=lambda m, name=row["name"]: log(f"{name}: {m}"))
             doc = api.document(report)
-            picked = report.winner_label or tunespec.label(spec.default)
+            points = [p for p in points_of(report) if p["passed"]]
+            picked = report.winner_label or next((v.label for v in report.variants if v.incumbent), "")
+            found_points = exhaustive(str(row["task"]), row["file"], points, args.repeats,
+                                      deadline=t0 + share, build_root=report.build_root, allow_cpu=args.dry_run)
             found = regret(found_points, picked)
-            results["tasks"].append(summary(row["name"], found_points, doc, found,
-                                            built.get(row["name"], {}).get("seconds") or 0.0))
+            results["tasks"].append(summary(row["name"], found_points, doc, found))
             results["raw"][row["name"]] = {"points": found_points, "tune": doc}
             results["total_s"] = round(time.monotonic() - start, 1)
             (args.out / "regret.json").write_text(json.dumps(results, indent=1, default=str))

@@ -172,9 +172,9 @@ def test_a_task_ranked_by_its_last_shape_races_on_the_shape_its_evals_are_given(
 def test_race_stats_says_why_a_passed_report_cannot_be_raced(task):
     fake = Fake()
     report = fake.run(task, SUBMISSION, "benchmark", runner.RunOptions())
-    assert tunerace.race_stats(report, 2) == tuple(c.median_ns for c in report.runs[0].benchmarks)
-    assert tunerace.race_stats(report, 3) == "its eval reported 2 of the 3 benchmark shape(s) it was given"
-    assert tunerace.race_stats(fake.run(task, SUBMISSION, "test", runner.RunOptions()), 2) == \
+    assert tunestats.race_stats(report, 2) == tuple(c.median_ns for c in report.runs[0].benchmarks)
+    assert tunestats.race_stats(report, 3) == "its eval reported 2 of the 3 benchmark shape(s) it was given"
+    assert tunestats.race_stats(fake.run(task, SUBMISSION, "test", runner.RunOptions()), 2) == \
         "no passed benchmark run in its report (runs: test: passed)"
 
 
@@ -428,8 +428,8 @@ def test_the_exception_line_is_the_last_line_a_traceback_raised():
     stderr = ("Traceback (most recent call last):\n  File \"eval.py\", line 3, in <module>\n"
               "    raise KeyError('x')\nKeyError: 'x'\n\nDuring handling ...\ntorch.OutOfMemoryError: CUDA out of"
               " memory\nsome trailing log line\n")
-    assert tunerace.exception_line(stderr) == "torch.OutOfMemoryError: CUDA out of memory"
-    assert tunerace.exception_line("ninja: no work to do\n") == ""
+    assert tunestats.exception_line(stderr) == "torch.OutOfMemoryError: CUDA out of memory"
+    assert tunestats.exception_line("ninja: no work to do\n") == ""
 
 
 # ------------------------------------------------------------------------------------ where the time goes
