@@ -32,7 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from popkit import ab, history, proc, runner, sandbox, system, tuneprobe, tunesearch, tunespec
+from popkit import ab, history, proc, runner, sandbox, system, tuneprobe, tunesearch, tunespec, tunetriton
 from popkit.errors import EnvironmentProblem, SubmissionError, UsageError
 from popkit.resources import popkit_home
 from popkit.results import CompileStep, RunReport
@@ -435,7 +435,7 @@ def run_tune(task: Task, submission: Path | str, output: Path | str, options: ru
     options = options or runner.RunOptions()
     say = progress or (lambda _msg: None)
     content = runner.checked_submission(task, path, "test", options)
-    spec = tunespec.parse(content.decode("utf-8"), str(path))
+    spec = tunetriton.spec_for(content.decode("utf-8"), str(path))
     incumbent = against_path or path
     incumbent_content = content if against_path is None else runner.checked_submission(task, against_path, "test",
                                                                                        options)
@@ -445,6 +445,8 @@ def run_tune(task: Task, submission: Path | str, output: Path | str, options: ru
     with proc.WorkDir("popkit-tune-", keep=options.keep_workdir) as root:
         tuner = Tuner(task, path, content, spec, options, settings, backend or Backend(), say, clock, root, sysinfo,
                       incumbent, incumbent_content, gpus)
+        for line in tunetriton.config_notes(spec):
+            tuner.note(line)
         race, grid_points, signum = Race(tuner), None, 0
         try:
             grid_points = tuner.search()

@@ -194,7 +194,9 @@ class Race:
         names = tuple(entry_points(t.task, t.options.harness) or ("custom_kernel",))
         why = ""
         uses = tunespec.read_time_uses(t.text, t.spec.names)
-        if names != ("custom_kernel",):
+        if not t.spec.per_call:
+            why = "a Triton kernel's config is fixed when its module is imported (its key= picks per shape at run time)"
+        elif names != ("custom_kernel",):
             why = f"the task's eval takes {', '.join(names)}, and popkit dispatches custom_kernel only"
         elif uses:
             name, line = next(iter(uses.items()))
