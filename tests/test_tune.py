@@ -612,13 +612,20 @@ def test_budget_after_a_race_round_writes_the_fastest_so_far_without_a_final_che
     assert any("the final check did not run (the time budget ran out)" in n for n in report.notes)
 
 
-def test_ctrl_c_writes_the_best_so_far_and_resume_repeats_no_measured_point(task, tmp_path):
+def test_ctrl_c_writes_the_best_so_far_and_resume_repeats_no_measured_point(task, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("POPKIT_WIDTH", "200")
+    monkeypatch.setenv("NO_COLOR", "1")
     first = Clocked(interrupt_at=3)  # the race's third eval: two variants timed, one not
     report = run(task, tmp_path / "1", first, settings=settings(record=True), clock=first.clock)
     assert report.stopped == "interrupted" and report.exit_code == ExitCode.INTERRUPTED
     timed = {v.label for v in report.variants if v.scores_s}
     assert len(timed) == 2 and report.output and report.winner_label == min(
         (v for v in report.variants if v.scores_s), key=lambda v: v.score_s).label
+    from popkit.views import tuning as view
+
+    view.show_tune(report)
+    assert f"wrote {report.output}: {report.winner_label}: the race's fastest when tune was stopped, not confirmed" \
+        in " ".join(capsys.readouterr().out.split())
     ran_before = {k for k, n in first.calls.items() if n}
     again = Clocked()
     resumed = run(task, tmp_path / "2", again, settings=settings(record=True, resume=True), clock=again.clock)

@@ -174,6 +174,9 @@ def _verdict_lines(report: TuneReport, con) -> None:
         how = f"no variant was faster than {escape(_short(report.incumbent))} in an A/B: its values are kept"
     elif report.winner is None:
         how = "the input's own values won the race: they are kept"
+    elif report.stopped in ("interrupted", "budget"):
+        why = "tune was stopped" if report.stopped == "interrupted" else "the time budget ran out"
+        how = f"[yellow]the race's fastest when {why}, not confirmed[/] (see the notes)"
     else:
         how = "[yellow]not confirmed by an A/B[/] (see the notes)"
     con.print(f"[bold green]wrote {escape(report.output)}[/]: {what}: {how}")
