@@ -135,3 +135,11 @@ def test_tune_races_the_configs_confirms_against_the_autotuned_input_and_pins_th
     assert text.count("triton.Config(") == 1 and '[triton.Config({"CHUNK": 4096}, num_warps=8)]' in text
     assert report.parameters[0]["configs"][3] == 'triton.Config({"CHUNK": 4096}, num_warps=8)'
     assert TuneReport.from_json(report.to_json()) == report
+
+
+def test_the_comment_written_on_line_1_never_reads_as_an_encoding_declaration():
+    source = SINGLE.replace("chunk_sum", "decoding")
+    spec = tunetriton.spec_for(source, "k.py")
+    frozen = tunefreeze.frozen_text(source, spec, {"decoding": 1}, "decoding=1 chosen on cpu")
+    assert frozen.splitlines()[0] == "# popkit tune: decoding =1 chosen on cpu"
+    compile(frozen, "k.py", "exec")  # `decoding=1` on line 1 would be read as the encoding "1": a SyntaxError
