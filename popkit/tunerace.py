@@ -333,7 +333,7 @@ class Race:
             if leader is not yard:
                 leader.race_ratio = race_ratio(leader, yard)
             return leader, []
-        near = [s for s in finalists if s is leader or s.index not in slower]
+        near = [s for s in finalists if not s.race_failure and (s is leader or s.index not in slower)]
         dropped = [s.label for s in finalists if s not in near]
         if dropped:
             t.note(f"no A/B for {', '.join(dropped)}: slower than {leader.label} in the race's {LOOK_ROUNDS} rounds")

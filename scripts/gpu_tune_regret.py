@@ -92,14 +92,14 @@ def shape_times(report: Any) -> tuple[float, ...] | str:
 
 
 def exhaustive(task: str, path: Path, points: Sequence[dict], repeats: int, deadline: float, build_root: str,
-               bench: Callable[..., Any] = api.bench, clock: Callable[[], float] = time.monotonic,
+               folder: Path, bench: Callable[..., Any] = api.bench, clock: Callable[[], float] = time.monotonic,
                allow_cpu: bool = False) -> list[dict]:
     """Every point `repeats` times (at least MIN_REPEATS, more only before `deadline`), rounds alternating in order,
     each one benchmark-mode eval (`api.bench`, not recorded) in the extensions folder tune built the grid in.
-    Returns per point: label, values, scores (s, one per passed eval), failures, eval wall times."""
+    The variant files are written under `folder`. Returns per point: label, values, scores (s, one per passed
+    eval), failures, eval wall times."""
     text = path.read_text()
-    folder = path.parent / f"{path.stem}-points"
-    folder.mkdir(exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
     rows = []
     for i, point in enumerate(points):
         variant = folder / f"{path.stem}.{i:03d}.py"
@@ -230,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
             points = [p for p in points_of(report) if p["passed"]]
             picked = report.winner_label or next((v.label for v in report.variants if v.incumbent), "")
             found_points = exhaustive(str(row["task"]), row["file"], points, args.repeats,
-                                      deadline=t0 + share, build_root=report.build_root, allow_cpu=args.dry_run)
+                                      deadline=t0 + share, build_root=report.build_root,
+                                      folder=tmp / "points" / row["file"].stem, allow_cpu=args.dry_run)
             found = regret(found_points, picked)
             results["tasks"].append(summary(row["name"], found_points, doc, found))
             results["raw"][row["name"]] = {"points": found_points, "tune": doc}

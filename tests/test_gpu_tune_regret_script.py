@@ -90,7 +90,8 @@ def test_exhaustive_times_every_point_in_alternating_rounds_in_tunes_build(tmp_p
               for c in (1, 256, 1000, 4096)]
     ticks = iter(range(10**6))
     rows = regret_script.exhaustive(str(TASK_DIR), path, points, 3, deadline=10**9, build_root="/x/build",
-                                    bench=bench, clock=lambda: float(next(ticks)))
+                                    folder=tmp_path / "points", bench=bench, clock=lambda: float(next(ticks)))
+    assert sorted(p.name for p in (tmp_path / "points").iterdir()) == [f"chunksum.00{i}.py" for i in range(4)]
     labels = [p["label"] for p in points]
     assert [label for label, _env in order] == labels + labels[::-1] + labels  # the order alternates
     assert order[0][1] == {"TORCH_EXTENSIONS_DIR": "/x/build/tune-" + "b" * 16} and order[1][1] == {}
@@ -98,15 +99,18 @@ def test_exhaustive_times_every_point_in_alternating_rounds_in_tunes_build(tmp_p
     assert len(by["CHUNK=4096"]["scores"]) == 3 and by["CHUNK=1000"]["failures"] and not by["CHUNK=1000"]["scores"]
     assert regret_script.regret(rows, "CHUNK=4096")["rank"] == 1
     assert by["CHUNK=4096"]["scores"][0] == pytest.approx(math.sqrt(5e3 * 10e3) / 1e9, rel=0.02)  # geom, in s
-    short = regret_script.exhaustive(str(TASK_DIR), path, points, 5, deadline=-1.0, build_root="", bench=bench)
+    short = regret_script.exhaustive(str(TASK_DIR), path, points, 5, deadline=-1.0, build_root="",
+                                     folder=tmp_path / "again", bench=bench)
     assert all(len(r["eval_s"]) == regret_script.MIN_REPEATS for r in short)  # past the deadline: the least
 
 
 @pytest.mark.slow
 def test_dry_run_writes_both_files(tmp_path, capsys):
+    fixtures = sorted((ROOT / "tests" / "fixtures" / "tune").iterdir())
     assert regret_script.main(["--out", str(tmp_path), "--dry-run", "--repeats", "2", "--minutes", "4"]) == 0
     doc = json.loads((tmp_path / "regret.json").read_text())
     (row,) = doc["tasks"]
     assert row["points"] == 3 and row["repeats"] == 2  # the 3 points that passed their checks and row["best"] in ("CHUNK=4096", "CHUNK=256")
     assert row["regret"] is not None and row["tune_builds"] == 0 and row["exhaustive_s"] > 0
     assert capsys.readouterr().out.startswith("`python3 scripts/gpu_tune_regret.py` on cpu (dry run)")
+    assert sorted((ROOT / "tests" / "fixtures" / "tune").iterdir()) == fixtures  # nothing written beside the input
