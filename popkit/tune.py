@@ -464,7 +464,8 @@ def run_tune(task: Task, submission: Path | str, output: Path | str, options: ru
         started_at=started.isoformat(timespec="seconds"), duration_s=clock() - tuner.t0,
         variants=tuple(s.freeze() for s in tuner.states + ([race.composite] if race.composite else [])),
         builds=tuner.builds, race_rounds=race.rounds, winner=outcome.winner, winner_label=outcome.label,
-        confirmed=outcome.confirmed, decided_by=outcome.decided_by, per_shape=tuple(race.choices if outcome.winner == PER_SHAPE else ()),
+        confirmed=outcome.confirmed, decided_by=outcome.decided_by,
+        per_shape=tuple(race.choices if outcome.winner == PER_SHAPE else ()),
         output=written.path, output_sha256=written.sha256, final_check=written.check, stopped=tuner.stopped,
         system=sysinfo, notes=tuple(tuner.notes), signal=signum, phases=tuner.phase_report(),
         build_root=str(tuner.ext_root), benchmarks=tuple(race_spec(c) for c in task.cases_for("benchmark")))

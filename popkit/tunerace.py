@@ -478,4 +478,4 @@ def _shape_median(state: State, shape: int) -> float:
     return stats.median(values) if values else math.inf
 
 
-__all__ = ["AB_MIN_EVALS", "LOOK_ROUNDS", "MAX_ROUNDS", "Outcome", "Race", "State", "Written", "first_line", "race_spec", "race_stats"]
+__all__ = ["AB_MIN_EVALS", "LOOK_ROUNDS", "MAX_ROUNDS", "Outcome", "Race", "State", "Written"]

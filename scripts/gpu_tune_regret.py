@@ -57,7 +57,8 @@ def plan(tmp: Path, tasks_root: Path | None, dry_run: bool) -> list[dict]:
         return gpu_tune.plan(tmp, None, True)
     rows = [{"name": "softmax", "task": gpu_tune.bundled_tasks() / "softmax",
              "file": gpu_tune.rendered(tmp, "softmax", "softmax")},
-            {"name": "matmul", "task": gpu_tune.trimmed_matmul(tmp), "file": gpu_tune.rendered(tmp, "matmul", "matmul")}]
+            {"name": "matmul", "task": gpu_tune.trimmed_matmul(tmp),
+             "file": gpu_tune.rendered(tmp, "matmul", "matmul")}]
     if tasks_root is not None:
         rows = gpu_tune.plan(tmp, tasks_root, False)
     return rows

@@ -452,7 +452,8 @@ def test_the_report_says_where_the_wall_time_went_per_phase(task, tmp_path, caps
     monkeypatch.setenv("NO_COLOR", "1")
     view.show_tune(report)
     line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("time: "))
-    assert line.startswith("time: probe ") and re.search(r" · check \d+\.\d s \(4 evals\) · race \d+\.\d s \(3 evals\) · ", line)
+    assert line.startswith("time: probe ")
+    assert re.search(r" · check \d+\.\d s \(4 evals\) · race \d+\.\d s \(3 evals\) · ", line)
 
 
 def test_a_second_tune_of_the_unchanged_file_builds_nothing(task, tmp_path):

@@ -128,7 +128,8 @@ def _shape_table(report: TuneReport, con, ranked: list[Variant]) -> None:
         how = (f"per-shape dispatch (the fastest at each shape, *) {gain.gain:.3f}× faster than the best single "
                f"variant, {escape(gain.best_single)}, by the race's medians")
     else:
-        how = f"one variant, {escape(gain.best_single)}, is the fastest at every shape: per-shape dispatch gains nothing"
+        how = (f"one variant, {escape(gain.best_single)}, is the fastest at every shape: per-shape dispatch gains"
+               " nothing")
     con.print(f"[dim]shapes:[/] {how}")
 
 
@@ -169,7 +170,8 @@ def _verdict_lines(report: TuneReport, con) -> None:
         by = "by an A/B" if winner.ab is not None else f"by the race's {len(winner.scores_s)} rounds (no A/B needed)"
         how = f"{_ratio(winner.ratio)} the time of {escape(_short(report.incumbent))}, confirmed {by}"
     elif report.winner is None and report.decided_by == "race":
-        how = f"every other finalist was slower in the race's rounds: the values of {escape(_short(report.incumbent))} are kept"
+        how = (f"every other finalist was slower in the race's rounds: the values of "
+               f"{escape(_short(report.incumbent))} are kept")
     elif report.winner is None and report.confirmed:
         how = f"no variant was faster than {escape(_short(report.incumbent))} in an A/B: its values are kept"
     elif report.winner is None:
