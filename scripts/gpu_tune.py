@@ -125,7 +125,8 @@ def prebuild(rows: list[dict], tmp: Path) -> dict:
 def summary(name: str, report: dict, wall_s: float, prebuilt: dict) -> dict:
     """One row of the table from a TuneReport's JSON."""
     winner = next((v for v in report["variants"] if v["index"] == report["winner"]), None)
-    ratio = (winner or {}).get("ab") and winner["ab"].get("score") and winner["ab"]["score"].get("ratio")
+    ratio = ((winner or {}).get("ab") and winner["ab"].get("score") and winner["ab"]["score"].get("ratio")
+             or (winner or {}).get("race_ratio"))  # decided by the race's own rounds: no A/B ran
     kept = report["winner"] is None or bool(winner and winner["incumbent"])
     return {
         "task": name, "variants": len([v for v in report["variants"] if v["index"] != -1]),
@@ -160,7 +161,8 @@ def markdown(results: dict) -> str:
         lines.append(f"| {row['task']} | {row['variants']} (of {row['grid_points']}) | {row['passed']} | {row['builds']} |"
                      f" {row['winner']} | {_ratio_text(row)} | {row['race_rounds']} | {row['wall_s']:.0f} s |")
     lines += ["", "Default values: " + "; ".join(f"{r['task']}: {r['default']}" for r in results["tasks"]) + ".",
-              "Ratio: the A/B's score interval, time tuned / time default over rounds of fresh evals (95%)."]
+              "Ratio: the A/B's score interval (or, where the race's own rounds decided, the race's paired interval),"
+              " time tuned / time default over rounds of fresh evals (95%)."]
     return "\n".join(lines) + "\n"
 
 

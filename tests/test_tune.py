@@ -10,6 +10,7 @@ import hashlib
 import json
 import math
 import random
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from popkit.model.tasks import load_task
 from popkit.run import protocol
 from popkit.run import runner
 from popkit.tuning import race as tunerace
+from popkit.tuning import stats as tunestats
 from popkit.tuning import workflow as tune
 from popkit.tuning.probe import Identity
 from popkit.tuning.race import SIDE_EXTENSIONS
@@ -126,7 +128,7 @@ def task():
 
 
 def settings(**kw) -> tune.TuneSettings:
-    return tune.TuneSettings(**{"ab_rounds": 4, "record": False, "per_shape": False, **kw})
+    return tune.TuneSettings(**{"ab_rounds": 4, "record": False, "per_shape": False, "race_decides": False, **kw})
 
 
 def by_label(report: TuneReport) -> dict:
@@ -178,9 +180,9 @@ def test_a_task_ranked_by_its_last_shape_races_on_the_shape_its_evals_are_given(
 def test_race_stats_says_why_a_passed_report_cannot_be_raced(task):
     fake = Fake()
     report = fake.run(task, SUBMISSION, "benchmark", runner.RunOptions())
-    assert tunerace.race_stats(report, 2) == tuple(c.median_ns for c in report.runs[0].benchmarks)
-    assert tunerace.race_stats(report, 3) == "its eval reported 2 of the 3 benchmark shape(s) it was given"
-    assert tunerace.race_stats(fake.run(task, SUBMISSION, "test", runner.RunOptions()), 2) == \
+    assert tunestats.race_stats(report, 2) == tuple(c.median_ns for c in report.runs[0].benchmarks)
+    assert tunestats.race_stats(report, 3) == "its eval reported 2 of the 3 benchmark shape(s) it was given"
+    assert tunestats.race_stats(fake.run(task, SUBMISSION, "test", runner.RunOptions()), 2) == \
         "no passed benchmark run in its report (runs: test: passed)"
 
 
@@ -434,5 +436,223 @@ def test_the_exception_line_is_the_last_line_a_traceback_raised():
     stderr = ("Traceback (most recent call last):\n  File \"eval.py\", line 3, in <module>\n"
               "    raise KeyError('x')\nKeyError: 'x'\n\nDuring handling ...\ntorch.OutOfMemoryError: CUDA out of"
               " memory\nsome trailing log line\n")
-    assert tunerace.exception_line(stderr) == "torch.OutOfMemoryError: CUDA out of memory"
-    assert tunerace.exception_line("ninja: no work to do\n") == ""
+    assert tunestats.exception_line(stderr) == "torch.OutOfMemoryError: CUDA out of memory"
+    assert tunestats.exception_line("ninja: no work to do\n") == ""
+
+
+# ------------------------------------------------------------------------------------ where the time goes
+
+
+def test_the_report_says_where_the_wall_time_went_per_phase(task, tmp_path, capsys, monkeypatch):
+    from popkit.views import tuning as view
+
+    ticks = iter(range(0, 10**6))  # every look at the clock: 1 s later
+    fake = Fake()
+    report = run(task, tmp_path, fake, clock=lambda: float(next(ticks)))
+    phases = {p.name: p for p in report.phases}
+    assert list(phases) == ["probe", "check", "race", "A/B", "final check"]  # nothing to build
+    assert phases["check"].evals == 4 and phases["race"].evals == 3 and phases["final check"].evals == 1
+    assert phases["A/B"].evals == fake.calls[("ab", "CHUNK=4096")] + fake.calls[("ab", "CHUNK=256")] - 1  # warmup
+    assert all(p.seconds > 0 for p in report.phases)
+    assert sum(p.seconds for p in report.phases) <= report.duration_s
+    assert TuneReport.from_json(json.loads(json.dumps(report.to_json()))).phases == report.phases
+    monkeypatch.setenv("POPKIT_WIDTH", "200")
+    monkeypatch.setenv("NO_COLOR", "1")
+    view.show_tune(report)
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("time: "))
+    assert line.startswith("time: probe ")
+    assert re.search(r" · check \d+\.\d s \(4 evals\) · race \d+\.\d s \(3 evals\) · ", line)
+
+
+def test_a_second_tune_of_the_unchanged_file_builds_nothing(task, tmp_path):
+    def shared(task, contents, options):
+        return [Identity("b" * 64, True, ("ext",)) for _ in contents]
+
+    def building(task, path, content, options, progress=None):  # leaves a library, as load_inline's build does
+        folder = Path(options.env["TORCH_EXTENSIONS_DIR"]) / "ext"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "ext.so").write_bytes(b"\x7fELF")
+        fakes[-1].builds.append(str(folder))
+        return CompileStep(exit_code=0, duration_s=1.0), ""
+
+    fakes = [Fake()]
+    fakes[0].backend = tune.Backend(**{**fakes[0].backend.__dict__, "identities": shared, "build": building})
+    first = run(task, tmp_path / "1", fakes[0])
+    assert first.builds == 1 and len(fakes[0].builds) == 1
+    fakes.append(Fake())
+    fakes[1].backend = tune.Backend(**{**fakes[1].backend.__dict__, "identities": shared, "build": building})
+    second = run(task, tmp_path / "2", fakes[1])
+    assert second.builds == 0 and fakes[1].builds == [] and second.winner_label == first.winner_label
+    assert any("reused" in n for n in second.notes)
+    checks = [o for o in fakes[1].options if o.label.startswith("tune CHUNK")]
+    assert checks and all(o.precompile is False for o in checks)  # the evals find the library built
+    (library,) = Path(fakes[0].builds[0]).glob("*.so")
+    library.unlink()  # a build folder emptied since: built again
+    fakes.append(Fake())
+    fakes[2].backend = tune.Backend(**{**fakes[2].backend.__dict__, "identities": shared, "build": building})
+    assert run(task, tmp_path / "3", fakes[2]).builds == 1
+
+
+def test_the_shape_by_variant_table_and_the_gain_of_per_shape_dispatch(task, tmp_path, capsys, monkeypatch):
+    from popkit.views import tuning as view
+
+    fake = Fake({1: (900e3, 900e3), 256: (5e3, 40e3), 1000: None, 4096: (20e3, 10e3)})
+    report = run(task, tmp_path, fake, settings=settings(per_shape=True))
+    gain = report.dispatch_gain
+    assert report.benchmarks == ("size: 4096; seed: 3", "size: 8192; seed: 4")
+    assert gain.per_shape == ("CHUNK=256", "CHUNK=4096") and gain.best_single in ("CHUNK=256", "CHUNK=4096")
+    # geometric means: best single sqrt(5*40)=sqrt(20*10)=14.1 µs; the fastest at each shape sqrt(5*10)=7.07 µs
+    assert gain.gain == pytest.approx(2.0, rel=0.03)
+    doc = json.loads(json.dumps(report.to_json()))
+    assert doc["dispatch_gain"]["gain"] == pytest.approx(gain.gain) and doc["benchmarks"] == list(report.benchmarks)
+    assert {v["label"]: v["shape_ns"] for v in doc["variants"]}["CHUNK=256"][0] == pytest.approx(5e3, rel=0.02)
+    assert TuneReport.from_json(doc) == report
+    monkeypatch.setenv("POPKIT_WIDTH", "200")
+    monkeypatch.setenv("NO_COLOR", "1")
+    view.show_tune(report)
+    lines = capsys.readouterr().out.splitlines()
+    row = next(line for line in lines if line.strip().startswith("size: 4096; seed: 3") and "µs" in line)
+    assert "5.0" in row and "*" in row
+    said = next(line for line in lines if line.startswith("shapes: per-shape dispatch (the fastest at each shape, *) "))
+    assert float(said.split("*) ")[1].split("×")[0]) == pytest.approx(2.0, rel=0.03)
+    assert said.endswith(f"faster than the best single variant, {gain.best_single}, by the race's medians")
+    one = run(task, tmp_path / "one", Fake())  # 4096 fastest at both shapes: no gain
+    assert one.dispatch_gain.gain == 1.0 and one.dispatch_gain.per_shape == ("CHUNK=4096", "CHUNK=4096")
+
+
+# ------------------------------------------------------------------------------------ the race decides
+
+
+def test_a_race_that_separates_its_finalists_decides_with_no_ab(task, tmp_path, capsys, monkeypatch):
+    from popkit.views import tuning as view
+
+    fake = Fake()
+    report = run(task, tmp_path, fake, settings=settings(race_decides=True))
+    v = by_label(report)
+    assert report.decided_by == "race" and report.confirmed and report.winner_label == "CHUNK=4096"
+    assert not [k for k in fake.calls if k[0] == "ab"]  # no A/B eval at all
+    assert report.race_rounds == tunerace.LOOK_ROUNDS and len(v["CHUNK=4096"].scores_s) == tunerace.LOOK_ROUNDS
+    assert v["CHUNK=4096"].faster and v["CHUNK=4096"].ratio.high < 1 and v["CHUNK=4096"].ab is None
+    assert v["CHUNK=4096"].ratio.estimate == pytest.approx(0.25, rel=0.03)  # (5*10)/(20*40), geomean: 1/4
+    assert len(v["CHUNK=1"].scores_s) == 1  # raced out in round 1: not timed again
+    text = (tmp_path / "out.py").read_text()
+    assert "# popkit tune: CHUNK=4096 chosen on " in text and "race over 4 rounds)" in text
+    assert TuneReport.from_json(json.loads(json.dumps(report.to_json()))) == report
+    monkeypatch.setenv("POPKIT_WIDTH", "200")
+    monkeypatch.setenv("NO_COLOR", "1")
+    view.show_tune(report)
+    out = capsys.readouterr().out
+    assert "faster (race)" in out and "confirmed by the race's 4 rounds (no A/B needed)" in out
+
+
+def test_finalists_within_the_races_noise_go_to_an_ab(task, tmp_path):
+    fake = Fake({**TIMES, 4096: (20.05e3, 40.05e3)})  # within the fake's 1% noise of the input's 256
+    report = run(task, tmp_path, fake, settings=settings(race_decides=True))
+    assert report.decided_by == "A/B" and fake.calls[("ab", "CHUNK=4096")] > 0
+    assert len(by_label(report)["CHUNK=4096"].scores_s) == tunerace.LOOK_ROUNDS
+
+
+def test_early_elimination_drops_what_the_intervals_separate_beyond_the_halving(task):
+    def state(i, scores):
+        return tunerace.State(index=i, values={}, label=f"v{i}", path=Path("x"), content=b"", sha256=str(i),
+                              outcome="passed", scores=list(scores))
+
+    leader = state(0, [1.0, 1.01, 0.99, 1.0])
+    near = state(1, [1.0, 0.995, 1.01, 1.003])
+    slow = state(2, [1.5, 1.52, 1.49, 1.51])
+    assert tunestats.clearly_slower(leader, [near, slow]) == [2]
+    assert tunestats.race_ratio(slow, leader).low > 1 and tunestats.race_ratio(near, leader).contains(1.0)
+    assert tunestats.race_ratio(state(3, [2.0]), leader) is None  # one round: no interval
+
+
+# ------------------------------------------------------------------------------------ stopped, resumed
+
+
+class Clocked(Fake):
+    """A Fake on a clock of its own: each eval takes `each` seconds, or stops at the task's timeout (timed out)."""
+
+    def __init__(self, each=10.0, interrupt_at=None, **kw):
+        super().__init__(**kw)
+        self.now, self.each, self.interrupt_at, self.benchmarks = 0.0, each, interrupt_at, 0
+
+    def clock(self) -> float:
+        return self.now
+
+    def run(self, task, path, mode, options, progress=None, system=None, content=None):
+        if mode == "benchmark":
+            self.benchmarks += 1
+            if self.benchmarks == self.interrupt_at:
+                raise KeyboardInterrupt
+        limit = task.timeout_for(mode)
+        report = super().run(task, path, mode, options, progress, system, content)
+        if self.each > limit:
+            self.now += limit
+            run = ModeRun(**{**report.runs[0].__dict__, "outcome": "timed_out", "timed_out": True, "exit_code": None})
+            return RunReport(**{**report.__dict__, "runs": (run,)})
+        self.now += self.each
+        return report
+
+
+def test_the_budget_stops_an_eval_in_flight_and_the_closing_words_say_what_happened(task, tmp_path, capsys,
+                                                                                      monkeypatch):
+    from popkit.views import tuning as view
+
+    fake = Clocked()
+    report = run(task, tmp_path, fake, settings=settings(budget_s=45, jobs=1), clock=fake.clock)
+    assert report.stopped == "budget" and not report.output and fake.now <= 45 + 1
+    assert [v.outcome for v in report.variants].count("passed") == 3 and not any(v.scores_s for v in report.variants)
+    assert not any(v.outcome == "timed_out" or v.race_failure for v in report.variants)  # cut, not judged
+    monkeypatch.setenv("POPKIT_WIDTH", "200")
+    monkeypatch.setenv("NO_COLOR", "1")
+    view.show_tune(report)
+    out = capsys.readouterr().out
+    assert "no variant passed its checks" not in out
+    assert ("nothing written: the time budget ran out before any of the 3 variants that passed their checks was "
+            "timed") in out
+
+
+def test_budget_after_a_race_round_writes_the_fastest_so_far_without_a_final_check(task, tmp_path):
+    fake = Clocked()
+    report = run(task, tmp_path, fake, settings=settings(budget_s=75, jobs=1), clock=fake.clock)
+    assert report.stopped == "budget" and report.winner_label == "CHUNK=4096" and not report.confirmed
+    assert report.final_check == "skipped" and report.exit_code == ExitCode.OK and fake.now <= 75 + 1
+    assert fake.calls[("test", "tune: written file")] == 0
+    assert "\nCHUNK = 4096\n" in (tmp_path / "out.py").read_text()
+    assert any("the final check did not run (the time budget ran out)" in n for n in report.notes)
+
+
+def test_ctrl_c_writes_the_best_so_far_and_resume_repeats_no_measured_point(task, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("POPKIT_WIDTH", "200")
+    monkeypatch.setenv("NO_COLOR", "1")
+    first = Clocked(interrupt_at=3)  # the race's third eval: two variants timed, one not
+    report = run(task, tmp_path / "1", first, settings=settings(record=True), clock=first.clock)
+    assert report.stopped == "interrupted" and report.exit_code == ExitCode.INTERRUPTED
+    timed = {v.label for v in report.variants if v.scores_s}
+    assert len(timed) == 2 and report.output and report.winner_label == min(
+        (v for v in report.variants if v.scores_s), key=lambda v: v.score_s).label
+    from popkit.views import tuning as view
+
+    view.show_tune(report)
+    assert f"wrote {report.output}: {report.winner_label}: the race's fastest when tune was stopped, not confirmed" \
+        in " ".join(capsys.readouterr().out.split())
+    ran_before = {k for k, n in first.calls.items() if n}
+    again = Clocked()
+    resumed = run(task, tmp_path / "2", again, settings=settings(record=True, resume=True), clock=again.clock)
+    repeated = {k for k, n in again.calls.items() if n and k[0] in ("test", "benchmark")} & ran_before
+    assert repeated == set()  # no check and no race round measured before ran again
+    assert again.calls[("benchmark", "tune CHUNK=1")] + again.calls[("benchmark", "tune CHUNK=4096")] + \
+        again.calls[("benchmark", "tune CHUNK=256")] == 1  # the one variant the first tune had not timed
+    assert resumed.winner_label == "CHUNK=4096" and resumed.exit_code == ExitCode.OK
+
+
+def test_progress_says_each_phase_and_estimates_the_time_left(task, tmp_path):
+    said: list[str] = []
+    fake = Clocked()
+    run(task, tmp_path, fake, settings=settings(jobs=1, budget_s=1000, race_decides=True), clock=fake.clock,
+        progress=said.append)
+    checks = [line for line in said if line.startswith("check ")]
+    assert checks[0] == "check 1/4 CHUNK=1: passed, ~30 s left in this phase"  # 3 more at 10 s each
+    assert checks[-1].startswith("check 4/4 ") and "left" not in checks[-1]
+    estimate = next(line for line in said if line.startswith("estimate: race about "))
+    assert "at ~10 s an eval" in estimate and estimate.endswith("s of the budget left")
+    assert any(line.startswith("race round 2: 2 variant(s), toward the race's look at round 4, ~") for line in said)

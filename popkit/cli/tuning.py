@@ -49,6 +49,7 @@ def tune(
     rounds: Annotated[int, typer.Option("--rounds", min=4, help="Most rounds of each A/B (even).")] = 8,
     ab_budget: Annotated[float, typer.Option("--ab-budget", min=0, callback=finite, help="Seconds of each A/B after which no new pair of rounds starts (never before round 4).")] = 60.0,
     jobs: Annotated[int, typer.Option("--jobs", min=0, max=64, help="Builds and checks at once (0: up to 8, one per CPU).")] = 0,
+    always_ab: Annotated[bool, typer.Option("--always-ab", help="Confirm the finalists by an A/B even when the race's own rounds separate them (by default those rounds decide, with no A/B).")] = False,
     per_shape: Annotated[bool, typer.Option("--per-shape/--no-per-shape", help="Where the best values differ by benchmark shape, also try a file that picks them by the input's shapes.")] = True,
     resume: Annotated[bool, typer.Option("--resume", help="Reuse checks and race times of the same variant bytes on this task, harness and device from the history.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Replace OUTPUT if it exists (never the input).")] = False,
@@ -86,7 +87,7 @@ def tune(
     tuner.check_gpu_sized(found, allow_cpu)
     settings = tuner.TuneSettings(engine=engine, max_variants=max_variants, seed=seed, budget_s=budget,
                                   confirm=confirm, ab_rounds=rounds, ab_budget_s=ab_budget, jobs=jobs,
-                                  per_shape=per_shape, resume=resume, record=history)
+                                  per_shape=per_shape, resume=resume, record=history, race_decides=not always_ab)
     with common.progress_printer(json) as progress:
         report = tuner.run_tune(found, submission, output, options, settings, against=against, force=force,
                                 progress=progress, gpus=workflows.parse_gpus(gpus) if gpus else ())

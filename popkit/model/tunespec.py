@@ -192,6 +192,22 @@ class TuneSpec:
         return [{"name": p.name, "values": list(p.values), "default": p.default, "line": p.line}
                 for p in self.parameters]
 
+    @property
+    def per_call(self) -> bool:
+        """Whether a value may be set before each call (a per-shape dispatch); tunetriton's configs may not."""
+        return True
+
+    def rewrite(self, text: str, values: Mapping[str, Number]) -> str:
+        """The file with each parameter's module-level assignment set to `values` (a missing name keeps its value)."""
+        bom = BOM if text.startswith(BOM) else ""
+        body = text.removeprefix(BOM)
+        for param in sorted(self.parameters, key=lambda p: p.assign_line, reverse=True):
+            if param.name not in values:
+                continue
+            start, end = _value_span(body, param.assign_line)
+            body = body[:start] + param.token(values[param.name]) + body[end:]
+        return bom + body
+
 
 def label(values: Mapping[str, Number]) -> str:
     """`BLOCK=256 VEC=4`: how a point is named in reports."""
@@ -336,34 +352,33 @@ def sample(points: Sequence[Mapping[str, Number]], count: int, seed: int,
     return [points[i] for i in sorted(chosen)]
 
 
+def offsets(text: str) -> Any:
+    """A function from an ast (line, column) position of `text` to its character offset (columns count UTF-8)."""
+    starts = [0]
+    for row in text.splitlines(keepends=True):
+        starts.append(starts[-1] + len(row))
+
+    def offset(lineno: int, col: int) -> int:
+        row = text[starts[lineno - 1]:starts[lineno]].encode("utf-8")
+        return starts[lineno - 1] + len(row[:col].decode("utf-8", "replace"))
+
+    return offset
+
+
 def _value_span(text: str, line: int) -> tuple[int, int]:
     """Character offsets in `text` of the value of the module-level assignment on `line` (1-based)."""
     node = next((n for n in ast.parse(text).body if n.lineno == line and isinstance(n, (ast.Assign, ast.AnnAssign))
                  and n.value is not None), None)
     if node is None:
         raise SubmissionError(f"line {line}: the assignment popkit tune rewrites is gone", HINT)
-    starts = [0]
-    for row in text.splitlines(keepends=True):
-        starts.append(starts[-1] + len(row))
-
-    def offset(lineno: int, col: int) -> int:  # ast columns count UTF-8 bytes of the line
-        row = text[starts[lineno - 1]:starts[lineno]].encode("utf-8")
-        return starts[lineno - 1] + len(row[:col].decode("utf-8", "replace"))
-
+    offset = offsets(text)
     value = node.value
     return offset(value.lineno, value.col_offset), offset(value.end_lineno, value.end_col_offset)  # type: ignore
 
 
 def variant_text(text: str, spec: TuneSpec, values: Mapping[str, Number]) -> str:
-    """The file with each parameter's module-level assignment set to `values` (a missing name keeps its value)."""
-    bom = BOM if text.startswith(BOM) else ""
-    body = text.removeprefix(BOM)
-    for param in sorted(spec.parameters, key=lambda p: p.assign_line, reverse=True):
-        if param.name not in values:
-            continue
-        start, end = _value_span(body, param.assign_line)
-        body = body[:start] + param.token(values[param.name]) + body[end:]
-    return bom + body
+    """The variant of `text` at `values` (TuneSpec.rewrite: the assignments rewritten; a Triton spec pins configs)."""
+    return spec.rewrite(text, values)
 
 
 def read_time_uses(text: str, names: Sequence[str]) -> dict[str, int]:
@@ -400,5 +415,5 @@ def load(path: Path | str, text: str | None = None) -> TuneSpec:
     return parse(text if text is not None else path.read_text(encoding="utf-8"), str(path))
 
 
-__all__ = ["Constraint", "Parameter", "TuneSpec", "declared", "label", "load", "parse", "read_time_uses",
+__all__ = ["Constraint", "Parameter", "TuneSpec", "declared", "label", "load", "offsets", "parse", "read_time_uses",
            "sample", "variant_text", "PREFIX", "MAX_GRID"]

@@ -22,8 +22,9 @@ Shapes = tuple[tuple[int, ...], ...]  # the shapes of the tensors in one input, 
 
 
 def _safe(comment: str) -> str:
-    """A comment line popkit adds must never hold the word the server refuses."""
-    return re.sub(FORBIDDEN, "s-tream", comment, flags=re.IGNORECASE)
+    """A comment line popkit adds must never hold the word the server refuses, nor read as an encoding declaration
+    (PEP 263: `coding:` or `coding=` in a comment on line 1 or 2, e.g. a Triton kernel named `decoding`)."""
+    return re.sub(r"coding([:=])", r"coding \1", re.sub(FORBIDDEN, "s-tream", comment, flags=re.IGNORECASE))
 
 
 def _insert_after_declarations(text: str, lines: Sequence[str]) -> str:

@@ -24,6 +24,7 @@ import hashlib
 import os
 import queue
 import re
+import signal
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -36,6 +37,7 @@ from popkit.ledger import history
 from popkit.machine import system
 from popkit.measure import ab
 from popkit.model import tunespec
+from popkit.model import tunetriton
 from popkit.model.results import CompileStep, RunReport
 from popkit.model.tasks import Task
 from popkit.resources import popkit_home
@@ -44,8 +46,10 @@ from popkit.run import runner
 from popkit.run import sandbox
 from popkit.tuning import probe as tuneprobe
 from popkit.tuning import search as tunesearch
-from popkit.tuning.race import Race, State, first_line, race_stats
+from popkit.tuning.clock import Timekeeping
+from popkit.tuning.race import Race, State
 from popkit.tuning.result import PER_SHAPE, TuneReport
+from popkit.tuning.stats import first_line, race_spec, race_stats
 
 ENGINES = ("grid", "optuna")
 OPTUNA_HINT = "pip install 'popkit[tune]'"
@@ -67,6 +71,7 @@ class TuneSettings:
     ab_budget_s: float = 60.0  # per A/B (it never stops before its first look, round 4)
     jobs: int = 0  # parallel builds and checks (0: min(MAX_JOBS, CPUs))
     per_shape: bool = True  # compose a per-shape dispatch where the best differs by shape
+    race_decides: bool = True  # the race's own rounds may decide, with no A/B, when they separate the finalists
     resume: bool = False  # reuse checks and race times of the same bytes from the history
     record: bool = True  # record every eval in the history
 
@@ -148,7 +153,7 @@ class _Quiet:
             live(text, key)
 
 
-class Tuner:
+class Tuner(Timekeeping):
     """One `popkit tune`: the state its stages share (variants, builds, notes, the clock)."""
 
     def __init__(self, task: Task, path: Path, content: bytes, spec: tunespec.TuneSpec, options: runner.RunOptions,
@@ -173,9 +178,9 @@ class Tuner:
         self.identities: dict[str, tuneprobe.Identity] = {}  # sha256 -> identity
         self.built: dict[str, str] = {}  # build key -> "" (built) or why its variants dropped
         self.builds = 0
-        self.eval_s: list[float] = []  # wall time of each race eval (to see whether the next round fits the budget)
         self.notes: list[str] = []
         self.stopped = "done"
+        self.init_time()
         self.ext_root = popkit_home() / "build"
         sha = hashlib.sha256(incumbent_content).hexdigest()
         self.incumbent = State(index=-2, values={}, label="incumbent", path=incumbent, content=incumbent_content,
@@ -190,18 +195,6 @@ class Tuner:
     def note(self, msg: str) -> None:
         if msg not in self.notes:
             self.notes.append(msg)
-
-    def remaining_s(self) -> float | None:
-        if not self.settings.budget_s:
-            return None
-        return self.settings.budget_s - (self.clock() - self.t0)
-
-    def out_of_time(self, need_s: float = 0.0) -> bool:
-        left = self.remaining_s()
-        if left is None or left - need_s > 0:
-            return False
-        self.stopped = "budget"
-        return True
 
     def record(self, report: RunReport, content: bytes) -> None:
         if self.settings.record:
@@ -218,17 +211,25 @@ class Tuner:
         env = {**opts.env, "TORCH_EXTENSIONS_DIR": str(tuneprobe.build_dir(self.ext_root, identity.key))}
         return replace(opts, env=env, precompile=False if self.built.get(identity.key) == "" else None)
 
-    def run(self, state: State, mode: str, options: runner.RunOptions, progress: Any = None) -> RunReport:
-        """One eval through the backend, recorded; with `gpus`, on a GPU no other eval of tune holds meanwhile."""
+    def run(self, state: State, mode: str, options: runner.RunOptions, progress: Any = None) -> RunReport | None:
+        """One eval through the backend, recorded; with `gpus`, on a GPU no other eval of tune holds meanwhile.
+        Its timeout is cut to what is left of the budget: None when that cut stopped it (no verdict, not recorded)."""
+        task, cut = self.bounded(self.task)
+        started = self.clock()
         if not self.gpus:
-            report = self.backend.run(self.task, state.path, mode, options, progress=progress, system=self.sysinfo)
+            report = self.backend.run(task, state.path, mode, options, progress=progress, system=self.sysinfo)
         else:
             gpu = self._free.get()
             try:
                 options = replace(options, env={**options.env, "CUDA_VISIBLE_DEVICES": gpu})
-                report = self.backend.run(self.task, state.path, mode, options, progress=progress, system=self.sysinfo)
+                report = self.backend.run(task, state.path, mode, options, progress=progress, system=self.sysinfo)
             finally:
                 self._free.put(gpu)
+        self.count_evals()
+        if cut and report.outcome == "timed_out":
+            self.stopped = "budget"
+            return None
+        self.timed(mode, self.clock() - started)
         self.record(report, state.content)
         return report
 
@@ -265,7 +266,8 @@ class Tuner:
         self.states += new
         unknown = [s for s in new + [self.incumbent] if s.sha256 not in self.identities]
         if unknown:
-            found = self.backend.identities(self.task, [s.content for s in unknown], self.options)
+            with self.phase("probe"):
+                found = self.backend.identities(self.task, [s.content for s in unknown], self.options)
             for state, identity in zip(unknown, found):
                 self.identities[state.sha256] = identity
                 if identity.note:
@@ -299,6 +301,10 @@ class Tuner:
             key = self.identities[state.sha256].key
             if key is not None and key not in self.built and key not in pending:
                 pending[key] = state
+        for key in [k for k in pending if built_before(self.ext_root, k)]:
+            del pending[key]
+            self.built[key] = ""
+            self.note("the build of an earlier tune of the same source is reused (nothing to compile)")
         if not pending:
             return
         max_jobs = max(1, (os.cpu_count() or 1) // max(1, min(self.jobs, len(pending))))
@@ -322,9 +328,13 @@ class Tuner:
                 self.note(f"the build took {step.duration_s:.0f} s, past the leaderboard's "
                           f"{runner.PRECOMPILE_TIMEOUT_S:.0f} s compile step: there the first eval would finish it "
                           "inside its own timeout")
+            if not why and step is not None:
+                mark_built(self.ext_root, key)
             done[key] = why
 
-        self.parallel(one, list(pending.values()))
+        with self.phase("build"):
+            self.parallel(one, list(pending.values()))
+            self.count_evals(len(pending))
         self.builds += len(pending)
         self.built.update(done)
 
@@ -351,13 +361,18 @@ class Tuner:
                 state.message = "not checked: the time budget ran out"
                 return
             report = self.run(state, "test", self.options_for(state))
+            if report is None:
+                state.message = "not checked: the time budget ran out"
+                return
             message = first_line(report).replace(str(state.path), str(self.path))  # the user's file, same lines
             state.outcome, state.message, state.check_s = report.outcome, message, report.duration_s
             done[0] += 1
             verdict = "passed" if report.outcome == "passed" else state.message
-            self.say(f"check {done[0]}/{len(todo)} {state.label}: {verdict}")
+            self.say(f"check {done[0]}/{len(todo)} {state.label}: {verdict}"
+                     + self.left_text("test", len(todo) - done[0], self.jobs))
 
-        self.parallel(one, todo)
+        with self.phase("check"):
+            self.parallel(one, todo)
 
     # ------------------------------------------------------------------------------ the whole run
 
@@ -379,6 +394,25 @@ class Tuner:
         self.build(states)
         self.check(states)
         return len(points)
+
+
+BUILT_MARK = ".popkit-tune-built"  # in a build key's folder: its pre-step passed and left a library there
+
+
+def built_before(root: Path, key: str) -> bool:
+    """A build of `key` passed in an earlier tune and its library is still there: nothing to compile."""
+    folder = tuneprobe.build_dir(root, key)
+    try:
+        return (folder / BUILT_MARK).read_text() == key and any(folder.rglob("*.so"))
+    except OSError:
+        return False
+
+
+def mark_built(root: Path, key: str) -> None:
+    """Mark `key`'s folder as built, when the build left a library there (a cluster's build leaves none here)."""
+    folder = tuneprobe.build_dir(root, key)
+    if folder.is_dir() and any(folder.rglob("*.so")):
+        (folder / BUILT_MARK).write_text(key)
 
 
 def first_line_of(text: str) -> str:
@@ -410,7 +444,7 @@ def run_tune(task: Task, submission: Path | str, output: Path | str, options: ru
     options = options or runner.RunOptions()
     say = progress or (lambda _msg: None)
     content = runner.checked_submission(task, path, "test", options)
-    spec = tunespec.parse(content.decode("utf-8"), str(path))
+    spec = tunetriton.spec_for(content.decode("utf-8"), str(path))
     incumbent = against_path or path
     incumbent_content = content if against_path is None else runner.checked_submission(task, against_path, "test",
                                                                                        options)
@@ -420,10 +454,18 @@ def run_tune(task: Task, submission: Path | str, output: Path | str, options: ru
     with proc.WorkDir("popkit-tune-", keep=options.keep_workdir) as root:
         tuner = Tuner(task, path, content, spec, options, settings, backend or Backend(), say, clock, root, sysinfo,
                       incumbent, incumbent_content, gpus)
-        grid_points = tuner.search()
-        race = Race(tuner)
-        outcome = race.run()
-        written = race.write(output, outcome)
+        for line in tunetriton.config_notes(spec):
+            tuner.note(line)
+        race, grid_points, signum = Race(tuner), None, 0
+        try:
+            grid_points = tuner.search()
+            outcome = race.run()
+        except KeyboardInterrupt as exc:  # Ctrl-C (or SIGTERM/SIGHUP as Interrupted): the best so far is written
+            signum = int(getattr(exc, "signum", 0) or signal.SIGINT)
+            tuner.stopped = "interrupted"
+            outcome = race.so_far()
+        with tuner.phase("final check"):
+            written = race.write(output, outcome)
     return TuneReport(
         task=task.name, submission=str(path), sha256=hashlib.sha256(content).hexdigest(), incumbent=str(incumbent),
         harness=options.harness, ranking_by=task.ranking_by, engine=settings.engine, parameters=tuple(spec.describe()),
@@ -431,9 +473,11 @@ def run_tune(task: Task, submission: Path | str, output: Path | str, options: ru
         started_at=started.isoformat(timespec="seconds"), duration_s=clock() - tuner.t0,
         variants=tuple(s.freeze() for s in tuner.states + ([race.composite] if race.composite else [])),
         builds=tuner.builds, race_rounds=race.rounds, winner=outcome.winner, winner_label=outcome.label,
-        confirmed=outcome.confirmed, per_shape=tuple(race.choices if outcome.winner == PER_SHAPE else ()),
+        confirmed=outcome.confirmed, decided_by=outcome.decided_by,
+        per_shape=tuple(race.choices if outcome.winner == PER_SHAPE else ()),
         output=written.path, output_sha256=written.sha256, final_check=written.check, stopped=tuner.stopped,
-        system=sysinfo, notes=tuple(tuner.notes))
+        system=sysinfo, notes=tuple(tuner.notes), signal=signum, phases=tuner.phase_report(),
+        build_root=str(tuner.ext_root), benchmarks=tuple(race_spec(c) for c in task.cases_for("benchmark")))
 
 
 __all__ = ["Backend", "ENGINES", "TuneSettings", "Tuner", "build_step", "check_gpu_sized", "check_paths", "run_tune"]
