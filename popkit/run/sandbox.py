@@ -68,6 +68,25 @@ def _prefix_of(executable: str) -> str:
     return ""
 
 
+# The compilers a build may call: torch hands $CC to nvcc as -ccbin, and builds call c++/gcc/nvcc by name.
+COMPILER_ENV = ("CC", "CXX", "CUDAHOSTCXX", "NVCC_CCBIN")
+COMPILER_NAMES = ("cc", "c++", "gcc", "g++", "clang", "clang++", "nvcc", "hipcc")
+
+
+def compiler_prefixes(env: Mapping[str, str]) -> list[str]:
+    """The installations of the compilers a build in the sandbox may run (a compiler outside the system folders,
+    e.g. /opt/gcc/bin/gcc named by CC, is shown with its whole installation: its headers, libraries and helpers)."""
+    found = []
+    for name in [env.get(var, "") for var in COMPILER_ENV] + list(COMPILER_NAMES):
+        path = shutil.which(name.split()[0], path=env.get("PATH")) if name else None
+        if not path:
+            continue
+        for candidate in {os.path.abspath(path), os.path.realpath(path)}:
+            folder = os.path.dirname(candidate)
+            found.append(os.path.dirname(folder) if os.path.basename(folder) == "bin" else folder)
+    return found
+
+
 def sandbox_paths(python: str, env: Mapping[str, str]) -> dict[str, list[str]]:
     """What of the machine a sandboxed process sees besides the system (popkit/run/_sandbox.py: SYSTEM, ETC, SYS,
     DEV): `visible`, whole and read-only: the interpreter and its installation, popkit's own interpreter and
@@ -83,6 +102,7 @@ def sandbox_paths(python: str, env: Mapping[str, str]) -> dict[str, list[str]]:
                     str(data_dir("tasks").resolve())])
     visible.update(env.get(name, "") for name in TOOLKIT_ENV)
     visible.update(env.get("LD_LIBRARY_PATH", "").split(os.pathsep))
+    visible.update(compiler_prefixes(env))
 
     def shown(path: str) -> bool:
         return bool(path) and os.path.isabs(path) and path != "/" and not _sandbox.within(home, path)
