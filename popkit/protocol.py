@@ -32,6 +32,11 @@ PIPE_END_KEY = "popkit.end"  # popkit's harness writes this record last (tasks/e
 MALFORMED = "the eval wrote a malformed result"
 # How popkit's harness (tasks/eval.py) starts a case's error when the task's own reference failed.
 REFERENCE_FAILURES = ("reference.py failed to import: ", "generate_input failed: ", "ref_kernel failed: ")
+# What torch says when the code asks for CUDA and this torch or this machine has none: the task needs a GPU
+# (exit 11), whatever runnable.needs judged from its files.
+NO_CUDA_MARKERS = ("Cannot get CUDA generator without ATen_cuda library", "Torch not compiled with CUDA enabled",
+                   "Found no NVIDIA driver on your system", "No CUDA GPUs are available",
+                   "no CUDA-capable device is detected")
 PROTOCOL_EXIT = {
     2: "bad usage or unknown mode",
     110: "CUDA API failure",
@@ -235,6 +240,11 @@ def where(run: ModeRun) -> str:
     return f"{run.mode}{' (secret seed %d)' % run.seed if run.secret else ''}"
 
 
+def _no_cuda(text: str) -> str:
+    """torch's own words when the code asked for CUDA where there is none (NO_CUDA_MARKERS), else ""."""
+    return next((m for m in NO_CUDA_MARKERS if m in text), "")
+
+
 def classify(run: ModeRun) -> tuple[str, str]:
     """The outcome of one eval run and its one categorized line."""
     step = where(run)
@@ -248,6 +258,9 @@ def classify(run: ModeRun) -> tuple[str, str]:
             first = failed[0]
             detail = ((first.error or first.message).splitlines() or ["failed"])[0]
             case = f"{step}, {first.kind} {first.spec or first.index}: {detail}"
+            no_cuda = _no_cuda(first.error)
+            if no_cuda:
+                return "needs_gpu", f"needs a GPU: {step} stopped at \"{no_cuda}\" (no CUDA GPU here)"
             if first.error.startswith(REFERENCE_FAILURES):
                 return "bad_task", f"task error: {case} (the task's reference failed)"
             return "failed", f"check failed: {case}"
@@ -257,6 +270,9 @@ def classify(run: ModeRun) -> tuple[str, str]:
             return "crashed", f"crashed: {step} exited {run.exit_code} without writing a `check` line"
         return "failed", f"check failed: {step}"
     err = run.stderr
+    no_cuda = _no_cuda(err)
+    if no_cuda:
+        return "needs_gpu", f"needs a GPU: {step} stopped at \"{no_cuda}\" (no CUDA GPU here)"
     if any(m in err for m in COMPILE_MARKERS):
         return "compile_failed", f"compile failed: {step} could not build the extension"
     missing = _MISSING_ENTRY.search(err)

@@ -31,6 +31,7 @@ OUTCOME_EXIT = {
     "compile_failed": ExitCode.COMPILE_FAILED,
     "crashed": ExitCode.CRASHED,
     "timed_out": ExitCode.TIMED_OUT,
+    "needs_gpu": ExitCode.ENVIRONMENT,  # the code asked torch for CUDA where there is none (protocol.NO_CUDA_MARKERS)
 }
 
 

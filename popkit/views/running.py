@@ -122,7 +122,7 @@ def _failure_details(report: RunReport, run: ModeRun) -> list[str]:
     if run.outcome == "compile_failed":
         log = (report.precompile.stderr if report.precompile and report.precompile.stderr else run.stderr)
         lines += _compiler_output(log) + [_compile_hint(log, report.system)]
-    elif run.outcome in ("crashed", "bad_submission", "bad_task"):
+    elif run.outcome in ("crashed", "bad_submission", "bad_task", "needs_gpu"):
         if run.stderr.strip():
             lines += ["[dim]stderr (last lines):[/]", escape(_tail(run.stderr))]
     elif run.outcome == "timed_out":
