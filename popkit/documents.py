@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
+from popkit import leaderboards
 from popkit.contract import entry_points
 from popkit.errors import ExitCode, PopkitError
 
@@ -35,7 +36,7 @@ def task_row(task: Task) -> dict[str, Any]:
     return {
         "name": task.name, "leaderboard": task.leaderboard, "path": str(task.path), "gpus": list(task.gpus),
         "ranking_by": task.ranking_by, "tests": len(task.tests), "benchmarks": len(task.benchmarks),
-        "bundled": task.bundled,
+        "bundled": task.bundled, "standing": leaderboards.of_task(task).to_json(),
     }
 
 

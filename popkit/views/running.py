@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Mapping, Sequence
 
-from popkit import stats
+from popkit import leaderboards, stats
 from popkit.documents import SpreadOutcome, TaskChecks, TaskDetail, TaskList
 from popkit.diagnostics import submission_frame
 from popkit.results import CaseResult, ModeRun, RunReport
@@ -259,7 +259,7 @@ def show_run(report: RunReport, task: Task, *, baseline: RunReport | None = None
     con.print(f"{verdict} in {total_s if total_s is not None else report.duration_s:.1f} s")
 
 
-TASK_TABLE_OTHERS = 62  # what a readable task row needs beside its name: gpus, ranking, tests, benchmarks, folder
+TASK_TABLE_OTHERS = 76  # what a readable task row needs beside its name: standing, gpus, ranking, tests, benchmarks, folder
 
 
 def task_folder(task: Task) -> str:
@@ -270,7 +270,7 @@ def task_folder(task: Task) -> str:
 
 def show_task_list(tasks: Sequence[Task], skipped: Sequence[Skipped] = (), *, json: bool = False) -> None:
     """One row per task, named by what `--task` takes (the leaderboard name), never cut: where the longest name
-    leaves no room for a table, each task gets two lines instead."""
+    leaves no room for a table, each task gets three lines instead (name; standing, GPUs and cases; folder)."""
     if json:
         emit_json("tasks", TaskList(tuple(tasks), tuple(skipped)).to_json())
         return
@@ -280,17 +280,30 @@ def show_task_list(tasks: Sequence[Task], skipped: Sequence[Skipped] = (), *, js
     if names and max(map(len, names)) + TASK_TABLE_OTHERS > con.width:
         for t, name in zip(tasks, names):
             con.print(f"[bold]{escape(name)}[/]", soft_wrap=True)
-            con.print(f"    {escape(', '.join(t.gpus) or '-')} · {t.ranking_by} · {len(t.tests)} tests · "
-                      f"{len(t.benchmarks)} benchmarks · {escape(task_folder(t))}")
+            con.print(f"    {_standing(t)} · {escape(', '.join(t.gpus) or '-')} · {t.ranking_by} · {len(t.tests)} tests · "
+                      f"{len(t.benchmarks)} benchmarks")
+            con.print(f"    {escape(task_folder(t))}", soft_wrap=True)
         return
-    table = common_table(("task", "gpus", "ranking", "tests", "benchmarks", "folder"), show_edge=False)
+    table = common_table(("task", "leaderboard", "gpus", "ranking", "tests", "benchmarks", "folder"), show_edge=False)
     keep_whole(table, {"task": names})
     fold(table, "folder")
     for t, name in zip(tasks, names):
-        table.add_row(escape(name), escape(", ".join(t.gpus) or "-"), t.ranking_by, str(len(t.tests)),
+        table.add_row(escape(name), _standing(t), escape(", ".join(t.gpus) or "-"), t.ranking_by, str(len(t.tests)),
                       str(len(t.benchmarks)), escape(task_folder(t)))
     con.print(table)
     con.print("[dim]task: the name --task takes (a problem set's leaderboard name); --json has every path[/]")
+    if any(t.bundled for t in tasks):
+        con.print("[dim]practice: popkit's own tasks and cases, on no leaderboard; the public problem sets "
+                  f"({escape(leaderboards.PUBLIC_SETS)}) say which leaderboards are open today[/]")
+
+
+def _standing(task: Task) -> str:
+    """`open to 2100-12-31` in green, `closed 2025-06-30` in red (the day; --json has the hour), `practice` dim."""
+    board = leaderboards.of_task(task)
+    color = {leaderboards.OPEN: "green", leaderboards.CLOSED: "red"}.get(board.state, "dim")
+    words = {leaderboards.OPEN: f"open to {board.deadline[:10]}" if board.deadline else "open",
+             leaderboards.CLOSED: f"closed {board.deadline[:10]}"}.get(board.state, board.state)
+    return f"[{color}]{escape(words)}[/]"
 
 
 def show_skipped(skipped: Sequence[Skipped]) -> None:
