@@ -22,7 +22,7 @@ from popkit.protocol import MAX_SECRET_RUNS, MAX_SECRET_SEED, random_secret_seed
 from popkit.runner import RunOptions
 from popkit.source import Source, validate_submission
 from popkit.tasks import list_tasks, resolve_task, task_roots
-from popkit.views import common
+from popkit.views import common, pictures
 from popkit.views.common import escape
 from popkit.views import running as view
 
@@ -93,11 +93,14 @@ def _watch(request: workflows.Request, json: bool) -> None:
     raise typer.Exit(0)
 
 
-def _single(request: workflows.Request, json: bool) -> None:
+def _single(request: workflows.Request, json: bool, html: Optional[Path] = None) -> None:
     started = time.monotonic()  # the footer counts all of it: resolving, the run, the baseline, the ledger
     with common.progress_printer(json) as progress:
         outcome = workflows.run(request, progress=progress, note=lambda line: _say([line]))
     view.show_outcome(outcome, json=json, total_s=time.monotonic() - started)
+    if html is not None:
+        written = pictures.write_html(html, pictures.run_html(outcome.report, f"popkit bench · {outcome.task.display_name}"))
+        common.err_console().print(f"report: {escape(str(written))} (open it in a browser; it needs no network)")
     raise typer.Exit(outcome.exit_code)
 
 
@@ -186,6 +189,7 @@ def bench(
     require_gpu: RequireGpuOpt = None,
     json_lines: JsonLinesOpt = False,
     pairs: Annotated[bool, typer.Option("--pairs", help="With --cluster: take the files two by two (A B A B ...), each pair an A/B on one GPU of one worker; without it every file is an independent run.")] = False,
+    html: Annotated[Optional[Path], typer.Option("--html", help="Also write the run's report as one self-contained HTML page (per-shape bars with 95% intervals, bandwidth against the GPU's peak) to this file.")] = None,
     json: JsonOpt = False,
 ) -> None:
     """Time SUBMISSION on the task's benchmarks, the way the leaderboard's `benchmark` mode does.
@@ -221,6 +225,9 @@ def bench(
         seeds = random_secret_seeds(secret_runs)
     options = _options(python, precompile, harness, seeds, keep_workdir, world_size=world_size,
                        require_isolation=require_isolation)
+    if html is not None and (len(submissions) != 1 or watch or gpus is not None or profile or cluster):
+        raise UsageError("--html writes the report of one file's bench run, on this machine",
+                         "popkit bench FILE --html report.html (with or without --leaderboard)")
     sources = tuple(Source.read(path) for path in submissions)
     request = workflows.Request(sources, mode, task, tuple(tasks_root or ()), options, baseline=baseline is not None,
                                 allow_cpu=allow_cpu, record=history, rounds=rounds, budget_s=budget)
@@ -232,7 +239,7 @@ def bench(
         _spread(replace(request, gpus=workflows.parse_gpus(gpus)), json)
     if len(sources) == 2:
         _ab(request, json)
-    _single(request, json)
+    _single(request, json, html)
 
 
 def _on_cluster(request: workflows.Request, spec: Optional[str], require_gpu: Optional[str], json_lines: bool,

@@ -12,6 +12,7 @@ from popkit.results import CaseResult, ModeRun, RunReport
 from popkit.taskhints import other_task_hint
 from popkit.tasks import Skipped, Task, display_path
 from popkit.workflows import RunOutcome, SpreadRun, speedup_intervals
+from popkit.views import pictures
 from popkit.views.common import (console, emit_json, err_console, escape, fold, format_interval, format_time, keep_whole,
                                   table as common_table)
 
@@ -204,6 +205,11 @@ def show_outcome(outcome: RunOutcome, *, json: bool = False, total_s: float | No
         emit_json("run", outcome.to_json())
         return
     show_run(outcome.report, outcome.task, baseline=outcome.baseline, warning=outcome.warning, total_s=total_s)
+    chart = pictures.terminal_lines(outcome.report) if outcome.report.mode in ("benchmark", "leaderboard") else []
+    if len(chart) > 2:  # a picture for two shapes or more
+        console().print()
+        for line in chart:
+            console().print(line, soft_wrap=True)
 
 
 def show_run(report: RunReport, task: Task, *, baseline: RunReport | None = None, warning: str = "",

@@ -1,0 +1,194 @@
+"""Pictures of a bench run: per-shape bars with 95% intervals and achieved bandwidth against the GPU's peak, in the
+terminal (Rich) and as one self-contained HTML page (inline SVG and CSS: no script, no network) to open or share.
+
+The numbers are the report's own: each benchmark case's mean, its 95% interval (from the raw samples when the eval
+sent them, else from err and n: stats), and the bandwidth its byte count implies (results.CaseResult), against the
+datasheet peak of the GPU the run used (gpus.peak_bandwidth). Nothing here runs or measures anything.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from popkit import stats
+from popkit.errors import UsageError
+from popkit.gpus import peak_bandwidth
+from popkit.results import CaseResult, RunReport
+from popkit.views.common import escape, format_interval, format_time
+
+BAR_CELLS = 30  # the terminal bar's width at the slowest shape
+_SVG_BAR_W = 420  # pixels for the slowest shape's bar (and for the peak bandwidth)
+_ROW_H = 26
+_LABEL_W = 220
+_VALUE_W = 260
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One benchmark shape: its mean, 95% interval (ns) and the bandwidth it implies (bytes/s, None unknown)."""
+
+    spec: str
+    mean_ns: float | None  # None: the shape did not run or failed
+    low_ns: float | None = None
+    high_ns: float | None = None
+    bandwidth: float | None = None
+    note: str = ""  # why there is no time
+
+
+def _interval(case: CaseResult) -> tuple[float | None, float | None]:
+    try:
+        if len(case.samples_ns) >= 2:
+            ci = stats.positive_mean_ci95(list(case.samples_ns))
+        elif case.mean_ns and case.err_ns is not None and case.runs >= 2:
+            ci = stats.positive_mean_interval(case.mean_ns, case.err_ns, case.runs)
+        else:
+            return None, None
+    except (ValueError, ZeroDivisionError):
+        return None, None
+    return ci.low, ci.high
+
+
+def bars(report: RunReport) -> list[Bar]:
+    """The shapes of the run that ranks (public leaderboard mode, else benchmark mode), one Bar each; a shape a
+    CPU run skipped is a bar without a time that says so."""
+    mode = "leaderboard" if report.runs_of("leaderboard", secret=False) else "benchmark"
+    run = next(iter(report.runs_of(mode, secret=False)), None)
+    found = []
+    for case in run.benchmarks if run else ():
+        if case.passed and case.mean_ns is not None:
+            low, high = _interval(case)
+            found.append(Bar(case.spec, case.mean_ns, low, high, case.bandwidth_bytes_per_s))
+        else:
+            found.append(Bar(case.spec, None, note=(case.error or case.message or "no time").splitlines()[0][:80]))
+    found += [Bar(spec, None, note="skipped: sized out on this CPU") for spec in report.skipped_shapes]
+    return found
+
+
+def terminal_lines(report: RunReport) -> list[str]:
+    """Rich markup lines: a bar per shape scaled to the slowest, its mean and interval, and % of peak bandwidth."""
+    shown = bars(report)
+    timed = [b for b in shown if b.mean_ns]
+    if not timed:
+        return []
+    slowest = max(b.mean_ns or 0 for b in timed)
+    peak = peak_bandwidth(report.system.get("device"))
+    width = max(len(b.spec) for b in shown)
+    lines = ["[bold]per shape[/] [dim](bar: mean time, scaled to the slowest; [ ]: 95% interval)[/]"]
+    for b in shown:
+        if b.mean_ns is None:
+            lines.append(f"  {escape(b.spec.ljust(width))} [dim]{escape(b.note)}[/]")
+            continue
+        cells = max(1, round(BAR_CELLS * b.mean_ns / slowest))
+        bar = "█" * cells + " " * (BAR_CELLS - cells)
+        ci = f" {format_interval(b.low_ns, b.high_ns)}" if b.low_ns and b.high_ns else ""
+        bw = ""
+        if b.bandwidth:
+            bw = f" · {b.bandwidth / 1e9:,.0f} GB/s" + (f" ({100 * b.bandwidth / peak:.0f}% of peak)" if peak else "")
+        lines.append(f"  {escape(b.spec.ljust(width))} [cyan]{bar}[/] {format_time(b.mean_ns)}[dim]{escape(ci)}{bw}[/]")
+    return lines
+
+
+# ------------------------------------------------------------------------------------------ HTML
+
+
+def _svg_times(shown: Sequence[Bar]) -> str:
+    slowest = max(b.high_ns or b.mean_ns or 0 for b in shown) or 1.0
+    height = _ROW_H * len(shown) + 10
+    width = _LABEL_W + _SVG_BAR_W + _VALUE_W
+    parts = [f'<svg class="chart" role="img" aria-label="mean time per shape" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">']
+    for i, b in enumerate(shown):
+        y = 5 + i * _ROW_H
+        parts.append(f'<text x="{_LABEL_W - 8}" y="{y + 16}" text-anchor="end">{html.escape(b.spec)}</text>')
+        if b.mean_ns is None:
+            parts.append(f'<text class="note" x="{_LABEL_W}" y="{y + 16}">{html.escape(b.note)}</text>')
+            continue
+        w = max(1.0, _SVG_BAR_W * b.mean_ns / slowest)
+        parts.append(f'<rect class="bar" x="{_LABEL_W}" y="{y + 3}" width="{w:.1f}" height="{_ROW_H - 8}"/>')
+        if b.low_ns and b.high_ns:
+            x0, x1 = _LABEL_W + _SVG_BAR_W * b.low_ns / slowest, _LABEL_W + _SVG_BAR_W * b.high_ns / slowest
+            mid = y + _ROW_H / 2 - 1
+            parts.append(f'<path class="ci" d="M{x0:.1f} {mid - 6}v12M{x0:.1f} {mid}H{x1:.1f}M{x1:.1f} {mid - 6}v12"/>')
+        label = format_time(b.mean_ns) + (f"  95% {format_interval(b.low_ns, b.high_ns)}" if b.low_ns and b.high_ns else "")
+        parts.append(f'<text x="{_LABEL_W + _SVG_BAR_W + 8}" y="{y + 16}">{html.escape(label)}</text>')
+    return "".join(parts) + "</svg>"
+
+
+def _svg_bandwidth(shown: Sequence[Bar], peak: float | None) -> str:
+    rated = [b for b in shown if b.bandwidth]
+    if not rated:
+        return "<p class=\"note\">No shape carries a byte count (popkit's harness sends it), so no bandwidth.</p>"
+    top = max([peak or 0.0] + [b.bandwidth or 0.0 for b in rated])
+    height = _ROW_H * len(rated) + 30
+    width = _LABEL_W + _SVG_BAR_W + _VALUE_W
+    parts = [f'<svg class="chart" role="img" aria-label="achieved bandwidth per shape" width="{width}" '
+             f'height="{height}" viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">']
+    for i, b in enumerate(rated):
+        y = 5 + i * _ROW_H
+        share = f" ({100 * b.bandwidth / peak:.0f}% of peak)" if peak else ""  # type: ignore[operator]
+        parts.append(f'<text x="{_LABEL_W - 8}" y="{y + 16}" text-anchor="end">{html.escape(b.spec)}</text>')
+        parts.append(f'<rect class="bw" x="{_LABEL_W}" y="{y + 3}" '
+                     f'width="{max(1.0, _SVG_BAR_W * b.bandwidth / top):.1f}" height="{_ROW_H - 8}"/>')  # type: ignore[operator]
+        parts.append(f'<text x="{_LABEL_W + _SVG_BAR_W + 8}" y="{y + 16}">'
+                     f'{b.bandwidth / 1e9:,.0f} GB/s{html.escape(share)}</text>')  # type: ignore[operator]
+    if peak:
+        x = _LABEL_W + _SVG_BAR_W * peak / top
+        bottom = 5 + len(rated) * _ROW_H
+        parts.append(f'<path class="peak" d="M{x:.1f} 2V{bottom}"/>'
+                     f'<text class="note" x="{x:.1f}" y="{bottom + 18}" text-anchor="middle">'
+                     f'peak {peak / 1e9:,.0f} GB/s</text>')
+    return "".join(parts) + "</svg>"
+
+
+_STYLE = """body{font:14px system-ui,sans-serif;margin:24px;color:#1d2330;background:#fff}
+h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:24px 0 6px}.meta{color:#5a6372}
+.chart text{font:12px ui-monospace,monospace;fill:#1d2330}.chart .note,.note{fill:#8a93a3;color:#8a93a3}
+.bar{fill:#3b6fd8}.bw{fill:#2e9e6a}.ci{stroke:#111;stroke-width:2;fill:none}.peak{stroke:#d04a3a;stroke-width:2;
+stroke-dasharray:5 3}.warn{color:#a05a00}"""
+
+
+def run_html(report: RunReport, title: str = "") -> str:
+    """The whole page for one bench run: what ran where, the score, then the two charts."""
+    shown = bars(report)
+    device = str(report.system.get("device") or "cpu")
+    peak = peak_bandwidth(device)
+    score = report.score_public_s
+    mode = "leaderboard" if report.runs_of("leaderboard", secret=False) else "benchmark"
+    lines = [f"{html.escape(report.submission)} · task {html.escape(report.task)} · {mode} mode · "
+             f"{html.escape(device)}",
+             f"score ({report.ranking_by}, public): {html.escape(format_time(score * 1e9)) if score else 'none'}"
+             f" · outcome {html.escape(report.outcome)}"]
+    if not report.leaderboard_faithful:
+        lines.append('<span class="warn">not leaderboard-faithful: '
+                     + html.escape(", ".join(report.skipped_shapes) and "shapes skipped: "
+                                   + ", ".join(report.skipped_shapes) or "cases changed") + "</span>")
+    body = "<br>".join(lines)
+    times = _svg_times(shown) if shown else "<p class=\"note\">No benchmark shape ran.</p>"
+    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title or report.submission)}"
+            f"</title><style>{_STYLE}</style></head><body>\n<h1>{html.escape(title or 'popkit bench')}</h1>\n"
+            f"<p class=\"meta\">{body}</p>\n<h2>Mean time per shape, with its 95% interval</h2>\n{times}\n"
+            f"<h2>Achieved bandwidth against the GPU's peak</h2>\n{_svg_bandwidth(shown, peak)}\n</body></html>\n")
+
+
+def write_html(path: Path, page: str) -> Path:
+    """Write `page` to `path` whole or not at all (a temporary file beside it, then a rename); UsageError (exit 2)
+    naming the path when it cannot be written."""
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"--html {path}: a folder", "give a file name, e.g. --html report.html")
+    tmp = ""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".popkit-", suffix=".html", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(page)
+        os.replace(tmp, path)
+    except OSError as exc:
+        if tmp:
+            Path(tmp).unlink(missing_ok=True)
+        raise UsageError(f"--html {path}: cannot write ({exc.strerror or exc})", "give a writable path") from None
+    return path
