@@ -313,6 +313,26 @@ def _ab(request: workflows.Request, json: bool) -> None:
     raise typer.Exit(outcome.exit_code)
 
 
+@app.command(name="watch")
+def watch_command(
+    submission: Annotated[Path, typer.Argument(help="Your submission file: a verdict after every save.")],
+    task: TaskOpt = None,
+    tasks_root: RootsOpt = None,
+    python: PythonOpt = None,
+    precompile: PrecompileOpt = None,
+    harness: HarnessOpt = "task",
+    gpus: GpusOpt = None,
+    history: HistoryOpt = True,
+    json: JsonOpt = False,
+) -> None:
+    """`popkit test FILE --watch` by its own name: the task's tests after every save, from a warm worker.
+
+    Example: popkit watch mine.py     (Ctrl-C stops it; `popkit bench FILE --watch` times each save instead)
+    """
+    test([submission], task=task, tasks_root=tasks_root, python=python, precompile=precompile, harness=harness,
+         gpus=gpus, watch=True, history=history, json=json)
+
+
 tasks_app = typer.Typer(no_args_is_help=False)  # help: tasks_list's docstring
 app.add_typer(tasks_app, name="tasks")
 
