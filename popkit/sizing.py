@@ -110,7 +110,9 @@ def spec(case: Mapping[str, Any]) -> str:
 
 def probe(task: Task, source: Source, options: runner.RunOptions, executor: Executor, indices: Sequence[int],
           mode: str, progress: Progress) -> Timing:
-    """Run the shapes `indices` in `mode` alone, in one eval; each shape's seconds and the eval's fixed time."""
+    """Run the shapes `indices` in `mode` alone, in one eval; each shape's seconds and the eval's fixed time.
+    Profile mode reports tables, not times: its shapes are timed in benchmark mode."""
+    mode = "benchmark" if mode == "profile" else mode
     shapes = tuple(task.benchmarks[i] for i in indices)
     quick = replace(options, secret_seeds=(), chain=False, label="CPU sizing")
     progress(f"CPU sizing: {mode} mode on the smallest benchmark shapes ({' | '.join(spec(c) for c in shapes)})")
@@ -121,6 +123,8 @@ def probe(task: Task, source: Source, options: runner.RunOptions, executor: Exec
     cases = run.benchmarks if run is not None else ()
     if run is None or not run.passed or len(cases) < len(shapes) or not all(c.mean_ns for c in cases):
         why = (run.summary or run.outcome) if run is not None else report.outcome
+        if why == "passed":
+            why = "it passed without a time for every shape"
         raise EnvironmentProblem(
             f"this machine has no GPU, and even the smallest benchmark shapes of `{task.name}` "
             f"({spec(shapes[0])}) did not run here in {mode} mode: {why}",
@@ -148,11 +152,13 @@ def fit(task: Task, source: Source, request: Any, executor: Executor, progress: 
         return task, ()
     first = skipped[0]
     seconds = max(p.predicted_s[first] for p in plans)
+    # What passes the timeout is the sum of the shapes in order up to this one, not this one alone.
+    total = max(sum(p.predicted_s[: first + 1]) for p in plans)
     if not request.allow_cpu:
         raise EnvironmentProblem(
-            f"this machine has no GPU, and the benchmark shape {spec(cases[first])} of `{task.name}` would take "
-            f"about {seconds:.0f} s here (timed from {spec(cases[two[0]])}), past the "
-            f"{task.timeout_for(request.mode):g} s timeout",
+            f"this machine has no GPU, and the benchmark shapes of `{task.name}` up to {spec(cases[first])} would "
+            f"take about {total:.0f} s here in all (that one about {seconds:.0f} s; timed from "
+            f"{spec(cases[two[0]])}), past what the {task.timeout_for(request.mode):g} s timeout leaves",
             f"pass --allow-cpu to run the {len(cases) - len(skipped)} shape(s) that fit (not leaderboard-faithful);"
             " `popkit test` runs the tests on the CPU")
     kept = tuple(c for i, c in enumerate(cases) if i not in skipped)

@@ -22,3 +22,35 @@ def test_watch_is_test_watch_by_its_own_name(cli, monkeypatch):
     assert seen == [("test", [str(GOOD)], True)]
     result = cli("watch", "no-such-file.py")
     assert result.exit_code == 4 and "no-such-file.py" in result.output
+
+
+def test_profile_mode_on_a_cpu_is_sized_by_timing_benchmark_mode(monkeypatch, tmp_path):
+    """Profile mode reports tables, not times: its sizing runs benchmark mode (it said "did not run here in
+    profile mode: passed")."""
+    from popkit import runner, sizing
+    from popkit.results import CaseResult, ModeRun, RunReport
+    from popkit.source import Source
+    from popkit.tasks import resolve_task
+
+    task = resolve_task("identity")
+    asked = []
+
+    def fake_run(task, path, mode, options, **kw):
+        asked.append(mode)
+        cases = tuple(CaseResult("benchmark", i, "s", True, runs=3, mean_ns=1e6 * (i + 1)) for i in range(2))
+        run = ModeRun(mode, False, None, 0, 1.0, 60, check="pass", benchmarks=cases)
+        return RunReport(task=task.name, task_path="", leaderboard=None, ranking_by="mean", submission=str(path),
+                         sha256="", mode=mode, harness="task", started_at="", duration_s=1.0, runs=(run,))
+
+    monkeypatch.setattr(runner, "run_submission", fake_run)
+    timing = sizing.probe(task, Source.read(GOOD), runner.RunOptions(), None, [0, 1], "profile", lambda _m: None)
+    assert asked == ["benchmark"] and len(timing.points) == 2
+
+
+def test_the_no_directive_hint_names_the_task_the_file_name_suggests(cli, tmp_path):
+    for name, wanted in (("grayscale_try.py", "`#!POPCORN leaderboard grayscale`"),
+                         ("mine.py", "`#!POPCORN leaderboard NAME`")):
+        path = tmp_path / name
+        path.write_text("def custom_kernel(data):\n    return data\n")
+        result = cli("test", str(path), "--no-history")
+        assert result.exit_code == 2 and f"add {wanted} as the file's first line" in result.output, result.output

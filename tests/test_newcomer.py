@@ -83,8 +83,9 @@ def test_gpu_sized_benchmarks_on_a_cpu_are_timed_and_said_before_the_run(cli, mo
     result = cli("bench", sub, "--leaderboard", "--baseline", "reference", "--no-history")
     assert result.exit_code == 11, result.output
     assert probed == [([0, 1], "benchmark"), ([0, 1], "leaderboard")]
-    assert ("error: this machine has no GPU, and the benchmark shape size: 8192; seed: 1358 of `vectoradd` would "
-            "take about 320 s here (timed from size: 1024; seed: 3211), past the 300 s timeout") in result.output
+    assert ("error: this machine has no GPU, and the benchmark shapes of `vectoradd` up to size: 8192; seed: 1358 "
+            "would take about 425 s here in all (that one about 320 s; timed from size: 1024; seed: 3211), past what "
+            "the 300 s timeout leaves") in result.output  # the sum 5 + 20 + 80 + 320 s is what passes the timeout
     assert ("hint: pass --allow-cpu to run the 3 shape(s) that fit (not leaderboard-faithful); `popkit test` runs "
             "the tests on the CPU") in result.output
 
