@@ -54,3 +54,20 @@ def test_the_no_directive_hint_names_the_task_the_file_name_suggests(cli, tmp_pa
         path.write_text("def custom_kernel(data):\n    return data\n")
         result = cli("test", str(path), "--no-history")
         assert result.exit_code == 2 and f"add {wanted} as the file's first line" in result.output, result.output
+
+
+def test_help_gives_each_command_its_first_sentence_whole(cli):
+    result = cli("-h")
+    assert result.exit_code == 0
+    text = " ".join(result.output.split())
+    assert "..." not in result.output.split("Commands:")[1]
+    assert "Run the task's tests on SUBMISSION, the way the leaderboard's `test` mode does." in text
+    assert "Check SUBMISSION for everything the leaderboard server refuses, and for reward-hack patterns." in text
+
+
+def test_an_unknown_option_is_offered_only_a_close_neighbour(cli):
+    import json
+
+    doc = json.loads(cli("test", "x.py", "--json", "--bogus").stdout)
+    assert doc["message"] == "No such option: --bogus" and doc["exit_code"] == 2  # not "--gpus"
+    assert "(Possible options: --json)" in cli("test", "x.py", "--jsn").output
