@@ -30,6 +30,7 @@ HARNESS_STATISTICS = ("median",)
 
 PIPE_END_KEY = "popkit.end"  # popkit's harness writes this record last (tasks/eval.py, ResultPipe)
 MALFORMED = "the eval wrote a malformed result"
+NEVER_RAN = "did not run: the eval wrote no result for this case (it stopped before it)"
 # How popkit's harness (tasks/eval.py) starts a case's error when the task's own reference failed.
 REFERENCE_FAILURES = ("reference.py failed to import: ", "generate_input failed: ", "ref_kernel failed: ")
 # What torch says when the code asks for CUDA and this torch or this machine has none: the task needs a GPU
@@ -218,6 +219,8 @@ def decode_cases(raw: Mapping[str, str], kind: str, limit: int) -> tuple[CaseRes
                 pass
         # A benchmark without a status passed when it has a timing or (profile mode) a report.
         implied = "pass" if kind == "benchmark" and (p + "mean" in raw or report) else ""
+        if not any(key.startswith(p) for key in raw):
+            malformed = NEVER_RAN  # counted, then nothing: the eval stopped before it
         cases.append(CaseResult(
             kind=kind, index=i, spec=raw.get(p + "spec", ""),
             passed=raw.get(p + "status", implied) == "pass" and not malformed,
@@ -253,7 +256,7 @@ def classify(run: ModeRun) -> tuple[str, str]:
     if run.succeeded:
         # The eval's `check` is the verdict; a case whose numbers popkit cannot read fails it anyway.
         failed = [c for c in run.tests + run.benchmarks
-                  if not c.passed and (run.check != "pass" or c.error.startswith(MALFORMED))]
+                  if not c.passed and (run.check != "pass" or c.error.startswith((MALFORMED, NEVER_RAN)))]
         if failed:
             first = failed[0]
             detail = ((first.error or first.message).splitlines() or ["failed"])[0]

@@ -71,3 +71,11 @@ def test_an_unknown_option_is_offered_only_a_close_neighbour(cli):
     doc = json.loads(cli("test", "x.py", "--json", "--bogus").stdout)
     assert doc["message"] == "No such option: --bogus" and doc["exit_code"] == 2  # not "--gpus"
     assert "(Possible options: --json)" in cli("test", "x.py", "--jsn").output
+
+
+def test_a_case_the_eval_counted_but_never_reported_says_so():
+    from popkit import protocol
+
+    cases = protocol.decode_cases({"test-count": "3", "test.0.spec": "size: 1", "test.0.status": "pass"}, "test", 3)
+    assert [c.passed for c in cases] == [True, False, False]
+    assert cases[1].error == protocol.NEVER_RAN and not cases[0].error

@@ -78,7 +78,7 @@ def _name_in_workdir(task: Task) -> str:
 def _case_lines(case: CaseResult, submission: str = "", name: str = "submission.py") -> list[str]:
     if case.kind == "test":
         mark = "✅" if case.passed else "❌"
-        lines = [f"  {mark} {escape(case.spec)}"]
+        lines = [f"  {mark} {escape(case.spec or f'case {case.index + 1}')}"]
         if not case.passed:
             detail = case.error or case.message
             lines += [f"     [red]{escape(line)}[/]" for line in _tail(detail, 8).splitlines()]
@@ -86,7 +86,7 @@ def _case_lines(case: CaseResult, submission: str = "", name: str = "submission.
             if where:
                 lines.append(f"     [red]{escape(where)}[/]")
         return lines
-    lines = [f"  {escape(case.spec)}"]
+    lines = [f"  {escape(case.spec or f'case {case.index + 1}')}"]
     profiled = [f"   {escape(line)}" for line in case.report.rstrip().splitlines()]
     if case.passed and case.mean_ns is None and profiled:  # profile mode: a table, no statistics
         return lines + profiled
