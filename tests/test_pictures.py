@@ -126,3 +126,35 @@ def test_chromium_renders_the_page_with_its_bars(tmp_path):
     bar, bandwidth = bytes((0x3B, 0x6F, 0xD8)), bytes((0x2E, 0x9E, 0x6A))  # .bar and .bw fills of the page's CSS
     bar_rows = sum(1 for row in rows if bar in {row[i:i + 3] for i in range(0, len(row), channels)})
     assert bar_rows >= 3 * 10 and pixels.count(bandwidth) > 1000  # three bars ~18 px tall each, and the green ones
+
+
+def _recorded(tmp_path: Path, monkeypatch) -> Path:
+    """Three bench runs of one file, its bytes changed each time and its score better, in a ledger of its own."""
+    from dataclasses import replace
+
+    from popkit import history
+
+    monkeypatch.setenv("POPKIT_HOME", str(tmp_path / "ledger"))
+    sub = tmp_path / "mine.py"
+    sub.write_text("v1")
+    for i, factor in enumerate((1.0, 0.5, 0.25)):
+        base = _report()
+        run = base.runs[0]
+        faster = tuple(replace(c, mean_ns=c.mean_ns * factor, samples_ns=()) for c in run.benchmarks)
+        report = replace(base, submission=str(sub), sha256=f"{i}" * 64, started_at=f"2026-11-27T0{i}:00:00Z",
+                         runs=(replace(run, benchmarks=faster),))
+        history.record_run(report, f"v{i}".encode())
+    return sub
+
+
+def test_history_of_a_file_draws_its_score_over_its_versions(cli, tmp_path, monkeypatch):
+    sub = _recorded(tmp_path, monkeypatch)
+    result = cli("history", "--file", str(sub), "--html", str(tmp_path / "h.html"))
+    assert result.exit_code == 0, result.output
+    rows = [line for line in result.output.splitlines() if "× the first" in line]
+    assert len(rows) == 3 and [row.count("█") for row in rows] == [pictures.BAR_CELLS, 15, 8]  # oldest first
+    assert "4.00× the first" in rows[2]
+    page = (tmp_path / "h.html").read_text()
+    assert page.count('class="bar"') == 3 and "<script" not in page
+    result = cli("history", "--html", str(tmp_path / "x.html"))
+    assert result.exit_code == 2 and "add --file FILE" in result.output and not (tmp_path / "x.html").exists()

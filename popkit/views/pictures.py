@@ -192,3 +192,69 @@ def write_html(path: Path, page: str) -> Path:
             Path(tmp).unlink(missing_ok=True)
         raise UsageError(f"--html {path}: cannot write ({exc.strerror or exc})", "give a writable path") from None
     return path
+
+
+# ------------------------------------------------------------------------------------------ a file over its versions
+
+
+@dataclass(frozen=True)
+class Version:
+    """One scored run of a file: when, which bytes, the mode and device it ranked in, its score (seconds)."""
+
+    run_id: int
+    created_at: str
+    sha256: str
+    mode: str
+    device: str
+    score_s: float
+
+
+def versions(records: Sequence) -> list[Version]:
+    """The scored runs among history records (history.RunRecord, newest first), oldest first."""
+    found = [Version(r.id, r.created_at, r.sha256, r.mode, r.device or "-", r.score_s) for r in records
+             if r.kind != "submission" and r.score_s]
+    return sorted(found, key=lambda v: (v.created_at, v.run_id))
+
+
+def history_lines(records: Sequence) -> list[str]:
+    """Rich markup lines: each scored run of the file as a bar (scaled to the slowest), oldest first; the score
+    against the first one's; empty with fewer than two scored runs."""
+    shown = versions(records)
+    if len(shown) < 2:
+        return []
+    slowest = max(v.score_s for v in shown)
+    lines = ["[bold]score over the file's versions[/] [dim](oldest first; bar: score, scaled to the slowest; "
+             "compare like with like: one mode, one device)[/]"]
+    for v in shown:
+        cells = max(1, round(BAR_CELLS * v.score_s / slowest))
+        change = f"{shown[0].score_s / v.score_s:.2f}× the first"
+        lines.append(f"  #{v.run_id:<4} {escape(v.created_at[:16])} {v.sha256[:8]} {escape(v.mode[:11]):11} "
+                     f"[cyan]{'█' * cells}{' ' * (BAR_CELLS - cells)}[/] {format_time(v.score_s * 1e9)} "
+                     f"[dim]{escape(change)} · {escape(v.device)}[/]")
+    return lines
+
+
+def history_html(records: Sequence, title: str) -> str:
+    """The page for a file's scored runs: a bar per run, oldest first, with the score and what it ran on."""
+    shown = versions(records)
+    if not shown:
+        chart = '<p class="note">No scored run of this file is recorded (`popkit bench` records them).</p>'
+    else:
+        slowest = max(v.score_s for v in shown)
+        width, height = _LABEL_W + _SVG_BAR_W + _VALUE_W, _ROW_H * len(shown) + 10
+        parts = [f'<svg class="chart" role="img" aria-label="score per version" width="{width}" height="{height}" '
+                 f'viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">']
+        for i, v in enumerate(shown):
+            y = 5 + i * _ROW_H
+            label = f"#{v.run_id} {v.created_at[:16]} {v.sha256[:8]}"
+            parts.append(f'<text x="{_LABEL_W - 8}" y="{y + 16}" text-anchor="end">{html.escape(label)}</text>')
+            parts.append(f'<rect class="bar" x="{_LABEL_W}" y="{y + 3}" '
+                         f'width="{max(1.0, _SVG_BAR_W * v.score_s / slowest):.1f}" height="{_ROW_H - 8}"/>')
+            parts.append(f'<text x="{_LABEL_W + _SVG_BAR_W + 8}" y="{y + 16}">'
+                         f'{html.escape(format_time(v.score_s * 1e9))} · {html.escape(v.mode)} · '
+                         f'{html.escape(v.device)}</text>')
+        chart = "".join(parts) + "</svg>"
+    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
+            f"<style>{_STYLE}</style></head><body>\n<h1>{html.escape(title)}</h1>\n"
+            f"<p class=\"meta\">{len(shown)} scored run(s), oldest first; compare like with like (one mode, one "
+            f"device)</p>\n<h2>Score per version</h2>\n{chart}\n</body></html>\n")
