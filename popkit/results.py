@@ -309,12 +309,14 @@ class RunReport:
     # "detail": ...}; empty in records made before popkit had a sandbox.
     isolation: Mapping[str, str] = field(default_factory=dict)
     skipped_shapes: tuple[str, ...] = ()  # benchmark shapes left out (a CPU run, popkit.sizing): not faithful
+    changed: tuple[str, ...] = ()  # --cases/--shape/--timeout, in words (popkit.innerloop): not faithful
     schema: str = RUN_SCHEMA
 
     @property
     def leaderboard_faithful(self) -> bool:
-        """False when the cases were changed from the task's (a scaled-down world_size)."""
-        return self.world_size is None and not self.skipped_shapes
+        """False when the cases were changed from the task's (a scaled-down world_size, shapes a CPU left out,
+        the inner loop's --cases/--shape/--timeout)."""
+        return self.world_size is None and not self.skipped_shapes and not self.changed
 
     @property
     def outcome(self) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from popkit import ab, history, runner, sandbox, sizing, stats, system
+from popkit import ab, history, innerloop, runner, sandbox, sizing, stats, system
 from popkit.contract import entry_points
 from popkit.errors import EnvironmentProblem, PopkitError, UsageError
 from popkit.executor import Executor
@@ -45,6 +45,7 @@ class Request:
     rounds: int = ab.DEFAULT_MAX_ROUNDS  # A/B
     budget_s: float = ab.DEFAULT_BUDGET_S  # A/B
     gpus: tuple[str, ...] = ()  # --gpus: independent runs spread over these GPUs
+    knobs: innerloop.Knobs = innerloop.Knobs()  # --cases/--shape/--timeout: not leaderboard-faithful
 
 
 @dataclass(frozen=True)
@@ -209,14 +210,15 @@ def run(request: Request, progress: Progress | None = None, executor: Executor |
     found = resolve(source, request.task, request.roots)
     for line in found.notes:
         (note or (lambda _msg: None))(line)
-    task = found.task
+    task, changed = innerloop.apply(found.task, request.knobs)
     preflight(task, source, request)
     executor = executor or sandbox.executor_for(request.options.isolation)
     full = len(task.benchmarks)
     task, skipped = sizing.fit(task, source, request, executor, progress)
     report = with_notes(runner.run_submission(task, source.path, request.mode, request.options, progress=progress,
                                               content=source.content, executor=executor),
-                        request.notes, skipped, full)
+                        request.notes + ((innerloop.note(changed),) if changed else ()), skipped, full)
+    report = replace(report, changed=changed) if changed else report
     base = None
     if request.baseline and report.outcome == "passed":
         # The reference is timed in the same mode, without the chain before it: it is the yardstick.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import typer
 
 GOOD = Path(__file__).parent.parent / "submissions" / "vectoradd" / "pytorch.py"
@@ -79,3 +80,32 @@ def test_a_case_the_eval_counted_but_never_reported_says_so():
     cases = protocol.decode_cases({"test-count": "3", "test.0.spec": "size: 1", "test.0.status": "pass"}, "test", 3)
     assert [c.passed for c in cases] == [True, False, False]
     assert cases[1].error == protocol.NEVER_RAN and not cases[0].error
+
+
+def test_inner_loop_knobs_narrow_the_task_and_say_how():
+    import pytest
+
+    from popkit import innerloop
+    from popkit.errors import UsageError
+    from popkit.tasks import resolve_task
+
+    task = resolve_task("vectoradd")
+    narrowed, changed = innerloop.apply(task, innerloop.Knobs(cases="1,3", shapes="2-3", timeout_s=30))
+    assert narrowed.tests == (task.tests[0], task.tests[2]) and narrowed.benchmarks == task.benchmarks[1:3]
+    assert narrowed.test_timeout == narrowed.benchmark_timeout == narrowed.ranked_timeout == 30
+    assert changed == ("tests 1, 3 of 6", "benchmark shapes 2, 3 of 4", "timeout 30 s")
+    assert innerloop.apply(task, innerloop.Knobs()) == (task, ())
+    for knobs, words in ((innerloop.Knobs(cases="7"), "outside 1 to 6"), (innerloop.Knobs(shapes="x"), "not a number")):
+        with pytest.raises(UsageError, match=words):
+            innerloop.apply(task, knobs)
+
+
+@pytest.mark.slow
+def test_a_narrowed_test_run_is_marked_not_leaderboard_faithful(cli):
+    import json
+
+    result = cli("test", str(GOOD), "--cases", "1,3", "--timeout", "30", "--json", "--no-history")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert not doc["leaderboard_faithful"] and doc["changed"] == ["tests 1, 3 of 6", "timeout 30 s"]
+    assert [r["timeout_s"] for r in doc["runs"]] == [30.0] and len(doc["runs"][0]["tests"]) == 2

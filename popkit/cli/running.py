@@ -14,14 +14,14 @@ import typer
 
 # What only some options use (--watch, --hip-on-cuda, --cluster, ncu, tasks check) is imported where they
 # run: `popkit test FILE` pays for none of it.
-from popkit import runnable, system, workflows
+from popkit import innerloop, runnable, system, workflows
 from popkit.cli.app import app
 from popkit.contract import entry_points
 from popkit.errors import ExitCode, UsageError
 from popkit.protocol import MAX_SECRET_RUNS, MAX_SECRET_SEED, random_secret_seeds
 from popkit.runner import RunOptions
 from popkit.source import Source, validate_submission
-from popkit.tasks import list_tasks, resolve_task, task_roots
+from popkit.tasks import MAX_TIMEOUT_S, list_tasks, resolve_task, task_roots
 from popkit.views import common, pictures
 from popkit.views.common import escape
 from popkit.views import running as view
@@ -31,6 +31,7 @@ RootsOpt = Annotated[Optional[List[Path]], typer.Option("--tasks-root", help="Fo
 PythonOpt = Annotated[Optional[str], typer.Option("--python", help="Interpreter for the eval (default: the one running popkit).")]
 PrecompileOpt = Annotated[Optional[bool], typer.Option("--precompile/--no-precompile", help="Force or skip the compile pre-step (`python submission.py`). Default: run it unless there is nothing to build or the build cache already holds this source.")]
 HarnessOpt = Annotated[str, typer.Option("--harness", help="`task`: the task's own eval (fidelity). `popkit`: popkit's harness with trust checks.")]
+TimeoutOpt = Annotated[Optional[float], typer.Option("--timeout", min=0.001, max=MAX_TIMEOUT_S, help="Inner loop: seconds each mode's eval may take, instead of the task's; the run is marked not leaderboard-faithful.")]
 SeedOpt = Annotated[Optional[List[int]], typer.Option("--secret-seed", min=0, max=MAX_SECRET_SEED, help="Secret seed for a secret run, 0 to 2147483647 (repeatable).")]
 KeepOpt = Annotated[bool, typer.Option("--keep-workdir", help="Keep the working directory and print where it is.")]
 HistoryOpt = Annotated[bool, typer.Option("--history/--no-history", help="Record the run in the history database.")]
@@ -124,6 +125,8 @@ def test(
     cluster: ClusterOpt = None,
     require_gpu: RequireGpuOpt = None,
     json_lines: JsonLinesOpt = False,
+    cases: Annotated[str, typer.Option("--cases", help="Inner loop: only these test cases, 1-based (`1,3` or `2-4`); the run is marked not leaderboard-faithful.")] = "",
+    timeout: TimeoutOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Run the task's tests on SUBMISSION, the way the leaderboard's `test` mode does.
@@ -139,8 +142,12 @@ def test(
     seeds = tuple(secret_seed or ()) + random_secret_seeds(secret_runs)
     options = _options(python, precompile, harness, seeds, keep_workdir, world_size=world_size,
                        require_isolation=require_isolation)
+    if (cases or timeout) and (len(submissions) > 1 or gpus is not None or cluster or watch):
+        raise UsageError("--cases and --timeout narrow one file's run here",
+                         "popkit test FILE --cases 1,3 --timeout 30")
     sources = tuple(Source.read(path) for path in submissions)
-    request = workflows.Request(sources, "test", task, tuple(tasks_root or ()), options, record=history)
+    request = workflows.Request(sources, "test", task, tuple(tasks_root or ()), options, record=history,
+                                knobs=innerloop.Knobs(cases=cases, timeout_s=timeout))
     _on_cluster(request, cluster, require_gpu, json_lines, json,
                 local_only=((hip_on_cuda, "--hip-on-cuda"), (gpus is not None, "--gpus"), (watch, "--watch")))
     if len(sources) > 1 and gpus is None:
@@ -189,6 +196,8 @@ def bench(
     require_gpu: RequireGpuOpt = None,
     json_lines: JsonLinesOpt = False,
     pairs: Annotated[bool, typer.Option("--pairs", help="With --cluster: take the files two by two (A B A B ...), each pair an A/B on one GPU of one worker; without it every file is an independent run.")] = False,
+    shape: Annotated[str, typer.Option("--shape", help="Inner loop: only these benchmark shapes, 1-based (`4` or `1,3`); the run is marked not leaderboard-faithful.")] = "",
+    timeout: TimeoutOpt = None,
     html: Annotated[Optional[Path], typer.Option("--html", help="Also write the run's report as one self-contained HTML page (per-shape bars with 95% intervals, bandwidth against the GPU's peak) to this file.")] = None,
     json: JsonOpt = False,
 ) -> None:
@@ -225,12 +234,16 @@ def bench(
         seeds = random_secret_seeds(secret_runs)
     options = _options(python, precompile, harness, seeds, keep_workdir, world_size=world_size,
                        require_isolation=require_isolation)
+    if (shape or timeout) and (len(submissions) != 1 or watch or gpus is not None or cluster):
+        raise UsageError("--shape and --timeout narrow one file's run here (an A/B times every shape)",
+                         "popkit bench FILE --shape 4 --timeout 60")
     if html is not None and (len(submissions) != 1 or watch or gpus is not None or profile or cluster):
         raise UsageError("--html writes the report of one file's bench run, on this machine",
                          "popkit bench FILE --html report.html (with or without --leaderboard)")
     sources = tuple(Source.read(path) for path in submissions)
     request = workflows.Request(sources, mode, task, tuple(tasks_root or ()), options, baseline=baseline is not None,
-                                allow_cpu=allow_cpu, record=history, rounds=rounds, budget_s=budget)
+                                allow_cpu=allow_cpu, record=history, rounds=rounds, budget_s=budget,
+                                knobs=innerloop.Knobs(shapes=shape, timeout_s=timeout))
     _on_cluster(request, cluster, require_gpu, json_lines, json, pairs=pairs,
                 local_only=((gpus is not None, "--gpus"), (bool(baseline), "--baseline"), (watch, "--watch")))
     if watch:
