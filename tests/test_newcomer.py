@@ -45,15 +45,23 @@ def _never_runs(monkeypatch):
     monkeypatch.setattr("popkit.runner.precompile", fail)
 
 
-def test_cuda_submission_without_a_gpu_exits_11_before_anything_runs(cli, tmp_path, monkeypatch):
+@pytest.mark.parametrize("cpu_only", [False, True], ids=["cuda-torch", "cpu-only-torch"])
+def test_cuda_submission_without_a_gpu_exits_11_before_anything_runs(cli, tmp_path, monkeypatch, cpu_only):
+    """The hint depends on the torch installed (the README's quick start installs the CPU-only one): each is pinned
+    here, so the test passes with either torch."""
     _never_runs(monkeypatch)
+    monkeypatch.setattr("popkit.cputorch.is_cpu_only", lambda python=None: cpu_only)
     path = tmp_path / "mine.py"
     path.write_text(CUDA_SUBMISSION)
     result = cli("test", str(path), "--no-history")
     assert result.exit_code == 11, result.output
     assert ("error: this machine has no CUDA GPU: `popkit compile` builds it, `popkit test` needs a GPU"
             in result.output)
-    assert f"hint: `popkit compile {path}` checks the build here" in result.output
+    if cpu_only:
+        assert "hint: a CPU-only torch cannot build CUDA extensions, so `popkit compile` cannot check it" in \
+            " ".join(result.output.split())
+    else:
+        assert f"hint: `popkit compile {path}` checks the build here" in result.output
 
 
 def test_pure_pytorch_still_runs_on_the_cpu(cli, tmp_path):
