@@ -109,3 +109,21 @@ def test_a_narrowed_test_run_is_marked_not_leaderboard_faithful(cli):
     doc = json.loads(result.stdout)
     assert not doc["leaderboard_faithful"] and doc["changed"] == ["tests 1, 3 of 6", "timeout 30 s"]
     assert [r["timeout_s"] for r in doc["runs"]] == [30.0] and len(doc["runs"][0]["tests"]) == 2
+
+
+def test_a_watch_verdict_that_never_ran_says_why_in_the_report(capsys, monkeypatch):
+    """The syntax error's reason is on the report's own stream (stdout), not on stderr alone."""
+    from popkit import watch
+    from popkit.errors import SubmissionError
+    from popkit.tasks import resolve_task
+    from popkit.views import common, watching
+
+    monkeypatch.setenv("POPKIT_WIDTH", "200")
+    common.set_json(False)
+    verdict = watch.Verdict(index=2, trigger="save", submission="sub.py", sha256="ab", saved_at=1e9, seconds=0.5,
+                            ready_at_save=True, warmup_s=3.0, harness="task", note="warm",
+                            error=SubmissionError("sub.py:4:39: syntax error: invalid syntax", "fix the syntax"))
+    watching.show_verdict(verdict, resolve_task("vectoradd"), "test")
+    out = capsys.readouterr().out
+    assert "BAD SUBMISSION (exit 4): nothing ran: sub.py:4:39: syntax error: invalid syntax" in out
+    assert "hint: fix the syntax" in out
