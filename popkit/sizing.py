@@ -13,15 +13,25 @@ ranked modes run only the last shape: the largest that fits is kept last). When 
 task's own; when some do not, popkit stops (exit 11) naming the first that does not fit, and with
 `--allow-cpu` runs the shapes that fit, each skipped shape named and the run marked not leaderboard-faithful.
 Tests, machines with a GPU and tasks that name no GPU are never sized.
+
+The timing is remembered per task, mode, harness and machine (memo.py, in popkit's cache folder): the first
+sizing on this machine decides the shapes of every later run of any file of that task, so their scores are over
+the same shapes and rank against each other (a busy machine's second probe predicted 95 s where the first said
+478 s). Removing popkit's cache folder (`POPKIT_CACHE_DIR`, default ~/.cache/popkit) sizes afresh.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import platform
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
-from popkit import runner, system
+from pathlib import Path
+
+from popkit import memo, runner, system
 from popkit.errors import EnvironmentProblem
 from popkit.executor import Executor
 from popkit.source import Source
@@ -137,6 +147,23 @@ def probe(task: Task, source: Source, options: runner.RunOptions, executor: Exec
     return Timing(points, max(0.0, run.duration_s - sum(seconds)))
 
 
+def machine_words() -> str:
+    """This machine, for the sizing's key: its name, processor and core count."""
+    return f"{platform.node()}|{platform.machine()}|{platform.processor()}|{os.cpu_count()}"
+
+
+def remembered_timing(task: Task, source: Source, options: runner.RunOptions, executor: Executor,
+                      indices: Sequence[int], mode: str, progress: Progress) -> Timing:
+    """`probe`'s timing, from the first sizing of this task's shapes in this mode on this machine (module doc)."""
+    shapes = json.dumps([task.benchmarks[i] for i in indices], sort_keys=True, default=str)
+    key = memo.digest("sizing", [Path(__file__)], [str(task.path), task.name, shapes, mode, options.harness,
+                                                   machine_words()])
+    return memo.remembered("sizing", key, lambda: probe(task, source, options, executor, indices, mode, progress),
+                           dump=lambda t: {"points": [list(p) for p in t.points], "fixed_s": t.fixed_s},
+                           load=lambda d: Timing(tuple((float(w), float(t)) for w, t in d["points"]),
+                                                 float(d["fixed_s"])))
+
+
 def fit(task: Task, source: Source, request: Any, executor: Executor, progress: Progress) -> tuple[Task, tuple[str, ...]]:
     """The task to run for `request` (a workflows.Request) here, and the benchmark shapes left out (module doc)."""
     if not needs_sizing(task, request.mode):
@@ -145,8 +172,8 @@ def fit(task: Task, source: Source, request: Any, executor: Executor, progress: 
     by_size = sorted(range(len(cases)), key=lambda i: (work(cases[i]), i))
     two = [by_size[0]] + [i for i in by_size[1:] if work(cases[i]) > work(cases[by_size[0]])][:1]
     modes = ("benchmark", "leaderboard") if request.mode == "leaderboard" else (request.mode,)
-    plans = [plan(cases, probe(task, source, request.options, executor, two, mode, progress), task.timeout_for(mode),
-                  task.ranking_by) for mode in modes]
+    plans = [plan(cases, remembered_timing(task, source, request.options, executor, two, mode, progress),
+                  task.timeout_for(mode), task.ranking_by) for mode in modes]
     skipped = sorted({i for p in plans for i in p.skipped})
     if not skipped:
         return task, ()

@@ -127,3 +127,20 @@ def test_a_watch_verdict_that_never_ran_says_why_in_the_report(capsys, monkeypat
     out = capsys.readouterr().out
     assert "BAD SUBMISSION (exit 4): nothing ran: sub.py:4:39: syntax error: invalid syntax" in out
     assert "hint: fix the syntax" in out
+
+
+def test_the_cpu_sizing_is_remembered_per_task_and_machine(monkeypatch):
+    """The first sizing decides the shapes of later runs of any file of the task: their scores rank together."""
+    from popkit import runner, sizing
+    from popkit.source import Source
+    from popkit.tasks import resolve_task
+
+    calls = []
+    monkeypatch.setattr(sizing, "probe", lambda *a: calls.append(a[5]) or sizing.Timing(((1.0, 2.0), (4.0, 9.0)), 1.5))
+    task = resolve_task("vectoradd")
+    first = sizing.remembered_timing(task, Source.read(GOOD), runner.RunOptions(), None, [0, 1], "benchmark", print)
+    other = Source(GOOD.with_name("other.py"), b"def custom_kernel(data):\n    return data[0] + data[1]\n")
+    again = sizing.remembered_timing(task, other, runner.RunOptions(), None, [0, 1], "benchmark", print)
+    assert first == again == sizing.Timing(((1.0, 2.0), (4.0, 9.0)), 1.5) and calls == ["benchmark"]
+    sizing.remembered_timing(task, other, runner.RunOptions(), None, [0, 1], "leaderboard", print)
+    assert calls == ["benchmark", "leaderboard"]  # another mode is sized on its own
