@@ -232,6 +232,32 @@ def run(request: Request, progress: Progress | None = None, executor: Executor |
     return RunOutcome(report, task, base, warning, found.notes)
 
 
+AB_FIRST_LOOK = 4  # rounds an A/B always runs (ab.py: never stops before its first look)
+
+
+def ab_estimate(task: Task, sources: Sequence[Source], rounds: int, budget_s: float) -> str:
+    """How long the A/B may take, said before it starts: each round is one benchmark-mode eval per side, at the
+    time the history's newest benchmark-mode runs of either file on this task took (the slower side)."""
+    took = []
+    for source in sources:
+        try:
+            records = history.local_runs(source.sha256, task.name, 10)
+        except PopkitError:
+            records = []
+        took += [r.duration_s for rec in records if rec.report for r in rec.report.runs_of("benchmark") if r.passed]
+    evals = f"up to {rounds} rounds of 2 evals (one per side; at least {AB_FIRST_LOOK} rounds"
+    evals += f", no new pair after {budget_s:g} s)" if budget_s else ")"
+    if not took:
+        return f"A/B: {evals}; neither file has a recorded benchmark run here, so the first round tells the time"
+    each = max(took[:4])
+    least = AB_FIRST_LOOK * 2 * each
+    most = rounds * 2 * each
+    if budget_s:
+        most = min(most, max(least, budget_s + 2 * 2 * each))
+    return (f"A/B: {evals}; a benchmark eval of these files took about {each:.0f} s here, so expect "
+            f"{least:.0f}" + (f"-{most:.0f}" if most > least else "") + " s")
+
+
 def compare(request: Request, progress: Progress | None = None, executor: Executor | None = None) -> ABOutcome:
     """Two files: the counterbalanced A/B (ab.py); each side goes to the history as a bench run."""
     a, b = request.sources
@@ -241,6 +267,7 @@ def compare(request: Request, progress: Progress | None = None, executor: Execut
         preflight(task, source, request)
     executor = executor or sandbox.executor_for(request.options.isolation)
     task, skipped = sizing.fit(task, a, replace(request, mode="benchmark"), executor, progress or (lambda _m: None))
+    (progress or (lambda _m: None))(ab_estimate(task, (a, b), request.rounds, request.budget_s))
     report = ab.run_ab(task, a.path, b.path, request.options, max_rounds=request.rounds, budget_s=request.budget_s,
                        progress=progress, contents={"A": a.content, "B": b.content}, executor=executor)
     warnings = []

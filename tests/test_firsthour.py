@@ -144,3 +144,24 @@ def test_the_cpu_sizing_is_remembered_per_task_and_machine(monkeypatch):
     assert first == again == sizing.Timing(((1.0, 2.0), (4.0, 9.0)), 1.5) and calls == ["benchmark"]
     sizing.remembered_timing(task, other, runner.RunOptions(), None, [0, 1], "leaderboard", print)
     assert calls == ["benchmark", "leaderboard"]  # another mode is sized on its own
+
+
+def test_an_ab_says_how_long_it_may_take_before_it_starts(monkeypatch, tmp_path):
+    import hashlib
+
+    from popkit import history, workflows
+    from popkit.results import ModeRun, RunReport
+    from popkit.source import Source
+    from popkit.tasks import resolve_task
+
+    monkeypatch.setenv("POPKIT_HOME", str(tmp_path / "ledger"))
+    task = resolve_task("vectoradd")
+    a, b = Source(tmp_path / "a.py", b"a"), Source(tmp_path / "b.py", b"b")
+    assert "the first round tells the time" in workflows.ab_estimate(task, (a, b), 8, 60.0)
+    run = ModeRun("benchmark", False, None, 0, duration_s=10.0, timeout_s=180, check="pass")
+    history.record_run(RunReport(task="vectoradd", task_path="", leaderboard=None, ranking_by="geom",
+                                 submission=str(a.path), sha256=hashlib.sha256(b"a").hexdigest(), mode="benchmark",
+                                 harness="task", started_at="", duration_s=10.0, runs=(run,)), b"a")
+    # 4 rounds x 2 evals x 10 s at least; a new pair stops after 60 s: at most 60 + 2 rounds x 2 x 10 s
+    assert workflows.ab_estimate(task, (a, b), 8, 60.0).endswith("about 10 s here, so expect 80-100 s")
+    assert workflows.ab_estimate(task, (a, b), 8, 0).endswith("so expect 80-160 s")
