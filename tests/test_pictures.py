@@ -70,9 +70,9 @@ def test_the_page_is_written_whole_or_the_error_names_the_path(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.html"]  # no temporary file left
 
 
-def test_html_goes_with_one_file_run_here(cli, tmp_path):
-    result = cli("bench", "a.py", "b.py", "--html", str(tmp_path / "r.html"))
-    assert result.exit_code == 2 and "--html writes the report of one file's bench run" in result.output
+def test_html_goes_with_one_file_run_or_an_ab_here(cli, tmp_path):
+    result = cli("bench", "a.py", "b.py", "c.py", "--html", str(tmp_path / "r.html"), "--gpus", "0")
+    assert result.exit_code == 2 and "--html writes the report of one file's bench run or of an A/B" in result.output
     assert not (tmp_path / "r.html").exists()
 
 
@@ -158,3 +158,27 @@ def test_history_of_a_file_draws_its_score_over_its_versions(cli, tmp_path, monk
     assert page.count('class="bar"') == 3 and "<script" not in page
     result = cli("history", "--html", str(tmp_path / "x.html"))
     assert result.exit_code == 2 and "add --file FILE" in result.output and not (tmp_path / "x.html").exists()
+
+
+def _ab_report():
+    from popkit.ab import ABReport, Series
+    from popkit.stats import Interval
+
+    shapes = (Series("size: 1024", a_ns=(1.0,) * 4, b_ns=(0.8,) * 4, ratio=Interval(0.8, 0.75, 0.85)),
+              Series("size: 8192", a_ns=(1.0,) * 4, b_ns=(1.0,) * 4, ratio=Interval(1.0, 0.97, 1.03)))
+    return ABReport(task="vectoradd", a_path="v1.py", b_path="v2.py", a_sha256="a", b_sha256="b", harness="task",
+                    ranking_by="geom", statistic="median", max_rounds=8, budget_s=60, rounds=4, stopped="settled",
+                    started_at="", duration_s=9.0, shapes=shapes,
+                    score=Series("score", ratio=Interval(0.894, 0.87, 0.92)), system=H100)
+
+
+def test_an_ab_draws_each_ratio_on_a_log_axis_around_one():
+    lines = pictures.ab_lines(_ab_report())
+    rows = [line for line in lines if "×" in line]
+    assert len(rows) == 3 and rows[-1].lstrip().startswith("score (geom)")
+    faster, same = rows[0], rows[1]
+    # B is 0.8x A: its dot and its whole interval left of the 1.0 mark; 1.0x sits on the mark
+    assert faster.index("●") < faster.index("│") and faster.index("]") < faster.index("│")
+    assert same.index("●") == faster.index("│") and "│" not in same.split("×")[0]
+    page = pictures.ab_html(_ab_report(), "A/B")
+    assert page.count("<circle") == 3 and page.count('class="ci"') == 3 and "<script" not in page

@@ -237,9 +237,9 @@ def bench(
     if (shape or timeout) and (len(submissions) != 1 or watch or gpus is not None or cluster):
         raise UsageError("--shape and --timeout narrow one file's run here (an A/B times every shape)",
                          "popkit bench FILE --shape 4 --timeout 60")
-    if html is not None and (len(submissions) != 1 or watch or gpus is not None or profile or cluster):
-        raise UsageError("--html writes the report of one file's bench run, on this machine",
-                         "popkit bench FILE --html report.html (with or without --leaderboard)")
+    if html is not None and (len(submissions) > 2 or watch or gpus is not None or profile or cluster):
+        raise UsageError("--html writes the report of one file's bench run or of an A/B, on this machine",
+                         "popkit bench FILE --html report.html, or popkit bench A B --html ab.html")
     sources = tuple(Source.read(path) for path in submissions)
     request = workflows.Request(sources, mode, task, tuple(tasks_root or ()), options, baseline=baseline is not None,
                                 allow_cpu=allow_cpu, record=history, rounds=rounds, budget_s=budget,
@@ -251,7 +251,7 @@ def bench(
     if gpus is not None:
         _spread(replace(request, gpus=workflows.parse_gpus(gpus)), json)
     if len(sources) == 2:
-        _ab(request, json)
+        _ab(request, json, html)
     _single(request, json, html)
 
 
@@ -315,12 +315,15 @@ def _spread(request: workflows.Request, json: bool) -> None:
     raise typer.Exit(workflows.first_failure([r.exit_code for r in runs]))
 
 
-def _ab(request: workflows.Request, json: bool) -> None:
+def _ab(request: workflows.Request, json: bool, html: Optional[Path] = None) -> None:
     with common.progress_printer(json) as progress:
         outcome = workflows.compare(request, progress=progress)
     from popkit.views import comparison as comparison_view
 
     comparison_view.show_ab(outcome.report, json=json)
+    if html is not None:
+        written = pictures.write_html(html, pictures.ab_html(outcome.report, f"popkit bench A/B · {outcome.report.task}"))
+        common.err_console().print(f"report: {escape(str(written))} (open it in a browser; it needs no network)")
     for warning in outcome.warnings:
         common.err_console().print(f"warning: {escape(warning)}")
     raise typer.Exit(outcome.exit_code)

@@ -9,6 +9,7 @@ datasheet peak of the GPU the run used (gpus.peak_bandwidth). Nothing here runs 
 from __future__ import annotations
 
 import html
+import math
 import os
 import tempfile
 from dataclasses import dataclass
@@ -258,3 +259,80 @@ def history_html(records: Sequence, title: str) -> str:
             f"<style>{_STYLE}</style></head><body>\n<h1>{html.escape(title)}</h1>\n"
             f"<p class=\"meta\">{len(shown)} scored run(s), oldest first; compare like with like (one mode, one "
             f"device)</p>\n<h2>Score per version</h2>\n{chart}\n</body></html>\n")
+
+
+# ------------------------------------------------------------------------------------------ an A/B
+
+
+AB_CELLS = 41  # the terminal axis: ratios from 1/SPAN to SPAN on a log scale, 1.0 in the middle
+AB_SPAN = 2.0
+
+
+def _ab_rows(report) -> list[tuple[str, float, float | None, float | None]]:
+    """(label, B/A estimate, low, high) per shape and the score, for those with a ratio (ab.ABReport)."""
+    rows = [(s.spec, s.ratio.estimate, s.ratio.low, s.ratio.high) for s in report.shapes if s.ratio is not None]
+    if report.score is not None and report.score.ratio is not None:
+        r = report.score.ratio
+        rows.append((f"score ({report.ranking_by})", r.estimate, r.low, r.high))
+    return rows
+
+
+def _cell(ratio: float) -> int:
+    share = (math.log(max(ratio, 1e-9)) / math.log(AB_SPAN) + 1) / 2  # 0 at 1/SPAN, 1 at SPAN
+    return max(0, min(AB_CELLS - 1, round(share * (AB_CELLS - 1))))
+
+
+def ab_lines(report) -> list[str]:
+    """Rich markup lines: per shape and the score, time B / time A on a log axis (1/2 to 2, `│` at 1), the 95%
+    interval as `[───]` and the estimate as `●`; left of `│` B is faster."""
+    rows = _ab_rows(report)
+    if not rows:
+        return []
+    width = max(len(label) for label, *_ in rows)
+    lines = [f"[bold]time B / time A[/] [dim](log axis 1/2 … 2; left of │ B is faster; [─●─]: 95% interval)[/]"]
+    for label, estimate, low, high in rows:
+        cells = [" "] * AB_CELLS
+        cells[_cell(1.0)] = "│"
+        if low is not None and high is not None:
+            lo, hi = _cell(low), _cell(high)
+            for i in range(lo, hi + 1):
+                cells[i] = "─"
+            cells[lo], cells[hi] = "[", "]"
+        cells[_cell(estimate)] = "●"
+        ci = f" [{low:.3f}, {high:.3f}]" if low is not None and high is not None else ""
+        lines.append(f"  {escape(label.ljust(width))} {escape(''.join(cells))} {estimate:.3f}×[dim]{ci}[/]")
+    return lines
+
+
+def ab_html(report, title: str) -> str:
+    """The page for an A/B: per shape and the score, B / A with its 95% interval on a log axis around 1."""
+    rows = _ab_rows(report)
+    axis_w, mid = _SVG_BAR_W, _LABEL_W + _SVG_BAR_W / 2
+
+    def x(ratio: float) -> float:
+        share = (math.log(max(ratio, 1e-9)) / math.log(AB_SPAN) + 1) / 2
+        return _LABEL_W + axis_w * max(0.0, min(1.0, share))
+
+    width, height = _LABEL_W + axis_w + _VALUE_W, _ROW_H * len(rows) + 30
+    parts = [f'<svg class="chart" role="img" aria-label="time B / time A per shape" width="{width}" '
+             f'height="{height}" viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">',
+             f'<path class="peak" d="M{mid:.1f} 2V{5 + len(rows) * _ROW_H}"/>']
+    for i, (label, estimate, low, high) in enumerate(rows):
+        y = 5 + i * _ROW_H + _ROW_H / 2
+        parts.append(f'<text x="{_LABEL_W - 8}" y="{y + 4}" text-anchor="end">{html.escape(label)}</text>')
+        if low is not None and high is not None:
+            parts.append(f'<path class="ci" d="M{x(low):.1f} {y - 6}v12M{x(low):.1f} {y}H{x(high):.1f}'
+                         f'M{x(high):.1f} {y - 6}v12"/>')
+        parts.append(f'<circle class="bar" cx="{x(estimate):.1f}" cy="{y}" r="5"/>')
+        ci = f" [{low:.3f}, {high:.3f}]" if low is not None and high is not None else ""
+        parts.append(f'<text x="{_LABEL_W + axis_w + 8}" y="{y + 4}">{estimate:.3f}×{html.escape(ci)}</text>')
+    bottom = 5 + len(rows) * _ROW_H + 18
+    parts.append(f'<text class="note" x="{_LABEL_W}" y="{bottom}">1/{AB_SPAN:g} (B faster)</text>'
+                 f'<text class="note" x="{mid:.1f}" y="{bottom}" text-anchor="middle">1</text>'
+                 f'<text class="note" x="{_LABEL_W + axis_w}" y="{bottom}" text-anchor="end">{AB_SPAN:g} (A faster)</text>')
+    chart = "".join(parts) + "</svg>" if rows else '<p class="note">No shape has a ratio yet.</p>'
+    meta = (f"A: {html.escape(report.a_path)} · B: {html.escape(report.b_path)} · {report.rounds} rounds · "
+            f"{html.escape(str(report.system.get('device') or 'cpu'))}")
+    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
+            f"<style>{_STYLE}</style></head><body>\n<h1>{html.escape(title)}</h1>\n<p class=\"meta\">{meta}</p>\n"
+            f"<h2>Time B / time A per shape, with its 95% interval</h2>\n{chart}\n</body></html>\n")
