@@ -182,3 +182,18 @@ def test_an_ab_draws_each_ratio_on_a_log_axis_around_one():
     assert same.index("●") == faster.index("│") and "│" not in same.split("×")[0]
     page = pictures.ab_html(_ab_report(), "A/B")
     assert page.count("<circle") == 3 and page.count('class="ci"') == 3 and "<script" not in page
+
+
+def test_history_marks_a_run_over_some_shapes(cli, tmp_path, monkeypatch):
+    from popkit import history
+
+    monkeypatch.setenv("POPKIT_HOME", str(tmp_path / "ledger"))
+    full = history.record_run(_report(), b"x").run_id
+    cut = history.record_run(_report(skipped=("size: 16384; seed: 9",)), b"x").run_id
+    result = cli("history", "--json")
+    marks = {r["id"]: r["leaderboard_faithful"] for r in __import__("json").loads(result.stdout)["runs"]}
+    assert marks == {full: True, cut: False}
+    result = cli("history")
+    assert "*: not leaderboard-faithful" in result.output
+    row = next(line for line in result.output.splitlines() if line.strip().startswith(str(cut)))
+    assert "*" in row
