@@ -326,15 +326,23 @@ def on_cluster(request: Request, address: str | None, *, require_gpu: str | None
     groups = ([request.sources[i:i + 2] for i in range(0, len(request.sources), 2)] if pairs
               else [(s,) for s in request.sources])
     jobs = []
+    sized: dict[int, tuple[tuple[str, ...], int]] = {}  # job index -> (shapes the CPU sizing left out, of how many)
     for group in groups:  # every file and its task is checked before anything runs
         task = resolve(group[0], request.task, request.roots).task
         for source in group:
             preflight(task, source, request)
+        if address is None:  # a local instance runs on this machine: the same CPU sizing as `bench` here
+            full = len(task.benchmarks)
+            task, skipped = sizing.fit(task, group[0], replace(request, mode="benchmark") if pairs else request,
+                                       sandbox.executor_for(request.options.isolation), progress or (lambda _m: None))
+            sized[len(jobs)] = (tuple(skipped), full)
         jobs.append(cluster.Job(tuple(s.path for s in group), tuple(s.content for s in group), task))
     warnings: list[str] = []
 
     def arrived(result: cluster.Result) -> None:
-        warnings.extend(keep(report, content, request.record) for report, content in result.history_reports())
+        skipped, full = sized.get(result.index, ((), 0))
+        warnings.extend(keep(with_notes(report, (), skipped, full), content, request.record)
+                        for report, content in result.history_reports())
         if on_result is not None:
             on_result(result)
 

@@ -165,3 +165,19 @@ def test_an_ab_says_how_long_it_may_take_before_it_starts(monkeypatch, tmp_path)
     # 4 rounds x 2 evals x 10 s at least; a new pair stops after 60 s: at most 60 + 2 rounds x 2 x 10 s
     assert workflows.ab_estimate(task, (a, b), 8, 60.0).endswith("about 10 s here, so expect 80-100 s")
     assert workflows.ab_estimate(task, (a, b), 8, 0).endswith("so expect 80-160 s")
+
+
+def test_a_local_cluster_run_on_a_cpu_is_sized_as_bench_is(monkeypatch):
+    from popkit import cluster, sizing, system, workflows
+    from popkit.errors import EnvironmentProblem
+    from popkit.source import Source
+
+    monkeypatch.setattr(system, "has_gpu", lambda: False)
+    monkeypatch.setattr(sizing, "probe", lambda *a: sizing.Timing(((1024, 2.0), (2048, 8.0)), 2.0))
+    sent = []
+    monkeypatch.setattr(cluster, "run_jobs", lambda jobs, *a, **k: sent.extend(jobs) or ("run", None))
+    request = workflows.Request((Source.read(GOOD),), "benchmark", allow_cpu=True, record=False)
+    workflows.on_cluster(request, None)
+    assert [len(job.task.benchmarks) for job in sent] == [3]  # the 8192 shape (128 s) left out, as bench does
+    with pytest.raises(EnvironmentProblem, match="in all"):
+        workflows.on_cluster(workflows.Request((Source.read(GOOD),), "benchmark", record=False), None)
