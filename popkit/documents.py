@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from popkit.errors import ExitCode, PopkitError
+from popkit.model import leaderboards
 from popkit.model.contract import entry_points
 
 if TYPE_CHECKING:  # the result types are imported where a document is made (_kinds): `popkit test` needs two
@@ -35,7 +36,7 @@ def task_row(task: Task) -> dict[str, Any]:
     return {
         "name": task.name, "leaderboard": task.leaderboard, "path": str(task.path), "gpus": list(task.gpus),
         "ranking_by": task.ranking_by, "tests": len(task.tests), "benchmarks": len(task.benchmarks),
-        "bundled": task.bundled,
+        "bundled": task.bundled, "standing": leaderboards.of_task(task).to_json(),
     }
 
 

@@ -6,8 +6,8 @@ Run from the repository root, on any machine (no GPU needed; on a GPU machine th
     python3 scripts/gpu_tasks_check.py --out OUTDIR [--problems .refk/problems]
 
 Writes OUTDIR/tasks_check.json (popkit's --json document) and OUTDIR/tasks_check.md (the machine, then a
-table: problem set, task, leaderboard, runnable here, reason), and prints the markdown. Takes seconds: it
-reads the task files and probes the machine once.
+table: problem set, task, leaderboard, open or closed today, runnable here, reason), and prints the
+markdown. Takes seconds: it reads the task files and probes the machine once.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def markdown(doc: dict, problems: Path) -> str:
     rows = [r for r in doc["tasks"] if not r.get("bundled")]
     lines = [f"`popkit tasks --check` on **{where}**, torch {system.get('torch') or '-'}: "
              f"{sum(r['runnable'] for r in rows)} of {len(rows)} public tasks can run here.", "",
-             "| problem set | task | leaderboard | runnable here | reason |", "|---|---|---|---|---|"]
+             "| problem set | task | leaderboard | today | runnable here | reason |", "|---|---|---|---|---|---|"]
     for r in rows:
         path = Path(r["path"])
         try:
@@ -34,8 +34,10 @@ def markdown(doc: dict, problems: Path) -> str:
         except ValueError:
             pset = path.parent.name
         why = "; ".join(r["reasons"]) if r["reasons"] else "; ".join(r.get("notes") or []) or "-"
-        lines.append(f"| {pset} | {r['task']} | {r['leaderboard'] or '-'} | {'yes' if r['runnable'] else 'no'} | "
-                     f"{why.replace('|', '/')} |")
+        board = r.get("standing") or {}
+        today = {"open": "open", "closed": f"closed {str(board.get('deadline') or '')[:10]}"}.get(board.get("state"), "-")
+        lines.append(f"| {pset} | {r['task']} | {r['leaderboard'] or '-'} | {today} | "
+                     f"{'yes' if r['runnable'] else 'no'} | {why.replace('|', '/')} |")
     return "\n".join(lines) + "\n"
 
 

@@ -149,3 +149,17 @@ def test_a_run_without_timings_is_refused(env):
     other = db.record_run(_report(_run("benchmark", (1000.0, 4000.0))), b"y")
     with pytest.raises(UsageError, match=f"run {test_only} has no local timings"):
         runcompare.compare_runs(test_only, other, _db(env))
+
+
+def test_a_run_over_some_shapes_is_not_ranked_against_a_run_over_all(env):
+    """A CPU run that the sizing cut to fewer shapes has a score over other shapes: compare gives no score row."""
+    from dataclasses import replace
+
+    db = _db(env)
+    a = db.record_run(_report(_run("benchmark", (1000.0, 4000.0))), b"x")
+    cut = replace(_report(_run("benchmark", (900.0,)), sha="b" * 64), skipped_shapes=(SPECS[1],))
+    b = db.record_run(cut, b"y")
+    doc = json.loads(_compare(env, a, b, "--json").stdout)
+    assert doc["b_score_s"] is None and doc["a_score_s"] is None
+    assert any("shapes left out by the CPU sizing" in n and "do not rank" in n for n in doc["notes"])
+    assert [s["spec"] for s in doc["comparison"]["shapes"]] == [SPECS[0]]  # the shape both timed

@@ -23,13 +23,17 @@ def test_a_guarded_gpu_call_is_no_gpu_need(harness):
     assert not need.gpu and not runnable.blockers(need, runnable.Machine(vendor="", device="cpu"))
 
 
-def test_a_helper_with_a_cpu_path_makes_the_guess_uncertain(tmp_path):
-    """An unguarded CUDA call in the eval does not count when another file of the task names the CPU."""
+def test_a_helper_with_a_cpu_path_does_not_hide_an_unguarded_call_the_run_reaches(tmp_path):
+    """An unguarded CUDA call the eval's main reaches needs a GPU though another file of the task names the CPU
+    (torch.cuda.synchronize() raises without one); the same call in a function nothing calls needs none."""
     for f in TASK.iterdir():
         (tmp_path / f.name).write_bytes(f.read_bytes())
     eval_py = tmp_path / "eval.py"
-    eval_py.write_text(eval_py.read_text().replace("    if torch.cuda.is_available():\n        torch.cuda.synchronize()",
-                                                   "    torch.cuda.synchronize()"))
+    guarded = eval_py.read_text()
+    eval_py.write_text(guarded.replace("    if torch.cuda.is_available():\n        torch.cuda.synchronize()",
+                                       "    torch.cuda.synchronize()"))
+    assert runnable.needs(load_task(tmp_path)).gpu == 'eval.py:sync puts tensors on "cuda" with no CPU path'
+    eval_py.write_text(guarded + "\n\ndef unused():\n    torch.cuda.synchronize()\n")
     assert not runnable.needs(load_task(tmp_path)).gpu
     (tmp_path / "utils.py").write_text("def device():\n    return 'cuda'\n")
     assert runnable.needs(load_task(tmp_path)).gpu == 'eval.py puts tensors on "cuda"'

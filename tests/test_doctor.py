@@ -112,11 +112,17 @@ def test_unsupported_gpu_architecture(monkeypatch, tmp_path):
     assert checks["nvcc arch"].value == "nvcc 13.0 cannot build for sm_120"
 
 
-def test_cpu_only_torch_and_missing_torch(monkeypatch):
+def test_cpu_only_torch_and_missing_torch(monkeypatch, tmp_path):
     fake_probe(monkeypatch, cuda=None)
+    monkeypatch.setattr(doctor.system, "find_nvcc", lambda: None)
     checks = by_name(doctor.doctor())
     assert checks["torch"].status == "warn" and "CPU only" in checks["torch"].value
-    assert "nvcc" not in checks
+    # the toolkit is shown, not hidden: with a second venv's CUDA torch it builds CUDA files here
+    assert checks["nvcc"].status == "info" and checks["nvcc"].value == "not found"
+    nvcc = toolkit(tmp_path / "cuda", "13.0") / "bin" / "nvcc"
+    monkeypatch.setattr(doctor.system, "find_nvcc", lambda: str(nvcc))
+    checks = by_name(doctor.doctor())
+    assert checks["nvcc"].value == f"13.0 at {nvcc}" and "--python VENV/bin/python" in checks["nvcc"].fix
     fake_probe(monkeypatch, torch=None, error="ModuleNotFoundError: No module named 'torch'")
     checks = by_name(doctor.doctor())
     assert checks["torch"].status == "problem" and checks["torch"].fix.startswith("pip install torch")

@@ -45,15 +45,23 @@ def _never_runs(monkeypatch):
     monkeypatch.setattr("popkit.run.runner.precompile", fail)
 
 
-def test_cuda_submission_without_a_gpu_exits_11_before_anything_runs(cli, tmp_path, monkeypatch):
+@pytest.mark.parametrize("cpu_only", [False, True], ids=["cuda-torch", "cpu-only-torch"])
+def test_cuda_submission_without_a_gpu_exits_11_before_anything_runs(cli, tmp_path, monkeypatch, cpu_only):
+    """The hint depends on the torch installed (the README's quick start installs the CPU-only one): each is pinned
+    here, so the test passes with either torch."""
     _never_runs(monkeypatch)
+    monkeypatch.setattr("popkit.machine.cputorch.is_cpu_only", lambda python=None: cpu_only)
     path = tmp_path / "mine.py"
     path.write_text(CUDA_SUBMISSION)
     result = cli("test", str(path), "--no-history")
     assert result.exit_code == 11, result.output
     assert ("error: this machine has no CUDA GPU: `popkit compile` builds it, `popkit test` needs a GPU"
             in result.output)
-    assert f"hint: `popkit compile {path}` checks the build here" in result.output
+    if cpu_only:
+        assert "hint: a CPU-only torch cannot build CUDA extensions, so `popkit compile` cannot check it" in \
+            " ".join(result.output.split())
+    else:
+        assert f"hint: `popkit compile {path}` checks the build here" in result.output
 
 
 def test_pure_pytorch_still_runs_on_the_cpu(cli, tmp_path):
@@ -84,8 +92,9 @@ def test_gpu_sized_benchmarks_on_a_cpu_are_timed_and_said_before_the_run(cli, mo
     result = cli("bench", sub, "--leaderboard", "--baseline", "reference", "--no-history")
     assert result.exit_code == 11, result.output
     assert probed == [([0, 1], "benchmark"), ([0, 1], "leaderboard")]
-    assert ("error: this machine has no GPU, and the benchmark shape size: 8192; seed: 1358 of `vectoradd` would "
-            "take about 320 s here (timed from size: 1024; seed: 3211), past the 300 s timeout") in result.output
+    assert ("error: this machine has no GPU, and the benchmark shapes of `vectoradd` up to size: 8192; seed: 1358 "
+            "would take about 425 s here in all (that one about 320 s; timed from size: 1024; seed: 3211), past what "
+            "the 300 s timeout leaves") in result.output  # the sum 5 + 20 + 80 + 320 s is what passes the timeout
     assert ("hint: pass --allow-cpu to run the 3 shape(s) that fit (not leaderboard-faithful); `popkit test` runs "
             "the tests on the CPU") in result.output
 

@@ -41,9 +41,10 @@ def test_tasks_at_80_columns_never_cut_a_name(narrow):
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert all(len(line) <= 80 for line in lines), max(lines, key=len)
-    # too long for a table beside the other columns: two lines per task, the name whole on the first
+    # too long for a table beside the other columns: three lines per task, the name whole on the first
     assert LONG_BOARD in lines and "vectoradd" in lines
-    assert "    MI300 · geom · 2 tests · 3 benchmarks · set/theirs" in lines
+    assert "    open · MI300 · geom · 2 tests · 3 benchmarks" in lines and "    set/theirs" in lines
+    assert "    practice · H100, A100, L4, T4, B200, MI300 · geom · 6 tests · 4 benchmarks" in lines
     doc = json.loads(CliRunner().invoke(app, ["tasks", "--tasks-root", str(root), "--json"]).output)
     assert LONG_BOARD in {t["leaderboard"] for t in doc["tasks"]}  # the full value is in --json
 

@@ -17,13 +17,15 @@ import functools
 import itertools
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from popkit.errors import ExitCode, PopkitError, TaskError, UsageError
+from popkit.model import leaderboards
 from popkit.model import tasks
 from popkit.model.gpus import AMD, DEFAULT_GPU, NVIDIA, TARGET_VENDOR, leaderboard_gpu, leaderboard_names
+from popkit.model.leaderboards import Standing
 from popkit.author.kernelspec import (  # noqa: F401  (re-exported: render is where callers find the spec API)
     DTYPES, GEOMETRIES, SCALAR_TYPES, SPEC_FILE, TARGETS, TUNABLE, TUNE_IF, KernelSpec, find_spec, infer_skeleton,
     load_spec, spec_for_task, spec_from_mapping, tunable_defaults, tuning_key,
@@ -63,12 +65,15 @@ class Written:
     path: Path
     rendered: Rendered
     overwrote: bool
+    standing: Standing | None = None  # the leaderboard of its directive, as it stands today
+    warning: str = ""  # why a file for that leaderboard would not count today (leaderboards.advice), with a hint
 
     def to_json(self) -> dict[str, Any]:
         r = self.rendered
         return {"path": str(self.path), "task": r.task, "leaderboard": r.leaderboard, "target": r.target,
                 "style": r.style, "gpu": r.gpu, "arch": r.arch, "spec": r.spec, "skeleton": r.skeleton,
-                "overwrote": self.overwrote, "next": f"popkit test {self.path}"}
+                "overwrote": self.overwrote, "next": f"popkit test {self.path}",
+                "standing": self.standing.to_json() if self.standing else None, "warning": self.warning or None}
 
 
 @dataclass(frozen=True)
@@ -187,6 +192,9 @@ def _choose_gpu(target: str, gpu: str | None, offered: Sequence[str]) -> str:
     vendor = leaderboard_names(TARGET_VENDOR[target])
     other = leaderboard_names(AMD if target == "cuda" else NVIDIA)
     if gpu is None:
+        if offered and not any(g in vendor for g in offered):
+            raise UsageError(f"the leaderboard offers no GPU that runs {target.upper()} code "
+                             f"({', '.join(offered)})", f"use --target {'cuda' if target == 'hip' else 'hip'}")
         return next((g for g in offered if g in vendor), DEFAULT_GPU[TARGET_VENDOR[target]])
     if gpu in other:
         raise UsageError(f"--gpu {gpu} does not run {target.upper()} code",
@@ -447,9 +455,14 @@ def new_submission(task: str, output: Path, *, target: str = "cuda", style: str 
     """`popkit new`: resolve the task, render its submission and write it (refusing to overwrite)."""
     _check_output_path(Path(output), force)
     found = tasks.resolve_task(task, list(roots))
+    board = leaderboards.lookup(found.leaderboard or found.name, list(roots))
+    # The leaderboard's own GPUs where a problem set names it (a practice task's list is popkit's own).
+    offered = board.gpus if board.state in (leaderboards.OPEN, leaderboards.CLOSED) else found.gpus
     rendered = render(found.path, leaderboard=found.leaderboard or found.name, target=target, style=style,
-                      gpu=gpu, arch=arch, gpus=found.gpus)
-    return write(rendered, Path(output), force)
+                      gpu=gpu, arch=arch, gpus=offered)
+    message, hint = leaderboards.advice(board, list(roots))
+    return replace(write(rendered, Path(output), force), standing=board,
+                   warning=f"{message}; {hint}" if message else "")
 
 
 def catalog(roots: Sequence[Path] = ()) -> Catalog:

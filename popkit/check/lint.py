@@ -21,8 +21,10 @@ from typing import Any, Mapping, Sequence
 from popkit.check.hacks import hack_findings
 from popkit.check.rules import EXTENSIONS, MAX_BYTES, RULES, finding
 from popkit.errors import SubmissionError
+from popkit.model import leaderboards
 from popkit.model.diagnostics import ERROR, WARNING, Diagnostic
 from popkit.model.directives import cli_directives, server_directives
+from popkit.model.leaderboards import Standing
 from popkit.model.tasks import MODES, bundled_problem_set, load_task, problem_sets
 from popkit.model.tunespec import declared as tune_declared, parse as parse_tune
 
@@ -246,6 +248,19 @@ def _target_findings(leaderboard: str | None, gpu: str | None, mode: str | None,
     return found
 
 
+def _standing_findings(board: Standing | None, roots: Sequence[Path]) -> list[Diagnostic]:
+    """A closed leaderboard is an error, a practice task a warning (leaderboards.advice's words); an unknown one an
+    error where `roots` give problem sets that do not name it, a warning where none is given (popkit cannot tell)."""
+    if board is None or board.state == leaderboards.OPEN:
+        return []
+    message, hint = leaderboards.advice(board, roots)
+    if board.state == leaderboards.CLOSED:
+        return [finding("leaderboard-closed", ERROR, None, None, message, hint)]
+    if board.state == leaderboards.PRACTICE:
+        return [finding("practice-task", WARNING, None, None, message, hint)]
+    return [finding("leaderboard-unknown", ERROR if roots else WARNING, None, None, message, hint)]
+
+
 def _fd_findings(text: str) -> list[Diagnostic]:
     """POPCORN_FD is the harness's result pipe; no kernel has a reason to name it."""
     found = []
@@ -334,11 +349,12 @@ def _guard_findings(verdict: GuardVerdict | None) -> list[Diagnostic]:
 def check_bytes(content: bytes, name: str, *, leaderboard: str | None = None, gpu: str | None = None,
                 mode: str | None = None, offered_gpus: tuple[str, ...] | None = None,
                 resolve_gpus: bool = False, roots: Sequence[Path] = (), guard: bool = True,
-                path: str | None = None) -> LintReport:
+                path: str | None = None, standing: Standing | Mapping[str, str] | None = None) -> LintReport:
     """Every rule on `content` (the file's bytes, named `name` for its extension).
 
     `leaderboard`/`gpu` are the --leaderboard/--gpu flags; without them the directives decide, as
-    in popcorn-cli. With `resolve_gpus` the leaderboard's GPU list comes from known problem sets.
+    in popcorn-cli. With `resolve_gpus` the leaderboard's GPU list and `standing` (open, closed, practice,
+    unknown: leaderboards.lookup) come from known problem sets.
     """
     findings, text = _file_findings(content, name)
     target_lb, target_gpu = leaderboard.lower() if leaderboard else None, gpu
@@ -356,7 +372,11 @@ def check_bytes(content: bytes, name: str, *, leaderboard: str | None = None, gp
                 findings += _guard_findings(verdict)
     if resolve_gpus and offered_gpus is None:
         offered_gpus = offered_gpus_for(target_lb, roots)
-    findings += _target_findings(target_lb, target_gpu, mode, offered_gpus)
+    if resolve_gpus and standing is None and target_lb:
+        standing = leaderboards.lookup(target_lb, roots)
+    if isinstance(standing, Mapping):
+        standing = Standing(**standing)
+    findings += _target_findings(target_lb, target_gpu, mode, offered_gpus) + _standing_findings(standing, roots)
     findings.sort(key=lambda f: (f.severity != ERROR, f.line or 0, f.column or 0, f.rule))
     return LintReport(path=path or name, sha256=hashlib.sha256(content).hexdigest(), size_bytes=len(content),
                       leaderboard=target_lb, gpu=target_gpu, mode=mode, offered_gpus=offered_gpus,

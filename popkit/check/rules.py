@@ -17,6 +17,7 @@ from popkit.model.diagnostics import finding as _diagnostic
 RULES_SCHEMA = "popkit/rules/1"
 MAX_BYTES = 1_000_000  # the server's size limit for a submission file
 EXTENSIONS = (".py", ".cu", ".cuh", ".cpp")  # the extensions the server accepts
+_PUBLIC_SETS = "git clone https://github.com/gpu-mode/reference-kernels, then --tasks-root reference-kernels/problems"
 GUARD_INSTALL = "pip install 'popkit[guard]'"  # how to install the optional KernelGuard analyser
 
 _OK = "def custom_kernel(data):\n    return data\n"  # a file every rule passes
@@ -114,6 +115,17 @@ RULES: tuple[Rule, ...] = (
     Rule("gpu-not-offered", E, "a GPU the leaderboard does not offer",
          "the leaderboard's problem set lists its GPUs; pick one of them",
          Fixture(_OK, options=(("leaderboard", "vectoradd"), ("gpu", "B300"), ("offered_gpus", ("H100", "A100"))))),
+    Rule("leaderboard-closed", E, "a leaderboard whose deadline has passed",
+         "the server takes no submission after it; `popkit tasks --tasks-root PROBLEMS` shows the open ones",
+         Fixture(_OK, options=(("leaderboard", "vectoradd"), ("standing", {"leaderboard": "vectoradd", "state": "closed", "deadline": "2025-06-30"})))),
+    Rule("leaderboard-unknown", (WARNING, ERROR), "a leaderboard that no problem set popkit knows names",
+         "an error where --tasks-root (or POPKIT_TASKS_PATH) gives problem sets and none names it, a warning where "
+         "none is given: popkit knows leaderboards from the public problem sets (" + _PUBLIC_SETS + ")",
+         Fixture(_OK, options=(("leaderboard", "nosuchboard"), ("standing", {"leaderboard": "nosuchboard", "state": "unknown"})))),
+    Rule("practice-task", W, "a leaderboard name popkit knows only as its own practice task",
+         "its cases are popkit's, not a leaderboard's; whether a leaderboard of that name is open the public problem "
+         "sets say (" + _PUBLIC_SETS + ")",
+         Fixture(_OK, options=(("leaderboard", "softmax"), ("standing", {"leaderboard": "softmax", "state": "practice"})))),
     Rule("mode", E, "a mode the server does not know", "modes: test, benchmark, leaderboard, profile",
          Fixture(_OK, options=(("mode", "ranked"),))),
     Rule("kernelguard", EW, "KernelGuard's verdict, when it is installed",

@@ -19,7 +19,7 @@ MODULES = ("running", "tuning", "authoring", "remote", "serve")
 # The module of each command: `popkit NAME ...` imports NAME's module alone (the others' imports cost every
 # command tens of milliseconds: the MCP server, tune, the cluster). tests/test_cli_exit.py checks the table.
 COMMAND_MODULES = {
-    "test": "running", "bench": "running", "tasks": "running",
+    "test": "running", "bench": "running", "tasks": "running", "watch": "running",
     "tune": "tuning",
     "new": "authoring", "templates": "authoring", "compile": "authoring", "doctor": "authoring",
     "check": "remote", "submit": "remote", "history": "remote", "show": "remote", "compare": "remote",

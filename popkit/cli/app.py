@@ -3,6 +3,7 @@ message and an exit code."""
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import signal
@@ -35,16 +36,32 @@ class _PopkitGroup(TyperGroup):
         try:
             ctx = super().make_context(info_name, list(args), parent=parent, **extra)
         except _click.ClickException as exc:
+            _close_matches_only(exc)
             if json_requested:
                 _usage_error_as_json(exc)
             raise
         ctx.meta[_JSON_KEY] = json_requested
         return ctx
 
+    def format_commands(self, ctx, formatter) -> None:
+        """Each command with the first sentence of its help whole, wrapped to the terminal (click cuts it to the
+        width left at 80 columns, mid-sentence)."""
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                text = " ".join((cmd.short_help or cmd.help or "").split())
+                end = text.find(". ")
+                rows.append((name, text[:end + 1] if end >= 0 else text))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
         except _click.ClickException as exc:  # a sub-command's usage error: click prints it, unless --json
+            _close_matches_only(exc)
             if ctx.meta.get(_JSON_KEY):
                 _usage_error_as_json(exc)
             raise
@@ -63,6 +80,17 @@ class _PopkitGroup(TyperGroup):
                 raise
             common.print_internal_error(exc)
             raise typer.Exit(int(ExitCode.INTERNAL)) from None
+
+
+SUGGEST_CUTOFF = 0.8  # click suggests from 0.6: `--bogus` got `--gpus`; a typo (`--jsn`, `--leaderbord`) scores higher
+
+
+def _close_matches_only(exc: "_click.ClickException") -> None:
+    """An unknown option's suggestions kept only where they are close (difflib ratio >= SUGGEST_CUTOFF)."""
+    possibilities = getattr(exc, "possibilities", None)
+    name = getattr(exc, "option_name", None)
+    if possibilities and name:
+        exc.possibilities = difflib.get_close_matches(name, list(possibilities), cutoff=SUGGEST_CUTOFF)  # type: ignore[attr-defined]
 
 
 def _usage_error_as_json(exc: "_click.ClickException") -> None:

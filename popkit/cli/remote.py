@@ -17,7 +17,7 @@ from popkit.ledger import submit as workflow
 from popkit.model.tasks import MAX_TIMEOUT_S, task_roots
 from popkit.resources import popkit_home_source
 from popkit.submission.source import check_language_for
-from popkit.views import common
+from popkit.views import common, pictures
 from popkit.views import comparison as comparison_view
 from popkit.views import remote as view
 
@@ -100,6 +100,7 @@ def history(
     task: Annotated[Optional[str], typer.Option("--task", "-t", help="Only runs of this task or leaderboard.")] = None,
     file: Annotated[Optional[Path], typer.Option("--file", "-f", help="Only runs of this submission file, or of every file under this folder.")] = None,
     limit: Annotated[int, typer.Option("-n", "--limit", min=1, help="How many runs, newest first.")] = 20,
+    html: Annotated[Optional[Path], typer.Option("--html", help="With --file: also write the file's score over its versions as one self-contained HTML page.")] = None,
     json: _json_opt("history") = False,
 ) -> None:
     """List recorded test, bench and submit runs (your per-user ledger, or POPKIT_HOME, or ./.popkit where it exists).
@@ -112,9 +113,17 @@ def history(
       popkit history --file kernels/          (every file under kernels/)
     """
     common.set_json(json)
+    if html is not None and file is None:
+        raise UsageError("--html draws one file's score over its versions", "add --file FILE")
     db = ledger.History()
-    view.show_history(db.list_runs(task, limit, file), db.path, json=json, source=popkit_home_source(),
-                      filtered=_filter_words(task, file))
+    records = db.list_runs(task, limit, file)
+    view.show_history(records, db.path, json=json, source=popkit_home_source(), filtered=_filter_words(task, file))
+    if file is not None and not json:
+        for line in pictures.history_lines(records):
+            common.console().print(line, soft_wrap=True)
+    if html is not None:
+        written = pictures.write_html(html, pictures.history_html(records, f"popkit history · {file}"))
+        common.err_console().print(f"report: {common.escape(str(written))} (open it in a browser; it needs no network)")
 
 
 def _filter_words(task: Optional[str], file: Optional[Path]) -> str:

@@ -18,13 +18,14 @@ from popkit.cli.app import app, finite
 from popkit.errors import ExitCode, UsageError
 from popkit.machine import runnable
 from popkit.machine import system
+from popkit.model import innerloop
 from popkit.model.contract import entry_points
-from popkit.model.tasks import list_tasks, resolve_task, task_roots
+from popkit.model.tasks import MAX_TIMEOUT_S, list_tasks, resolve_task, task_roots
 from popkit.operations import workflows
 from popkit.run.protocol import MAX_SECRET_RUNS, MAX_SECRET_SEED, random_secret_seeds
 from popkit.run.runner import RunOptions
 from popkit.submission.source import Source, validate_submission
-from popkit.views import common
+from popkit.views import common, pictures
 from popkit.views import running as view
 from popkit.views.common import escape
 
@@ -33,6 +34,7 @@ RootsOpt = Annotated[Optional[List[Path]], typer.Option("--tasks-root", help="Fo
 PythonOpt = Annotated[Optional[str], typer.Option("--python", help="Interpreter for the eval (default: the one running popkit).")]
 PrecompileOpt = Annotated[Optional[bool], typer.Option("--precompile/--no-precompile", help="Force or skip the compile pre-step (`python submission.py`). Default: run it unless there is nothing to build or the build cache already holds this source.")]
 HarnessOpt = Annotated[str, typer.Option("--harness", help="`task`: the task's own eval (fidelity). `popkit`: popkit's harness with trust checks.")]
+TimeoutOpt = Annotated[Optional[float], typer.Option("--timeout", min=0.001, max=MAX_TIMEOUT_S, help="Inner loop: seconds each mode's eval may take, instead of the task's; the run is marked not leaderboard-faithful.")]
 SeedOpt = Annotated[Optional[List[int]], typer.Option("--secret-seed", min=0, max=MAX_SECRET_SEED, help="Secret seed for a secret run, 0 to 2147483647 (repeatable).")]
 KeepOpt = Annotated[bool, typer.Option("--keep-workdir", help="Keep the working directory and print where it is.")]
 HistoryOpt = Annotated[bool, typer.Option("--history/--no-history", help="Record the run in the history database.")]
@@ -95,11 +97,14 @@ def _watch(request: workflows.Request, json: bool) -> None:
     raise typer.Exit(0)
 
 
-def _single(request: workflows.Request, json: bool) -> None:
+def _single(request: workflows.Request, json: bool, html: Optional[Path] = None) -> None:
     started = time.monotonic()  # the footer counts all of it: resolving, the run, the baseline, the ledger
     with common.progress_printer(json) as progress:
         outcome = workflows.run(request, progress=progress, note=lambda line: _say([line]))
     view.show_outcome(outcome, json=json, total_s=time.monotonic() - started)
+    if html is not None:
+        written = pictures.write_html(html, pictures.run_html(outcome.report, f"popkit bench · {outcome.task.display_name}"))
+        common.err_console().print(f"report: {escape(str(written))} (open it in a browser; it needs no network)")
     raise typer.Exit(outcome.exit_code)
 
 
@@ -123,6 +128,8 @@ def test(
     cluster: ClusterOpt = None,
     require_gpu: RequireGpuOpt = None,
     json_lines: JsonLinesOpt = False,
+    cases: Annotated[str, typer.Option("--cases", help="Inner loop: only these test cases, 1-based (`1,3` or `2-4`); the run is marked not leaderboard-faithful.")] = "",
+    timeout: TimeoutOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Run the task's tests on SUBMISSION, the way the leaderboard's `test` mode does.
@@ -138,8 +145,12 @@ def test(
     seeds = tuple(secret_seed or ()) + random_secret_seeds(secret_runs)
     options = _options(python, precompile, harness, seeds, keep_workdir, world_size=world_size,
                        require_isolation=require_isolation)
+    if (cases or timeout) and (len(submissions) > 1 or gpus is not None or cluster or watch):
+        raise UsageError("--cases and --timeout narrow one file's run here",
+                         "popkit test FILE --cases 1,3 --timeout 30")
     sources = tuple(Source.read(path) for path in submissions)
-    request = workflows.Request(sources, "test", task, tuple(tasks_root or ()), options, record=history)
+    request = workflows.Request(sources, "test", task, tuple(tasks_root or ()), options, record=history,
+                                knobs=innerloop.Knobs(cases=cases, timeout_s=timeout))
     _on_cluster(request, cluster, require_gpu, json_lines, json,
                 local_only=((hip_on_cuda, "--hip-on-cuda"), (gpus is not None, "--gpus"), (watch, "--watch")))
     if len(sources) > 1 and gpus is None:
@@ -188,6 +199,9 @@ def bench(
     require_gpu: RequireGpuOpt = None,
     json_lines: JsonLinesOpt = False,
     pairs: Annotated[bool, typer.Option("--pairs", help="With --cluster: take the files two by two (A B A B ...), each pair an A/B on one GPU of one worker; without it every file is an independent run.")] = False,
+    shape: Annotated[str, typer.Option("--shape", help="Inner loop: only these benchmark shapes, 1-based (`4` or `1,3`); the run is marked not leaderboard-faithful.")] = "",
+    timeout: TimeoutOpt = None,
+    html: Annotated[Optional[Path], typer.Option("--html", help="Also write the run's report as one self-contained HTML page (per-shape bars with 95% intervals, bandwidth against the GPU's peak) to this file.")] = None,
     json: JsonOpt = False,
 ) -> None:
     """Time SUBMISSION on the task's benchmarks, the way the leaderboard's `benchmark` mode does.
@@ -223,9 +237,16 @@ def bench(
         seeds = random_secret_seeds(secret_runs)
     options = _options(python, precompile, harness, seeds, keep_workdir, world_size=world_size,
                        require_isolation=require_isolation)
+    if (shape or timeout) and (len(submissions) != 1 or watch or gpus is not None or cluster):
+        raise UsageError("--shape and --timeout narrow one file's run here (an A/B times every shape)",
+                         "popkit bench FILE --shape 4 --timeout 60")
+    if html is not None and (len(submissions) > 2 or watch or gpus is not None or profile or cluster):
+        raise UsageError("--html writes the report of one file's bench run or of an A/B, on this machine",
+                         "popkit bench FILE --html report.html, or popkit bench A B --html ab.html")
     sources = tuple(Source.read(path) for path in submissions)
     request = workflows.Request(sources, mode, task, tuple(tasks_root or ()), options, baseline=baseline is not None,
-                                allow_cpu=allow_cpu, record=history, rounds=rounds, budget_s=budget)
+                                allow_cpu=allow_cpu, record=history, rounds=rounds, budget_s=budget,
+                                knobs=innerloop.Knobs(shapes=shape, timeout_s=timeout))
     _on_cluster(request, cluster, require_gpu, json_lines, json, pairs=pairs,
                 local_only=((gpus is not None, "--gpus"), (bool(baseline), "--baseline"), (watch, "--watch")))
     if watch:
@@ -233,8 +254,8 @@ def bench(
     if gpus is not None:
         _spread(replace(request, gpus=workflows.parse_gpus(gpus)), json)
     if len(sources) == 2:
-        _ab(request, json)
-    _single(request, json)
+        _ab(request, json, html)
+    _single(request, json, html)
 
 
 def _on_cluster(request: workflows.Request, spec: Optional[str], require_gpu: Optional[str], json_lines: bool,
@@ -297,15 +318,38 @@ def _spread(request: workflows.Request, json: bool) -> None:
     raise typer.Exit(workflows.first_failure([r.exit_code for r in runs]))
 
 
-def _ab(request: workflows.Request, json: bool) -> None:
+def _ab(request: workflows.Request, json: bool, html: Optional[Path] = None) -> None:
     with common.progress_printer(json) as progress:
         outcome = workflows.compare(request, progress=progress)
     from popkit.views import comparison as comparison_view
 
     comparison_view.show_ab(outcome.report, json=json)
+    if html is not None:
+        written = pictures.write_html(html, pictures.ab_html(outcome.report, f"popkit bench A/B · {outcome.report.task}"))
+        common.err_console().print(f"report: {escape(str(written))} (open it in a browser; it needs no network)")
     for warning in outcome.warnings:
         common.err_console().print(f"warning: {escape(warning)}")
     raise typer.Exit(outcome.exit_code)
+
+
+@app.command(name="watch")
+def watch_command(
+    submission: Annotated[Path, typer.Argument(help="Your submission file: a verdict after every save.")],
+    task: TaskOpt = None,
+    tasks_root: RootsOpt = None,
+    python: PythonOpt = None,
+    precompile: PrecompileOpt = None,
+    harness: HarnessOpt = "task",
+    gpus: GpusOpt = None,
+    history: HistoryOpt = True,
+    json: JsonOpt = False,
+) -> None:
+    """`popkit test FILE --watch` by its own name: the task's tests after every save, from a warm worker.
+
+    Example: popkit watch mine.py     (Ctrl-C stops it; `popkit bench FILE --watch` times each save instead)
+    """
+    test([submission], task=task, tasks_root=tasks_root, python=python, precompile=precompile, harness=harness,
+         gpus=gpus, watch=True, history=history, json=json)
 
 
 tasks_app = typer.Typer(no_args_is_help=False)  # help: tasks_list's docstring

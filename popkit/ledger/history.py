@@ -57,8 +57,10 @@ CREATE TABLE IF NOT EXISTS runs (
 CREATE INDEX IF NOT EXISTS runs_sha256 ON runs (sha256, id);
 CREATE INDEX IF NOT EXISTS runs_task ON runs (task, id);
 """
+# `faithful`: the stored report's leaderboard_faithful (NULL for a submission or a report written before it)
 _SUMMARY_COLUMNS = ("id, kind, created_at, submission, sha256, task, leaderboard, mode, gpu, device, outcome,"
-                    " score_s, seeds, remote_id, remote_score_s, error, popkit_version")
+                    " score_s, seeds, remote_id, remote_score_s, error, popkit_version,"
+                    " json_extract(report_json, '$.leaderboard_faithful') AS faithful")
 
 
 def db_path(env: Mapping[str, str] | None = None) -> Path:
@@ -86,6 +88,7 @@ class RunRecord:
     remote_score_s: float | None = None
     error: str = ""
     popkit_version: str | None = None
+    faithful: bool | None = None  # False: a run over some shapes or changed cases (not leaderboard-faithful)
     report: RunReport | None = None
     remote: RemoteResult | None = None
 
@@ -93,6 +96,7 @@ class RunRecord:
         data = {k: getattr(self, k) for k in (
             "id", "kind", "created_at", "submission", "sha256", "mode", "task", "leaderboard", "gpu", "device",
             "outcome", "score_s", "remote_id", "remote_score_s", "error", "popkit_version")}
+        data["leaderboard_faithful"] = self.faithful
         data["seeds"] = list(self.seeds)
         if not summary:
             data["report"] = self.report.to_json() if self.report else None
@@ -105,7 +109,7 @@ class RunRecord:
                                           "remote_id", "remote_score_s", "popkit_version")}
         return cls(id=data["id"], kind=data["kind"], created_at=data["created_at"], submission=data["submission"],
                    sha256=data["sha256"], mode=data["mode"], seeds=tuple(data.get("seeds") or ()),
-                   error=data.get("error") or "", **plain,
+                   error=data.get("error") or "", **plain, faithful=data.get("leaderboard_faithful"),
                    report=RunReport.from_json(data["report"]) if data.get("report") else None,
                    remote=RemoteResult.from_json(data["remote"]) if data.get("remote") else None)
 
@@ -393,6 +397,7 @@ def _record(row: sqlite3.Row, full: bool = False) -> RunRecord:
         device=row["device"], outcome=row["outcome"], score_s=row["score_s"],
         seeds=tuple(json.loads(row["seeds"] or "[]")), remote_id=row["remote_id"],
         remote_score_s=row["remote_score_s"], error=row["error"] or "", popkit_version=row["popkit_version"],
+        faithful=None if "faithful" not in keys or row["faithful"] is None else bool(row["faithful"]),
         report=report, remote=remote)
 
 

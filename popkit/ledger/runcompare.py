@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from popkit.errors import UsageError
 from popkit.ledger.history import History, RunRecord
@@ -121,6 +121,21 @@ def _run_score(run: ModeRun | None, ranking_by: str) -> float | None:
     return score_s(run.mean_times_ns(), ranking_by) if run is not None and run.passed else None
 
 
+def _subset_words(a: RunRecord, b: RunRecord, a_cases: Mapping[str, Any], b_cases: Mapping[str, Any]) -> str:
+    """Why the two scores do not rank against each other: the runs timed different sets of shapes (a CPU run's
+    sizing, --shape); "" when they timed the same ones."""
+    if set(a_cases) == set(b_cases):
+        return ""
+
+    def words(record: RunRecord, found: Mapping[str, Any]) -> str:
+        report = record.report
+        why = "shapes left out by the CPU sizing" if report and report.skipped_shapes else (
+            "; ".join(report.changed) if report and report.changed else "its task's shapes")
+        return f"run {record.id} timed {len(found)} shape(s) ({why})"
+    return (f"{words(a, a_cases)}, {words(b, b_cases)}: scores over different shapes do not rank against each "
+            "other, so no score row; the shapes both timed are compared one by one")
+
+
 def compare_runs(a_id: int, b_id: int, history: History | None = None) -> RunComparison:
     """`popkit compare`: per-shape and score ratios (time B / time A) of two recorded runs in one mode."""
     history = history or History()
@@ -133,9 +148,10 @@ def compare_runs(a_id: int, b_id: int, history: History | None = None) -> RunCom
     if not shapes.shapes:
         raise UsageError(f"runs {a.id} and {b.id} share no {mode}-mode shape", "compare runs of the same task")
     ranking_by = a.report.ranking_by if a.report else "geom"
+    subset = _subset_words(a, b, cases[a.id], cases[b.id])
     comparison = Comparison(shapes.a_label, shapes.b_label, shapes.shapes,
-                            _score_interval(shapes.shapes, ranking_by), shapes.missing)
-    notes = []
+                            None if subset else _score_interval(shapes.shapes, ranking_by), shapes.missing)
+    notes = [subset] if subset else []
     for record in (a, b):
         ranked = _timed_modes(record)[0]
         if ranked != mode:
@@ -145,7 +161,8 @@ def compare_runs(a_id: int, b_id: int, history: History | None = None) -> RunCom
         notes.append(f"the runs rank differently (run {a.id}: {a.report.ranking_by}, run {b.id}: "
                      f"{b.report.ranking_by}); the score row uses run {a.id}'s")
     return RunComparison(a=a, b=b, comparison=comparison, mode=mode, ranking_by=ranking_by,
-                         a_score_s=_run_score(runs[a.id], ranking_by), b_score_s=_run_score(runs[b.id], ranking_by),
+                         a_score_s=None if subset else _run_score(runs[a.id], ranking_by),
+                         b_score_s=None if subset else _run_score(runs[b.id], ranking_by),
                          same_bytes=a.sha256 == b.sha256, a_device=plain_device(a), b_device=plain_device(b),
                          notes=tuple(notes))
 

@@ -1,7 +1,8 @@
 """Whether this machine can run a task, and if not exactly why (`popkit tasks --check`, and before a run).
 
 What a task needs is read from its files with `ast`, never by running them:
-- a GPU, when its files put tensors on "cuda" with no CPU fallback;
+- a GPU, when its files put tensors on "cuda" with no CPU fallback, or when a function every run calls
+  (generate_input, ref_kernel, check_implementation and what they call) does, whatever other files name;
 - a vendor or architecture, from ROCm-only or CUDA-only packages and fp4 dtypes (sm_100);
 - the GPU count its `world_size` cases ask for;
 - the third-party packages its files import (import names mapped to what pip calls them);
@@ -181,6 +182,9 @@ def _read_needs(trees: Mapping[str, ast.Module], local: set[str], main: str) -> 
         if not found.get("min_sm") and any(isinstance(n, ast.Attribute) and n.attr == "float4_e2m1fn_x2"
                                            for n in _walk(tree)):
             found.update(min_sm=100, sm_why=f"{fname} uses fp4 (torch.float4_e2m1fn_x2), which needs sm_100 (B200)")
+    # What the runs reach decides, not a helper elsewhere that names "cpu" (a utils.py with a CPU fallback
+    # that generate_input never uses).
+    found["gpu"] = found.get("gpu") or _entries_on_cuda(trees, main)
     if found.get("min_sm") and not found.get("vendor"):
         found.update(vendor="nvidia", vendor_why=found["sm_why"])
     memory, why = _flush_buffer(main, trees)
@@ -234,12 +238,12 @@ def _is_cuda(node: ast.AST) -> bool:
     return isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.split(":")[0] == "cuda"
 
 
-def _names_cpu(tree: ast.Module) -> bool:
-    """Whether the file names the "cpu" device: it has a CPU path."""
+def _names_cpu(tree: ast.AST) -> bool:
+    """Whether the file (or function) names the "cpu" device: it has a CPU path."""
     return any(isinstance(n, ast.Constant) and n.value == "cpu" for n in _walk(tree))
 
 
-def _guarded(tree: ast.Module) -> set[int]:
+def _guarded(tree: ast.AST) -> set[int]:
     """ids of the nodes that run only after asking whether a GPU is there (`if torch.cuda.is_available():`, a
     conditional expression on it, `device_count()`), or inside a `try` that catches a failure."""
     ids: set[int] = set()
@@ -251,9 +255,38 @@ def _guarded(tree: ast.Module) -> set[int]:
     return ids
 
 
-def _puts_tensors_on_cuda(tree: ast.Module) -> bool:
+# The functions of a task's files that every run calls (the eval takes them from reference.py).
+ENTRY_FUNCTIONS = ("generate_input", "ref_kernel", "check_implementation")
+
+
+def _entries_on_cuda(trees: Mapping[str, ast.Module], main: str) -> str:
+    """Why the task needs a GPU when code every run reaches puts tensors on "cuda" without a CPU path of its own
+    ("" else): ENTRY_FUNCTIONS, the eval's `main`, and the functions of the task's files they name, transitively."""
+    functions: dict[str, tuple[str, ast.AST]] = {}
+    for fname, tree in trees.items():
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                functions.setdefault(node.name, (fname, node))
+    todo = [functions[name] for name in ENTRY_FUNCTIONS if name in functions]
+    todo += [(main, node) for node in (trees[main].body if main in trees else ())
+             if isinstance(node, ast.FunctionDef) and node.name == "main"]
+    seen = {id(node) for _, node in todo}
+    while todo:
+        fname, node = todo.pop(0)
+        if _puts_tensors_on_cuda(node):
+            return f"{fname}:{node.name} puts tensors on \"cuda\" with no CPU path"  # type: ignore[attr-defined]
+        for name in _walk(node):
+            reached = functions.get(name.id) if isinstance(name, ast.Name) else None
+            if reached and id(reached[1]) not in seen:
+                seen.add(id(reached[1]))
+                todo.append(reached)
+    return ""
+
+
+def _puts_tensors_on_cuda(tree: ast.AST) -> bool:
     """`device="cuda"`, `torch.device("cuda")`, `.to("cuda")`, `.cuda()`, torch.cuda.Event or synchronize, outside
-    any guard (_guarded), in a file that never names the "cpu" device (a file that does has a CPU path)."""
+    any guard (_guarded), in a file (or function) that never names the "cpu" device (one that does has a CPU
+    path)."""
     if _names_cpu(tree):
         return False
     guarded = _guarded(tree)

@@ -274,6 +274,7 @@ TOOLS: tuple[Tool, ...] = (
 NOT_TOOLS = {
     "tasks check": "for problem authors validating a task folder, not for submissions",
     "mcp": "the server itself",
+    "watch": "runs until Ctrl-C, a verdict per save of a file being edited: an agent calls the test tool per version",
 }
 
 BY_NAME = {tool.name: tool for tool in TOOLS}

@@ -13,15 +13,25 @@ ranked modes run only the last shape: the largest that fits is kept last). When 
 task's own; when some do not, popkit stops (exit 11) naming the first that does not fit, and with
 `--allow-cpu` runs the shapes that fit, each skipped shape named and the run marked not leaderboard-faithful.
 Tests, machines with a GPU and tasks that name no GPU are never sized.
+
+The timing is remembered per task, mode, harness and machine (memo.py, in popkit's cache folder): the first
+sizing on this machine decides the shapes of every later run of any file of that task, so their scores are over
+the same shapes and rank against each other (a busy machine's second probe predicted 95 s where the first said
+478 s). Removing popkit's cache folder (`POPKIT_CACHE_DIR`, default ~/.cache/popkit) sizes afresh.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import platform
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from popkit.errors import EnvironmentProblem, ExitCode, PopkitError
+from popkit.machine import memo
 from popkit.machine import system
 from popkit.model.tasks import Task
 from popkit.run import runner
@@ -113,7 +123,9 @@ def spec(case: Mapping[str, Any]) -> str:
 
 def probe(task: Task, source: Source, options: runner.RunOptions, executor: Executor, indices: Sequence[int],
           mode: str, progress: Progress) -> Timing:
-    """Run the shapes `indices` in `mode` alone, in one eval; each shape's seconds and the eval's fixed time."""
+    """Run the shapes `indices` in `mode` alone, in one eval; each shape's seconds and the eval's fixed time.
+    Profile mode reports tables, not times: its shapes are timed in benchmark mode."""
+    mode = "benchmark" if mode == "profile" else mode
     shapes = tuple(task.benchmarks[i] for i in indices)
     quick = replace(options, secret_seeds=(), chain=False, label="CPU sizing")
     progress(f"CPU sizing: {mode} mode on the smallest benchmark shapes ({' | '.join(spec(c) for c in shapes)})")
@@ -128,6 +140,8 @@ def probe(task: Task, source: Source, options: runner.RunOptions, executor: Exec
             raise PopkitError(f"`{task.name}`, {mode} mode on the smallest benchmark shapes ({spec(shapes[0])}): "
                               f"{report.outcome.replace('_', ' ')}: {why}",
                               "`popkit test` shows the same on the tests", exit_code=VERDICTS[report.outcome])
+        if why == "passed":
+            why = "it passed without a time for every shape"
         raise EnvironmentProblem(
             f"this machine has no GPU, and even the smallest benchmark shapes of `{task.name}` "
             f"({spec(shapes[0])}) did not run here in {mode} mode: {why}",
@@ -140,6 +154,23 @@ def probe(task: Task, source: Source, options: runner.RunOptions, executor: Exec
     return Timing(points, max(0.0, run.duration_s - sum(seconds)))
 
 
+def machine_words() -> str:
+    """This machine, for the sizing's key: its name, processor and core count."""
+    return f"{platform.node()}|{platform.machine()}|{platform.processor()}|{os.cpu_count()}"
+
+
+def remembered_timing(task: Task, source: Source, options: runner.RunOptions, executor: Executor,
+                      indices: Sequence[int], mode: str, progress: Progress) -> Timing:
+    """`probe`'s timing, from the first sizing of this task's shapes in this mode on this machine (module doc)."""
+    shapes = json.dumps([task.benchmarks[i] for i in indices], sort_keys=True, default=str)
+    key = memo.digest("sizing", [Path(__file__)], [str(task.path), task.name, shapes, mode, options.harness,
+                                                   machine_words()])
+    return memo.remembered("sizing", key, lambda: probe(task, source, options, executor, indices, mode, progress),
+                           dump=lambda t: {"points": [list(p) for p in t.points], "fixed_s": t.fixed_s},
+                           load=lambda d: Timing(tuple((float(w), float(t)) for w, t in d["points"]),
+                                                 float(d["fixed_s"])))
+
+
 def fit(task: Task, source: Source, request: Any, executor: Executor, progress: Progress) -> tuple[Task, tuple[str, ...]]:
     """The task to run for `request` (a workflows.Request) here, and the benchmark shapes left out (module doc)."""
     if not needs_sizing(task, request.mode):
@@ -148,18 +179,20 @@ def fit(task: Task, source: Source, request: Any, executor: Executor, progress: 
     by_size = sorted(range(len(cases)), key=lambda i: (work(cases[i]), i))
     two = [by_size[0]] + [i for i in by_size[1:] if work(cases[i]) > work(cases[by_size[0]])][:1]
     modes = ("benchmark", "leaderboard") if request.mode == "leaderboard" else (request.mode,)
-    plans = [plan(cases, probe(task, source, request.options, executor, two, mode, progress), task.timeout_for(mode),
-                  task.ranking_by) for mode in modes]
+    plans = [plan(cases, remembered_timing(task, source, request.options, executor, two, mode, progress),
+                  task.timeout_for(mode), task.ranking_by) for mode in modes]
     skipped = sorted({i for p in plans for i in p.skipped})
     if not skipped:
         return task, ()
     first = skipped[0]
     seconds = max(p.predicted_s[first] for p in plans)
+    # What passes the timeout is the sum of the shapes in order up to this one, not this one alone.
+    total = max(sum(p.predicted_s[: first + 1]) for p in plans)
     if not request.allow_cpu:
         raise EnvironmentProblem(
-            f"this machine has no GPU, and the benchmark shape {spec(cases[first])} of `{task.name}` would take "
-            f"about {seconds:.0f} s here (timed from {spec(cases[two[0]])}), past the "
-            f"{task.timeout_for(request.mode):g} s timeout",
+            f"this machine has no GPU, and the benchmark shapes of `{task.name}` up to {spec(cases[first])} would "
+            f"take about {total:.0f} s here in all (that one about {seconds:.0f} s; timed from "
+            f"{spec(cases[two[0]])}), past what the {task.timeout_for(request.mode):g} s timeout leaves",
             f"pass --allow-cpu to run the {len(cases) - len(skipped)} shape(s) that fit (not leaderboard-faithful);"
             " `popkit test` runs the tests on the CPU")
     kept = tuple(c for i, c in enumerate(cases) if i not in skipped)

@@ -31,6 +31,7 @@ OUTCOME_EXIT = {
     "compile_failed": ExitCode.COMPILE_FAILED,
     "crashed": ExitCode.CRASHED,
     "timed_out": ExitCode.TIMED_OUT,
+    "needs_gpu": ExitCode.ENVIRONMENT,  # the code asked torch for CUDA where there is none (protocol.NO_CUDA_MARKERS)
 }
 
 
@@ -335,12 +336,14 @@ class RunReport:
     # the GPU's state while the run went on (gpustate.GpuState.to_json: clocks, temperature, power, throttling);
     # empty without NVML
     gpu_state: Mapping[str, Any] = field(default_factory=dict)
+    changed: tuple[str, ...] = ()  # --cases/--shape/--timeout, in words (popkit.model.innerloop): not faithful
     schema: str = RUN_SCHEMA
 
     @property
     def leaderboard_faithful(self) -> bool:
-        """False when the cases were changed from the task's (a scaled-down world_size)."""
-        return self.world_size is None and not self.skipped_shapes
+        """False when the cases were changed from the task's (a scaled-down world_size, shapes a CPU left out,
+        the inner loop's --cases/--shape/--timeout)."""
+        return self.world_size is None and not self.skipped_shapes and not self.changed
 
     @property
     def outcome(self) -> str:

@@ -61,6 +61,7 @@ class Task:
     gpus: tuple[str, ...] = ()
     leaderboard: str | None = None  # the leaderboard name, when a problem set names this task
     bundled: bool = False
+    deadline: str | None = None  # the leaderboard's (or its set's) deadline, as the problem set writes it
 
     @property
     def yml(self) -> Path:
@@ -410,8 +411,9 @@ def problem_sets(roots: Sequence[Path], skipped: list[Skipped] | None = None) ->
 
 
 def _from_problem(pset: ProblemSet, problem: Problem, bundled: bool = False) -> Task:
-    return load_task(pset.task_dir(problem), leaderboard=problem.name, gpus=problem.gpus, bundled=bundled,
+    task = load_task(pset.task_dir(problem), leaderboard=problem.name, gpus=problem.gpus, bundled=bundled,
                      set_root=pset.path.parent.resolve())
+    return replace(task, deadline=problem.deadline or pset.deadline)
 
 
 def resolve_task(spec: str, roots: Sequence[Path] = ()) -> Task:

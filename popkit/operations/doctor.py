@@ -140,7 +140,11 @@ def _cuda_checks(info: Mapping[str, Any], nvcc: str | None) -> list[Check]:
             found = Path(hipcc).is_file()
             return [Check("hipcc", "ok" if found else "problem", hipcc if found else "not found",
                           "" if found else "install ROCm and set ROCM_HOME (load_inline builds HIP with it)")]
-        return []
+        # A CPU-only torch builds nothing, but the toolkit is half of what a second venv's CUDA torch needs.
+        version = nvcc_version(nvcc) if nvcc else None
+        return [Check("nvcc", "info", f"{version} at {nvcc}" if version else "not found",
+                      "with a CUDA build of torch of the same major version in a second venv, `popkit compile FILE "
+                      "--python VENV/bin/python` builds CUDA files here (README: CUDA builds on a CPU machine)")]
     out = []
     problem = system.cuda_home_problem()
     home = system.cuda_home()

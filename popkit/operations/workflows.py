@@ -20,6 +20,7 @@ from popkit.ledger import history
 from popkit.machine import gpustate, system
 from popkit.measure import ab
 from popkit.measure import sizing
+from popkit.model import innerloop
 from popkit.model import stats
 from popkit.model.contract import entry_points
 from popkit.model.results import CaseResult, RunReport
@@ -51,6 +52,7 @@ class Request:
     rounds: int = ab.DEFAULT_MAX_ROUNDS  # A/B
     budget_s: float = ab.DEFAULT_BUDGET_S  # A/B
     gpus: tuple[str, ...] = ()  # --gpus: independent runs spread over these GPUs
+    knobs: innerloop.Knobs = innerloop.Knobs()  # --cases/--shape/--timeout: not leaderboard-faithful
 
 
 @dataclass(frozen=True)
@@ -215,7 +217,7 @@ def run(request: Request, progress: Progress | None = None, executor: Executor |
     found = resolve(source, request.task, request.roots)
     for line in found.notes:
         (note or (lambda _msg: None))(line)
-    task = found.task
+    task, changed = innerloop.apply(found.task, request.knobs)
     preflight(task, source, request)
     executor = executor or sandbox.executor_for(request.options.isolation)
     full = len(task.benchmarks)
@@ -223,9 +225,10 @@ def run(request: Request, progress: Progress | None = None, executor: Executor |
     with gpustate.Sampler(runner.child_env(request.options)) as watch:  # the clocks it ran at, where NVML is
         report = with_notes(runner.run_submission(task, source.path, request.mode, request.options, progress=progress,
                                                   content=source.content, executor=executor),
-                            request.notes, skipped, full)
+                            request.notes + ((innerloop.note(changed),) if changed else ()), skipped, full)
     if watch.state is not None:
         report = replace(report, gpu_state=watch.state.to_json())
+    report = replace(report, changed=changed) if changed else report
     base = None
     if request.baseline and report.outcome == "passed":
         # The reference is timed in the same mode, without the chain before it: it is the yardstick.
@@ -239,6 +242,32 @@ def run(request: Request, progress: Progress | None = None, executor: Executor |
     return RunOutcome(report, task, base, warning, found.notes)
 
 
+AB_FIRST_LOOK = 4  # rounds an A/B always runs (ab.py: never stops before its first look)
+
+
+def ab_estimate(task: Task, sources: Sequence[Source], rounds: int, budget_s: float) -> str:
+    """How long the A/B may take, said before it starts: each round is one benchmark-mode eval per side, at the
+    time the history's newest benchmark-mode runs of either file on this task took (the slower side)."""
+    took = []
+    for source in sources:
+        try:
+            records = history.local_runs(source.sha256, task.name, 10)
+        except PopkitError:
+            records = []
+        took += [r.duration_s for rec in records if rec.report for r in rec.report.runs_of("benchmark") if r.passed]
+    evals = f"up to {rounds} rounds of 2 evals (one per side; at least {AB_FIRST_LOOK} rounds"
+    evals += f", no new pair after {budget_s:g} s)" if budget_s else ")"
+    if not took:
+        return f"A/B: {evals}; neither file has a recorded benchmark run here, so the first round tells the time"
+    each = max(took[:4])
+    least = AB_FIRST_LOOK * 2 * each
+    most = rounds * 2 * each
+    if budget_s:
+        most = min(most, max(least, budget_s + 2 * 2 * each))
+    return (f"A/B: {evals}; a benchmark eval of these files took about {each:.0f} s here, so expect "
+            f"{least:.0f}" + (f"-{most:.0f}" if most > least else "") + " s")
+
+
 def compare(request: Request, progress: Progress | None = None, executor: Executor | None = None) -> ABOutcome:
     """Two files: the counterbalanced A/B (ab.py); each side goes to the history as a bench run."""
     a, b = request.sources
@@ -248,6 +277,7 @@ def compare(request: Request, progress: Progress | None = None, executor: Execut
         preflight(task, source, request)
     executor = executor or sandbox.executor_for(request.options.isolation)
     task, skipped = sizing.fit(task, a, replace(request, mode="benchmark"), executor, progress or (lambda _m: None))
+    (progress or (lambda _m: None))(ab_estimate(task, (a, b), request.rounds, request.budget_s))
     report = ab.run_ab(task, a.path, b.path, request.options, max_rounds=request.rounds, budget_s=request.budget_s,
                        progress=progress, contents={"A": a.content, "B": b.content}, executor=executor)
     warnings = []
@@ -306,15 +336,23 @@ def on_cluster(request: Request, address: str | None, *, require_gpu: str | None
     groups = ([request.sources[i:i + 2] for i in range(0, len(request.sources), 2)] if pairs
               else [(s,) for s in request.sources])
     jobs = []
+    sized: dict[int, tuple[tuple[str, ...], int]] = {}  # job index -> (shapes the CPU sizing left out, of how many)
     for group in groups:  # every file and its task is checked before anything runs
         task = resolve(group[0], request.task, request.roots).task
         for source in group:
             preflight(task, source, request)
+        if address is None:  # a local instance runs on this machine: the same CPU sizing as `bench` here
+            full = len(task.benchmarks)
+            task, skipped = sizing.fit(task, group[0], replace(request, mode="benchmark") if pairs else request,
+                                       sandbox.executor_for(request.options.isolation), progress or (lambda _m: None))
+            sized[len(jobs)] = (tuple(skipped), full)
         jobs.append(cluster.Job(tuple(s.path for s in group), tuple(s.content for s in group), task))
     warnings: list[str] = []
 
     def arrived(result: cluster.Result) -> None:
-        warnings.extend(keep(report, content, request.record) for report, content in result.history_reports())
+        skipped, full = sized.get(result.index, ((), 0))
+        warnings.extend(keep(with_notes(report, (), skipped, full), content, request.record)
+                        for report, content in result.history_reports())
         if on_result is not None:
             on_result(result)
 

@@ -33,8 +33,14 @@ HARNESS_LISTS = ("samples", "kernel_ns", "gap_ns", "launches")
 
 PIPE_END_KEY = "popkit.end"  # popkit's harness writes this record last (tasks/eval.py, ResultPipe)
 MALFORMED = "the eval wrote a malformed result"
+NEVER_RAN = "did not run: the eval wrote no result for this case (it stopped before it)"
 # How popkit's harness (tasks/eval.py) starts a case's error when the task's own reference failed.
 REFERENCE_FAILURES = ("reference.py failed to import: ", "generate_input failed: ", "ref_kernel failed: ")
+# What torch says when the code asks for CUDA and this torch or this machine has none: the task needs a GPU
+# (exit 11), whatever runnable.needs judged from its files.
+NO_CUDA_MARKERS = ("Cannot get CUDA generator without ATen_cuda library", "Torch not compiled with CUDA enabled",
+                   "Found no NVIDIA driver on your system", "No CUDA GPUs are available",
+                   "no CUDA-capable device is detected")
 PROTOCOL_EXIT = {
     2: "bad usage or unknown mode",
     110: "CUDA API failure",
@@ -228,6 +234,8 @@ def decode_cases(raw: Mapping[str, str], kind: str, limit: int) -> tuple[CaseRes
                 pass
         # A benchmark without a status passed when it has a timing or (profile mode) a report.
         implied = "pass" if kind == "benchmark" and (p + "mean" in raw or report) else ""
+        if not any(key.startswith(p) for key in raw):
+            malformed = NEVER_RAN  # counted, then nothing: the eval stopped before it
         cases.append(CaseResult(
             kind=kind, index=i, spec=raw.get(p + "spec", ""),
             passed=raw.get(p + "status", implied) == "pass" and not malformed,
@@ -251,6 +259,11 @@ def where(run: ModeRun) -> str:
     return f"{run.mode}{' (secret seed %d)' % run.seed if run.secret else ''}"
 
 
+def _no_cuda(text: str) -> str:
+    """torch's own words when the code asked for CUDA where there is none (NO_CUDA_MARKERS), else ""."""
+    return next((m for m in NO_CUDA_MARKERS if m in text), "")
+
+
 def classify(run: ModeRun) -> tuple[str, str]:
     """The outcome of one eval run and its one categorized line."""
     step = where(run)
@@ -259,11 +272,14 @@ def classify(run: ModeRun) -> tuple[str, str]:
     if run.succeeded:
         # The eval's `check` is the verdict; a case whose numbers popkit cannot read fails it anyway.
         failed = [c for c in run.tests + run.benchmarks
-                  if not c.passed and (run.check != "pass" or c.error.startswith(MALFORMED))]
+                  if not c.passed and (run.check != "pass" or c.error.startswith((MALFORMED, NEVER_RAN)))]
         if failed:
             first = failed[0]
             detail = ((first.error or first.message).splitlines() or ["failed"])[0]
             case = f"{step}, {first.kind} {first.spec or first.index}: {detail}"
+            no_cuda = _no_cuda(first.error)
+            if no_cuda:
+                return "needs_gpu", f"needs a GPU: {step} stopped at \"{no_cuda}\" (no CUDA GPU here)"
             if first.error.startswith(REFERENCE_FAILURES):
                 return "bad_task", f"task error: {case} (the task's reference failed)"
             return "failed", f"check failed: {case}"
@@ -273,6 +289,9 @@ def classify(run: ModeRun) -> tuple[str, str]:
             return "crashed", f"crashed: {step} exited {run.exit_code} without writing a `check` line"
         return "failed", f"check failed: {step}"
     err = run.stderr
+    no_cuda = _no_cuda(err)
+    if no_cuda:
+        return "needs_gpu", f"needs a GPU: {step} stopped at \"{no_cuda}\" (no CUDA GPU here)"
     if any(m in err for m in COMPILE_MARKERS):
         return "compile_failed", f"compile failed: {step} could not build the extension"
     missing = _MISSING_ENTRY.search(err)

@@ -9,6 +9,7 @@ Python task, a CUDA build on a machine without a GPU.
 from __future__ import annotations
 
 import ast
+import difflib
 import hashlib
 import re
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from popkit.errors import EnvironmentProblem, SubmissionError, TaskError, UsageE
 from popkit.machine import cputorch
 from popkit.machine import system
 from popkit.model.directives import cli_directives, server_directives
-from popkit.model.tasks import Task, resolve_task
+from popkit.model.tasks import Task, bundled_problem_set, resolve_task
 from popkit.toolchain.hipcheck import detect_target
 
 
@@ -133,8 +134,11 @@ def task_spec_for(path: Path, content: bytes, explicit: str | None) -> str:
     text = content.decode("utf-8")
     name = server_directives(text).leaderboard or cli_directives(text).leaderboard
     if not name:
+        known = [p.name for p in bundled_problem_set().problems]
+        close = difflib.get_close_matches(Path(path).stem.lower(), known, n=1, cutoff=0.5)
+        example = f"`#!POPCORN leaderboard {close[0]}`" if close else "`#!POPCORN leaderboard NAME`"
         raise UsageError(f"{path}: no `#!POPCORN leaderboard NAME` directive and no --task",
-                         "add `#!POPCORN leaderboard vectoradd` as the file's first line, or pass --task")
+                         f"add {example} as the file's first line, or pass --task (`popkit tasks` lists the names)")
     return name
 
 

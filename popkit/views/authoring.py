@@ -27,6 +27,8 @@ def show_written(written, json: bool) -> None:
         con.print("[yellow]skeleton:[/] the task has no kernel.yml; the file compiles but its kernel only copies "
                   "the first input. Fill in what its comments say.")
     con.print(f"next: popkit compile {escape(str(written.path))}   then   popkit test {escape(str(written.path))}")
+    if written.warning:
+        con.print(f"[yellow]warning:[/] {escape(written.warning)}")
 
 
 def show_catalog(catalog, json: bool) -> None:

@@ -9,6 +9,7 @@ from popkit.measure.ab import ABReport, Series
 from popkit.measure.shapes import A_FASTER, B_FASTER, INCOMPLETE, SAME, Comparison, verdict
 from popkit.model import stats
 from popkit.model.stats import Interval
+from popkit.views import pictures
 from popkit.views.common import console, emit_json, escape, format_time, table as common_table
 from popkit.views.running import isolation_line, system_line
 
@@ -211,4 +212,9 @@ def show_ab(report: ABReport, *, json: bool = False) -> None:
                       f"{escape(failure.summary or failure.outcome)}")  # type: ignore[union-attr]
             con.print(f"[dim]hint: `popkit bench {path}` runs benchmark mode alone and shows the details[/]")
         return
+    chart = pictures.ab_lines(report)
+    if chart:
+        con.print()
+        for line in chart:
+            con.print(line, soft_wrap=True)
     con.print(f"done in {report.duration_s:.1f} s")

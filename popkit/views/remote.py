@@ -165,7 +165,8 @@ def _record_row(r: RunRecord, path_width: int = 1000) -> list[str]:
     if r.remote_id is not None:
         what += f" #{r.remote_id}"
     return [str(r.id), escape(r.created_at.replace("T", " ")[:16]), escape(what), escape(r.task or "-"),
-            f"[{color}]{escape(outcome)}[/]", _score(r.score_s), escape(where), escape(_path_cell(r.submission, path_width))]
+            f"[{color}]{escape(outcome)}[/]", _score(r.score_s) + ("*" if r.faithful is False else ""), escape(where),
+            escape(_path_cell(r.submission, path_width))]
 
 
 _LEDGER_SOURCE = {
@@ -207,6 +208,9 @@ def show_history(records: Sequence[RunRecord], path: Path, *, json: bool = False
     for row in rows:
         table.add_row(*row)
     con.print(table)
+    if any(r.faithful is False for r in records):
+        con.print("[dim]*: not leaderboard-faithful (some shapes or cases: the CPU sizing, --cases, --shape, "
+                  "--timeout, --world-size); its score does not rank against a full run's[/]")
     con.print(f"[dim]{escape(str(path))}: `popkit show RUN` for one run, `popkit compare A B` for two[/]")
 
 

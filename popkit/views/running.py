@@ -6,12 +6,14 @@ import re
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from popkit.documents import SpreadOutcome, TaskChecks, TaskDetail, TaskList
+from popkit.model import leaderboards
 from popkit.model import stats
 from popkit.model.diagnostics import submission_frame
 from popkit.model.results import CaseResult, ModeRun, RunReport
 from popkit.model.tasks import Skipped, Task, display_path
 from popkit.operations.workflows import RunOutcome, SpreadRun, speedup_intervals
 from popkit.submission.taskhints import other_task_hint
+from popkit.views import pictures
 from popkit.views.common import (console, emit_json, err_console, escape, fold, format_interval, format_time, keep_whole,
                                   table as common_table)
 
@@ -86,7 +88,7 @@ def _name_in_workdir(task: Task) -> str:
 def _case_lines(case: CaseResult, submission: str = "", name: str = "submission.py") -> list[str]:
     if case.kind == "test":
         mark = "✅" if case.passed else "❌"
-        lines = [f"  {mark} {escape(case.spec)}"]
+        lines = [f"  {mark} {escape(case.spec or f'case {case.index + 1}')}"]
         if not case.passed:
             detail = case.error or case.message
             lines += [f"     [red]{escape(line)}[/]" for line in _tail(detail, 8).splitlines()]
@@ -94,7 +96,7 @@ def _case_lines(case: CaseResult, submission: str = "", name: str = "submission.
             if where:
                 lines.append(f"     [red]{escape(where)}[/]")
         return lines
-    lines = [f"  {escape(case.spec)}"]
+    lines = [f"  {escape(case.spec or f'case {case.index + 1}')}"]
     profiled = [f"   {escape(line)}" for line in case.report.rstrip().splitlines()]
     if case.passed and case.mean_ns is None and profiled:  # profile mode: a table, no statistics
         return lines + profiled
@@ -150,7 +152,7 @@ def _failure_details(report: RunReport, run: ModeRun) -> list[str]:
     if run.outcome == "compile_failed":
         log = (report.precompile.stderr if report.precompile and report.precompile.stderr else run.stderr)
         lines += _compiler_output(log) + [_compile_hint(log, report.system)]
-    elif run.outcome in ("crashed", "bad_submission", "bad_task"):
+    elif run.outcome in ("crashed", "bad_submission", "bad_task", "needs_gpu"):
         if run.stderr.strip():
             lines += ["[dim]stderr (last lines):[/]", escape(_tail(run.stderr))]
     elif run.outcome == "timed_out":
@@ -235,6 +237,11 @@ def show_outcome(outcome: RunOutcome, *, json: bool = False, total_s: float | No
         emit_json("run", outcome.to_json())
         return
     show_run(outcome.report, outcome.task, baseline=outcome.baseline, warning=outcome.warning, total_s=total_s)
+    chart = pictures.terminal_lines(outcome.report) if outcome.report.mode in ("benchmark", "leaderboard") else []
+    if len(chart) > 2:  # a picture for two shapes or more
+        console().print()
+        for line in chart:
+            console().print(line, soft_wrap=True)
 
 
 def judged_by(report: RunReport) -> str:
@@ -299,7 +306,7 @@ def show_run(report: RunReport, task: Task, *, baseline: RunReport | None = None
     con.print(f"{verdict} in {total_s if total_s is not None else report.duration_s:.1f} s")
 
 
-TASK_TABLE_OTHERS = 62  # what a readable task row needs beside its name: gpus, ranking, tests, benchmarks, folder
+TASK_TABLE_OTHERS = 76  # what a readable task row needs beside its name: standing, gpus, ranking, tests, benchmarks, folder
 
 
 def task_folder(task: Task) -> str:
@@ -310,7 +317,7 @@ def task_folder(task: Task) -> str:
 
 def show_task_list(tasks: Sequence[Task], skipped: Sequence[Skipped] = (), *, json: bool = False) -> None:
     """One row per task, named by what `--task` takes (the leaderboard name), never cut: where the longest name
-    leaves no room for a table, each task gets two lines instead."""
+    leaves no room for a table, each task gets three lines instead (name; standing, GPUs and cases; folder)."""
     if json:
         emit_json("tasks", TaskList(tuple(tasks), tuple(skipped)).to_json())
         return
@@ -320,17 +327,30 @@ def show_task_list(tasks: Sequence[Task], skipped: Sequence[Skipped] = (), *, js
     if names and max(map(len, names)) + TASK_TABLE_OTHERS > con.width:
         for t, name in zip(tasks, names):
             con.print(f"[bold]{escape(name)}[/]", soft_wrap=True)
-            con.print(f"    {escape(', '.join(t.gpus) or '-')} · {t.ranking_by} · {len(t.tests)} tests · "
-                      f"{len(t.benchmarks)} benchmarks · {escape(task_folder(t))}")
+            con.print(f"    {_standing(t)} · {escape(', '.join(t.gpus) or '-')} · {t.ranking_by} · {len(t.tests)} tests · "
+                      f"{len(t.benchmarks)} benchmarks")
+            con.print(f"    {escape(task_folder(t))}", soft_wrap=True)
         return
-    table = common_table(("task", "gpus", "ranking", "tests", "benchmarks", "folder"), show_edge=False)
+    table = common_table(("task", "leaderboard", "gpus", "ranking", "tests", "benchmarks", "folder"), show_edge=False)
     keep_whole(table, {"task": names})
     fold(table, "folder")
     for t, name in zip(tasks, names):
-        table.add_row(escape(name), escape(", ".join(t.gpus) or "-"), t.ranking_by, str(len(t.tests)),
+        table.add_row(escape(name), _standing(t), escape(", ".join(t.gpus) or "-"), t.ranking_by, str(len(t.tests)),
                       str(len(t.benchmarks)), escape(task_folder(t)))
     con.print(table)
     con.print("[dim]task: the name --task takes (a problem set's leaderboard name); --json has every path[/]")
+    if any(t.bundled for t in tasks):
+        con.print("[dim]practice: popkit's own tasks and cases, on no leaderboard; the public problem sets "
+                  f"({escape(leaderboards.PUBLIC_SETS)}) say which leaderboards are open today[/]")
+
+
+def _standing(task: Task) -> str:
+    """`open to 2100-12-31` in green, `closed 2025-06-30` in red (the day; --json has the hour), `practice` dim."""
+    board = leaderboards.of_task(task)
+    color = {leaderboards.OPEN: "green", leaderboards.CLOSED: "red"}.get(board.state, "dim")
+    words = {leaderboards.OPEN: f"open to {board.deadline[:10]}" if board.deadline else "open",
+             leaderboards.CLOSED: f"closed {board.deadline[:10]}"}.get(board.state, board.state)
+    return f"[{color}]{escape(words)}[/]"
 
 
 def show_skipped(skipped: Sequence[Skipped]) -> None:

@@ -12,7 +12,7 @@ import time
 
 from popkit.model.tasks import Task
 from popkit.operations.watch import COMMANDS, Setup, Verdict
-from popkit.views.common import console, err_console, escape, print_error
+from popkit.views.common import console, err_console, escape
 from popkit.views.running import show_run
 
 READY_PREFIX = "watch: ready"  # the stderr line scripts wait for before a timed save
@@ -45,10 +45,12 @@ def show_verdict(verdict: Verdict, task: Task, mode: str, *, json_lines: bool = 
     con.rule(f"verdict {verdict.index} · {what} · {warmth}", style="dim")
     if verdict.report is not None:
         show_run(verdict.report, task, warning=verdict.warning, total_s=verdict.seconds)
-    elif verdict.error is not None:
-        print_error(verdict.error)
+    elif verdict.error is not None:  # the reason in the report itself (it went to stderr alone)
         outcome = verdict.outcome.upper().replace("_", " ")
-        con.print(f"[bold red]{outcome}[/] (exit {verdict.exit_code}): nothing ran")
+        con.print(f"[bold red]{outcome}[/] (exit {verdict.exit_code}): nothing ran: {escape(verdict.error.message)}",
+                  soft_wrap=True)
+        if verdict.error.hint:
+            con.print(f"[dim]hint: {escape(verdict.error.hint)}[/]", soft_wrap=True)
     con.print(f"[dim]save to verdict: {verdict.seconds:.2f} s · the faithful verdict: "
               f"`popkit {COMMANDS[mode]} {escape(verdict.submission)}` (fresh processes)[/]")
     sys.stdout.flush()
