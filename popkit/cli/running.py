@@ -115,6 +115,10 @@ def test(
     world_size: WorldSizeOpt = None,
     hip_on_cuda: Annotated[bool, typer.Option("--hip-on-cuda", help="A HIP file on an NVIDIA GPU: build its kernels with nvcc through popkit's HIP-to-CUDA mapping and run the tests. A logic check, not AMD timing; code that depends on 64-lane wavefronts is flagged.")] = False,
     gpus: GpusOpt = None,
+    benchmark_index: Annotated[Optional[int], typer.Option("--benchmark-index", help="With --profile ncu: the benchmark case to profile (0-based; default the last), as a hosted profile request's benchmark_index.")] = None,
+    ncu_kernel_name: Annotated[Optional[str], typer.Option("--ncu-kernel-name", help="With --profile ncu: profile only kernels of this name (1-1024 characters), as the server takes ncu_kernel_name.")] = None,
+    ncu_kernel_name_base: Annotated[Optional[str], typer.Option("--ncu-kernel-name-base", help="With --ncu-kernel-name: which name it matches: function, demangled or mangled (default function).")] = None,
+    ncu_launch_count: Annotated[Optional[int], typer.Option("--ncu-launch-count", help="With --profile ncu: profile at most this many kernel launches (1 or more).")] = None,
     require_isolation: IsolationOpt = False,
     watch: WatchOpt = False,
     history: HistoryOpt = True,
@@ -179,6 +183,10 @@ def bench(
     world_size: WorldSizeOpt = None,
     profiler: Annotated[str, typer.Option("--profiler", help="With --profile: `torch` (the eval's profile mode) or `ncu` (Nsight Compute on the last benchmark case: per kernel time, DRAM and SM % of peak, registers, occupancy). `--profile ncu` works too.")] = "torch",
     gpus: GpusOpt = None,
+    benchmark_index: Annotated[Optional[int], typer.Option("--benchmark-index", help="With --profile ncu: the benchmark case to profile (0-based; default the last), as a hosted profile request's benchmark_index.")] = None,
+    ncu_kernel_name: Annotated[Optional[str], typer.Option("--ncu-kernel-name", help="With --profile ncu: profile only kernels of this name (1-1024 characters), as the server takes ncu_kernel_name.")] = None,
+    ncu_kernel_name_base: Annotated[Optional[str], typer.Option("--ncu-kernel-name-base", help="With --ncu-kernel-name: which name it matches: function, demangled or mangled (default function).")] = None,
+    ncu_launch_count: Annotated[Optional[int], typer.Option("--ncu-launch-count", help="With --profile ncu: profile at most this many kernel launches (1 or more).")] = None,
     require_isolation: IsolationOpt = False,
     watch: WatchOpt = False,
     history: HistoryOpt = True,
@@ -206,10 +214,19 @@ def bench(
                          "the ranked chain and --profile run cold: drop --watch")
     if profiler not in ("torch", "ncu"):
         raise UsageError(f"unknown profiler `{profiler}`", "use --profiler torch or --profiler ncu")
+    request_fields = {"--benchmark-index": benchmark_index, "--ncu-kernel-name": ncu_kernel_name,
+                      "--ncu-kernel-name-base": ncu_kernel_name_base, "--ncu-launch-count": ncu_launch_count}
+    if not (profile and profiler == "ncu"):
+        for flag, value in request_fields.items():
+            if value is not None:
+                raise UsageError(f"{flag} is a field of an ncu profile request", f"popkit bench FILE --profile ncu {flag} ...")
     if profile and profiler == "ncu":
         if len(submissions) != 1 or gpus or leaderboard or baseline or cluster:
             raise UsageError("--profiler ncu profiles one submission", "popkit bench FILE --profile ncu")
-        _ncu(submissions[0], task, tasks_root, python, json)
+        from popkit.ncu import ProfileRequest
+
+        _ncu(submissions[0], task, tasks_root, python, json,
+             ProfileRequest(benchmark_index, ncu_kernel_name, ncu_kernel_name_base, ncu_launch_count))
         return
     if len(submissions) > 2 and gpus is None and cluster is None:
         raise UsageError("bench takes one submission, or two for an A/B comparison",
@@ -273,7 +290,7 @@ def _on_cluster(request: workflows.Request, spec: Optional[str], require_gpu: Op
 
 
 def _ncu(submission: Path, task_spec: Optional[str], roots: Optional[List[Path]], python: Optional[str],
-         json: bool) -> None:
+         json: bool, request) -> None:
     source = Source.read(submission)
     found = workflows.resolve(source, task_spec, tuple(roots or ()))
     _say(found.notes)
@@ -283,7 +300,7 @@ def _ncu(submission: Path, task_spec: Optional[str], roots: Optional[List[Path]]
     validate_submission(submission, source.content, entry_points(found.task))
     from popkit import ncu
 
-    report = ncu.profile(found.task, submission, source.content, python or sys.executable)
+    report = ncu.profile(found.task, submission, source.content, python or sys.executable, request=request)
     view.show_ncu(report, json=json)
 
 
