@@ -1,0 +1,65 @@
+"""popkit commands that say how far a result can be trusted before it is submitted: risk."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+from typing import Annotated, List, Optional
+
+import typer
+
+from popkit import risk, workflows
+from popkit.cli.app import app
+from popkit.contract import entry_points
+from popkit.errors import UsageError
+from popkit.protocol import MAX_SECRET_SEED, random_secret_seeds
+from popkit.runner import RunOptions
+from popkit.source import Source, check_runnable, validate_submission
+from popkit.views import common
+from popkit.views import confidence as view
+
+
+@app.command("risk")
+def risk_command(
+    submission: Annotated[Path, typer.Argument(help="The submission file.")],
+    task: Annotated[Optional[str], typer.Option("--task", "-t", help="Bundled task name, task directory, or leaderboard name. Default: the file's `#!POPCORN leaderboard` directive.")] = None,
+    tasks_root: Annotated[Optional[List[Path]], typer.Option("--tasks-root", help="Folder or problem-set yaml to look up leaderboard names in (repeatable).")] = None,
+    repeats: Annotated[int, typer.Option("--repeats", min=2, max=20, help="Calls of custom_kernel per case (determinism compares their bytes).")] = 3,
+    seeds: Annotated[int, typer.Option("--seeds", min=0, max=20, help="Extra random secret seeds, each combined with every public case's seed as a secret run does.")] = 2,
+    secret_seed: Annotated[Optional[List[int]], typer.Option("--secret-seed", min=0, max=MAX_SECRET_SEED, help="Use these secret seeds instead of random ones (repeatable).")] = None,
+    benchmarks: Annotated[Optional[bool], typer.Option("--benchmarks/--no-benchmarks", help="Include the benchmark shapes (default: only where a GPU is visible; on a CPU they are GPU-sized).")] = None,
+    python: Annotated[Optional[str], typer.Option("--python", help="Interpreter for both processes (default: the one running popkit).")] = None,
+    require_isolation: Annotated[bool, typer.Option("--require-isolation", help="Stop (exit 11) unless the submission's process can be sandboxed.")] = False,
+    every: Annotated[bool, typer.Option("--all", help="List every case, not only the failing, varying and closest ones.")] = False,
+    json: Annotated[bool, typer.Option("--json", help="Print one JSON document (schema popkit/risk/1) with every number.")] = False,
+) -> None:
+    """Say how likely SUBMISSION is to fail the ranked run's secret seeds: low, medium or high risk.
+
+    Per case: the margin to the task's tolerance (worst error over tolerance, 100% = at the limit), whether
+    repeated calls give the same bits, on the public cases, on extra secret seeds and on shapes next to the
+    public grid. High (exit 1): a case fails, or sits at 90% of its tolerance or more. Medium: 50% or more, or
+    an output that changes between calls. The submission runs sandboxed; a separate process that never
+    imports it judges the outputs with the task's own check.
+
+    \b
+    Examples:
+      popkit risk submissions/vectorsum/pytorch.py
+      popkit risk mine.py --task vectoradd --seeds 4 --json
+    """
+    common.set_json(json)
+    source = Source.read(submission)
+    found = workflows.resolve(source, task, tuple(tasks_root or ()))
+    if "custom_kernel" not in (entry_points(found.task) or ("custom_kernel",)):
+        raise UsageError(f"popkit risk calls custom_kernel; {found.task.name} asks for "
+                         f"{', '.join(entry_points(found.task))}", "use popkit bench --leaderboard --secret-runs N")
+    validate_submission(submission, source.content, entry_points(found.task))
+    check_runnable(found.task, submission, source.content, "test")
+    interpreter = str(Path(shutil.which(python) or python).absolute()) if python else sys.executable
+    options = RunOptions(python=interpreter, isolation="require" if require_isolation else "auto")
+    chosen = tuple(secret_seed) if secret_seed else random_secret_seeds(seeds)
+    with common.progress_printer(json) as progress:
+        report = risk.assess(found.task, source, options, repeats=repeats, secret_seeds=chosen,
+                             benchmarks=benchmarks, progress=progress)
+    view.show_risk(report, json=json, every=every)
+    raise typer.Exit(report.exit_code)
