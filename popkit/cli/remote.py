@@ -8,7 +8,7 @@ from typing import Annotated, List, Optional
 import typer
 
 from popkit import history as ledger
-from popkit import lint, popcorn, runcompare, submit as workflow
+from popkit import lint, popcorn, precompile, runcompare, submit as workflow
 from popkit.source import check_language_for
 from popkit.cli.app import app
 from popkit.errors import ExitCode, UsageError
@@ -56,8 +56,14 @@ def check(
     roots = task_roots(tasks_root or [])
     report = lint.check_file(submission, leaderboard=leaderboard, gpu=gpu, mode=mode, roots=roots, guard=guard)
     check_language_for(submission, report.leaderboard, roots)
-    view.show_check(report, json=json)
+    view.show_check(report, json=json, compile_path=_compile_path(submission))
     raise typer.Exit(int(ExitCode.OK if report.ok else ExitCode.REFUSED))
+
+
+def _compile_path(submission: Path):
+    """The leaderboard's compile path for a Python file (popkit.precompile), with the sizes of an extension
+    `popkit compile` built from these very bytes; None for other files."""
+    return precompile.predict_file(submission) if submission.suffix == ".py" else None
 
 
 @app.command()
