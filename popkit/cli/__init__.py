@@ -23,7 +23,7 @@ COMMAND_MODULES = {
     "tune": "tuning",
     "new": "authoring", "templates": "authoring", "compile": "authoring", "doctor": "authoring",
     "check": "remote", "submit": "remote", "history": "remote", "show": "remote", "compare": "remote",
-    "risk": "confidence",
+    "risk": "confidence", "verify": "confidence",
     "mcp": "serve",
 }
 

@@ -1,4 +1,4 @@
-"""popkit commands that say how far a result can be trusted before it is submitted: risk."""
+"""popkit commands that say how far a result can be trusted: risk (before submitting), verify (evidence)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from popkit import risk, workflows
+from popkit import evidence, risk, workflows
 from popkit.cli.app import app
 from popkit.contract import entry_points
 from popkit.errors import UsageError
@@ -62,4 +62,34 @@ def risk_command(
         report = risk.assess(found.task, source, options, repeats=repeats, secret_seeds=chosen,
                              benchmarks=benchmarks, progress=progress)
     view.show_risk(report, json=json, every=every)
+    raise typer.Exit(report.exit_code)
+
+
+@app.command("verify")
+def verify_command(
+    evidence_file: Annotated[Path, typer.Argument(help="The evidence file `popkit bench FILE --evidence OUT` wrote.")],
+    task: Annotated[Optional[str], typer.Option("--task", "-t", help="The task to run (default: the recorded task's name, looked up as popkit test does).")] = None,
+    tasks_root: Annotated[Optional[List[Path]], typer.Option("--tasks-root", help="Folder or problem-set yaml to look up leaderboard names in (repeatable).")] = None,
+    tolerance: Annotated[float, typer.Option("--tolerance", min=0.0, max=1.0, help="A shape whose time here / recorded is known to lie within this fraction of 1 reproduces (as does one with no significant difference).")] = evidence.DEFAULT_TOLERANCE,
+    python: Annotated[Optional[str], typer.Option("--python", help="Interpreter for the eval (default: the one running popkit).")] = None,
+    json: Annotated[bool, typer.Option("--json", help="Print one JSON document (schema popkit/verify/1).")] = False,
+) -> None:
+    """Re-run an evidence file here and say, shape by shape, whether its result reproduces within the noise.
+
+    Refused before running: a file changed after it was written (digest or bytes, exit 1), another GPU model
+    (exit 11), task files that differ from the recorded hashes (exit 3). Then exit 0 when every timed shape
+    reproduces (the 95% interval of time here / recorded spans 1, or lies within --tolerance of it, and every
+    verdict is the same), 1 otherwise.
+
+    \b
+    Example:
+      popkit bench mine.py --leaderboard --harness popkit --evidence mine.evidence.json
+      popkit verify mine.evidence.json     (on another machine with the same GPU)
+    """
+    common.set_json(json)
+    interpreter = str(Path(shutil.which(python) or python).absolute()) if python else None
+    with common.progress_printer(json) as progress:
+        report = evidence.verify(evidence_file, tolerance=tolerance, task=task, roots=tuple(tasks_root or ()),
+                                 python=interpreter, progress=progress)
+    view.show_verify(report, json=json)
     raise typer.Exit(report.exit_code)

@@ -93,11 +93,15 @@ def _watch(request: workflows.Request, json: bool) -> None:
     raise typer.Exit(0)
 
 
-def _single(request: workflows.Request, json: bool) -> None:
+def _single(request: workflows.Request, json: bool, evidence: Optional[Path] = None) -> None:
     started = time.monotonic()  # the footer counts all of it: resolving, the run, the baseline, the ledger
     with common.progress_printer(json) as progress:
         outcome = workflows.run(request, progress=progress, note=lambda line: _say([line]))
     view.show_outcome(outcome, json=json, total_s=time.monotonic() - started)
+    if evidence is not None:
+        from popkit import evidence as proof
+
+        _say([f"evidence written to {proof.write(outcome, request, evidence)} (popkit verify checks it)"])
     raise typer.Exit(outcome.exit_code)
 
 
@@ -183,6 +187,7 @@ def bench(
     ncu_kernel_name: Annotated[Optional[str], typer.Option("--ncu-kernel-name", help="With --profile ncu: profile only kernels of this name (1-1024 characters), as the server takes ncu_kernel_name.")] = None,
     ncu_kernel_name_base: Annotated[Optional[str], typer.Option("--ncu-kernel-name-base", help="With --ncu-kernel-name: which name it matches: function, demangled or mangled (default function).")] = None,
     ncu_launch_count: Annotated[Optional[int], typer.Option("--ncu-launch-count", help="With --profile ncu: profile at most this many kernel launches (1 or more).")] = None,
+    evidence: Annotated[Optional[Path], typer.Option("--evidence", help="Write the run to this JSON file as evidence another machine can re-check with `popkit verify FILE`: the file's bytes and sha256, the task files' hashes, popkit's version, the machine, seeds, every case and sample, verdicts and score, and a digest over it all.")] = None,
     require_isolation: IsolationOpt = False,
     watch: WatchOpt = False,
     history: HistoryOpt = True,
@@ -224,6 +229,9 @@ def bench(
         _ncu(submissions[0], task, tasks_root, python, json,
              ProfileRequest(benchmark_index, ncu_kernel_name, ncu_kernel_name_base, ncu_launch_count))
         return
+    if evidence is not None and (len(submissions) != 1 or gpus or cluster or watch or profile):
+        raise UsageError("--evidence records one file's run (benchmark mode or --leaderboard)",
+                         "popkit bench FILE --leaderboard --evidence run.json")
     if len(submissions) > 2 and gpus is None and cluster is None:
         raise UsageError("bench takes one submission, or two for an A/B comparison",
                          "popkit bench A.py B.py; several independent runs: popkit bench a.py b.py c.py --gpus 0,1")
@@ -245,7 +253,7 @@ def bench(
         _spread(replace(request, gpus=workflows.parse_gpus(gpus)), json)
     if len(sources) == 2:
         _ab(request, json)
-    _single(request, json)
+    _single(request, json, evidence)
 
 
 def _on_cluster(request: workflows.Request, spec: Optional[str], require_gpu: Optional[str], json_lines: bool,

@@ -1,7 +1,8 @@
-"""Reports of risk: each case's margin to the tolerance and determinism, then the one-line verdict."""
+"""Reports of risk (each case's margin to the tolerance and determinism, then the verdict) and verify."""
 
 from __future__ import annotations
 
+from popkit.evidence import VerifyReport
 from popkit.risk import RiskReport
 from popkit.views.common import console, emit_json, escape, table
 
@@ -39,3 +40,33 @@ def show_risk(report: RiskReport, *, json: bool = False, every: bool = False) ->
         con.print(f"[dim]note: {escape(note)}[/]")
     colour = _COLOUR.get(report.level, "bold")
     con.print(f"[{colour}]{report.level} risk[/]: {escape(report.reason)}")
+
+
+def show_verify(report: VerifyReport, *, json: bool = False) -> None:
+    """Each timed shape: reproduces or not, the ratio here / recorded with its interval; then the verdict."""
+    if json:
+        emit_json("verify", report.to_json())
+        return
+    con = console()
+    con.print(f"[bold]popkit verify[/] {escape(report.evidence)} · task [bold]{escape(report.task)}[/] · "
+              f"{escape(str(report.here_gpu))}")
+    out = table(["shape", "result", "here / recorded", "95% interval"], right=("here / recorded",))
+    for s in report.shapes:
+        ratio = s.comparison.ratio if s.comparison else None
+        interval = f"{ratio.low:.3f} - {ratio.high:.3f}" if ratio is not None and ratio.defined else "-"
+        colour = "green" if s.status == "reproduces" else "red"
+        out.add_row(escape(s.key), f"[{colour}]{s.status}[/]", f"{ratio.estimate:.3f}" if ratio else escape(s.note),
+                    interval)
+    con.print(out)
+    for note in report.notes:
+        con.print(f"[dim]note: {escape(note)}[/]")
+    scores = [f"{name} {value * 1e6:.2f} µs" for name, value in (("recorded", report.recorded_score_s),
+                                                                  ("here", report.here_score_s)) if value is not None]
+    if scores:
+        con.print(f"[dim]score: {', '.join(scores)}[/]")
+    if report.reproduces:
+        con.print(f"[green]reproduces[/]: every timed shape within the noise (or {report.tolerance:.0%}) of the evidence")
+    else:
+        bad = sum(1 for s in report.shapes if s.status != "reproduces")
+        con.print(f"[red]does not reproduce[/]: {bad} of {len(report.shapes)} shape(s)" if report.shapes else
+                  "[red]does not reproduce[/]: the evidence holds no timed shape")
