@@ -131,8 +131,10 @@ class SpreadOutcome:
 def _kinds() -> tuple[tuple[type, str], ...]:
     from popkit.compile import CompileReport
     from popkit.doctor import DoctorReport
+    from popkit.evidence import VerifyReport
     from popkit.lint import LintReport
     from popkit.ncu import NcuReport
+    from popkit.risk import RiskReport
     from popkit.render import Catalog, Written
     from popkit.runcompare import RunComparison
     from popkit.submit import SubmitResult
@@ -144,7 +146,8 @@ def _kinds() -> tuple[tuple[type, str], ...]:
         (RunOutcome, "run"), (ABOutcome, "ab"), (SpreadOutcome, "runs"), (NcuReport, "ncu"),
         (TaskList, "tasks"), (TaskChecks, "tasks"), (TaskDetail, "task"), (TaskCheck, "taskcheck"),
         (Written, "new"), (Catalog, "templates"), (CompileReport, "compile"), (DoctorReport, "doctor"),
-        (LintReport, "check"), (SubmitResult, "submit"), (TuneReport, "tune"),
+        (LintReport, "check"), (SubmitResult, "submit"), (TuneReport, "tune"), (RiskReport, "risk"),
+        (VerifyReport, "verify"),
         (HistoryList, "history"), (RunDetail, "history-run"), (RunComparison, "compare"),
         (PopkitError, "error"),
     )

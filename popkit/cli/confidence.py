@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import shutil
-import sys
 from pathlib import Path
 from typing import Annotated, List, Optional
 
 import typer
 
-from popkit import evidence, risk, workflows
+from popkit import api, evidence
 from popkit.cli.app import app
-from popkit.contract import entry_points
-from popkit.errors import UsageError
-from popkit.protocol import MAX_SECRET_SEED, random_secret_seeds
-from popkit.runner import RunOptions
-from popkit.source import Source, check_runnable, validate_submission
+from popkit.protocol import MAX_SECRET_SEED
 from popkit.views import common
 from popkit.views import confidence as view
 
@@ -48,19 +42,10 @@ def risk_command(
       popkit risk mine.py --task vectoradd --seeds 4 --json
     """
     common.set_json(json)
-    source = Source.read(submission)
-    found = workflows.resolve(source, task, tuple(tasks_root or ()))
-    if "custom_kernel" not in (entry_points(found.task) or ("custom_kernel",)):
-        raise UsageError(f"popkit risk calls custom_kernel; {found.task.name} asks for "
-                         f"{', '.join(entry_points(found.task))}", "use popkit bench --leaderboard --secret-runs N")
-    validate_submission(submission, source.content, entry_points(found.task))
-    check_runnable(found.task, submission, source.content, "test")
-    interpreter = str(Path(shutil.which(python) or python).absolute()) if python else sys.executable
-    options = RunOptions(python=interpreter, isolation="require" if require_isolation else "auto")
-    chosen = tuple(secret_seed) if secret_seed else random_secret_seeds(seeds)
     with common.progress_printer(json) as progress:
-        report = risk.assess(found.task, source, options, repeats=repeats, secret_seeds=chosen,
-                             benchmarks=benchmarks, progress=progress)
+        report = api.risk(submission, task=task, roots=tuple(tasks_root or ()), repeats=repeats, seeds=seeds,
+                          secret_seeds=tuple(secret_seed or ()), benchmarks=benchmarks, python=python,
+                          require_isolation=require_isolation, progress=progress)
     view.show_risk(report, json=json, every=every)
     raise typer.Exit(report.exit_code)
 
@@ -87,9 +72,8 @@ def verify_command(
       popkit verify mine.evidence.json     (on another machine with the same GPU)
     """
     common.set_json(json)
-    interpreter = str(Path(shutil.which(python) or python).absolute()) if python else None
     with common.progress_printer(json) as progress:
-        report = evidence.verify(evidence_file, tolerance=tolerance, task=task, roots=tuple(tasks_root or ()),
-                                 python=interpreter, progress=progress)
+        report = api.verify(evidence_file, tolerance=tolerance, task=task, roots=tuple(tasks_root or ()),
+                            python=python, progress=progress)
     view.show_verify(report, json=json)
     raise typer.Exit(report.exit_code)
