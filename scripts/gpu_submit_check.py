@@ -64,7 +64,8 @@ def commands(part: str, out: Path) -> list[tuple[str, list[str]]]:
             steps.append((f"check {task}", popkit("check", f"submissions/{task}/cuda.py", "--no-guard", "--json")))
         return steps
     if part == "risk":
-        return [(f"risk {file}", popkit("risk", file, "--task", task, "--benchmarks", "--seeds", "1", "--json"))
+        return [(f"risk {file}", popkit("risk", file, "--task", task, "--benchmarks", "--seeds", "1", "--repeats", "2",
+                                          "--json"))
                 for file, (task, _level) in EXPECTED.items()]
     if part == "ncu":
         return [("ncu request", popkit("bench", NCU_FILE, "--profile", "ncu", "--ncu-kernel-name", NCU_KERNEL,

@@ -163,3 +163,13 @@ def test_a_submission_that_patches_the_check_in_its_own_process_is_still_judged(
     result = _risk([str(ROOT / "submissions" / "cheats" / "check_patch.py"), "--no-benchmarks"], monkeypatch)
     doc = json.loads(result.stdout)
     assert result.exit_code == 1 and doc["level"] == "high" and "mismatch" in doc["reason"]
+
+
+def test_an_output_file_larger_than_its_header_says_is_not_read(tmp_path):
+    entry = {"structure": "tensor", "tensors": [{"dtype": "float32", "shape": [2], "offset": 0, "nbytes": 8}]}
+    assert judge._size(entry) == 8
+    (tmp_path / "0-0.bin").write_bytes(b"\0" * 9)
+    with pytest.raises(ValueError):
+        judge._read(str(tmp_path / "0-0.bin"), judge._size(entry))
+    with pytest.raises(ValueError):
+        judge._size({"structure": "tensor", "tensors": [{"offset": 0, "nbytes": judge.MAX_FILE_BYTES + 1}]})

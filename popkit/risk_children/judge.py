@@ -103,6 +103,18 @@ def _read(path, limit):
         return f.read(limit + 1)
 
 
+def _size(entry):
+    """The bytes a header entry declares (its file may hold no more); ValueError for a malformed entry."""
+    tensors = entry.get("tensors")
+    if not isinstance(tensors, list):
+        raise ValueError("malformed output header")
+    ends = [t.get("offset", -1) + t.get("nbytes", -1) if isinstance(t, dict) and isinstance(t.get("offset"), int)
+            and isinstance(t.get("nbytes"), int) else -1 for t in tensors]
+    if any(end < 0 for end in ends) or max(ends, default=0) > MAX_FILE_BYTES:
+        raise ValueError("malformed output header")
+    return max(ends, default=0)
+
+
 def _device(data):
     if isinstance(data, torch.Tensor):
         return data.device
@@ -159,7 +171,7 @@ def judge_case(index, case, repeats, out, tolerance):
         try:
             if not isinstance(entry, dict) or "error" in entry:
                 raise ValueError(f"custom_kernel failed: {entry.get('error') if isinstance(entry, dict) else entry}")
-            blob = _read(os.path.join(out, f"{index}-{r}.bin"), MAX_FILE_BYTES)
+            blob = _read(os.path.join(out, f"{index}-{r}.bin"), _size(entry))
             digest = hashlib.sha256(json.dumps(entry, sort_keys=True).encode() + blob).hexdigest()
             if digest in seen:
                 continue
