@@ -28,7 +28,7 @@ def show_risk(report: RiskReport, *, json: bool = False, every: bool = False) ->
     out = table(["case", "from", "check", "margin", "repeats", "note"], right=("margin",))
     for i in shown:
         c = report.cases[i]
-        margin = "?" if c.margin is None else f"{c.margin:.0%}"
+        margin = "?" if c.margin is None else f"{c.margin:.0%}" if c.margin < 10 else f"{c.margin:,.0f}x"
         repeat = {True: "bitwise", False: f"{c.distinct} outputs", None: "-"}[c.deterministic]
         out.add_row(escape(c.spec()), c.origin, "pass" if c.passed else "[red]fail[/]", margin, repeat,
                     escape(c.message[:120]))
