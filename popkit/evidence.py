@@ -89,6 +89,7 @@ def document(outcome: workflows.RunOutcome, request: workflows.Request) -> dict[
         "score_s": report.score_public_s, "outcome": report.outcome,
         "report": report.to_json(),
     }
+    doc = json.loads(json.dumps(doc, default=str))  # the digest covers exactly what the file will hold
     doc["digest"] = digest_of(doc)
     return doc
 
