@@ -192,7 +192,8 @@ def compare(recorded: RunReport, here: RunReport, tolerance: float) -> tuple[Sha
     checks = []
     for key in list(a) + [k for k in b if k not in a]:
         if key not in a or key not in b:
-            checks.append(ShapeCheck(key, "missing", note="timed " + ("here only" if key in b else "in the evidence only")))
+            where = "here only" if key in b else "in the evidence only"
+            checks.append(ShapeCheck(key, "missing", note=f"timed {where}"))
             continue
         if [c.passed for c in a[key]] != [c.passed for c in b[key]]:
             checks.append(ShapeCheck(key, "verdict", note="passed " + ("there, failed here" if a[key][0].passed

@@ -305,7 +305,8 @@ def _judged(ext: Extension) -> Extension:
         why = (f"its {', '.join(ext.gpu_dependent)} depend(s) on the GPU: the CPU worker's key differs from the one "
                "the GPU run asks for")
     elif ext.artifact and ext.artifact.too_large:
-        why = (f"its artifact is {ext.artifact.unpacked_bytes / 2**20:.1f} MiB ({ext.artifact.zipped_bytes / 2**20:.2f} "
+        size, zipped = ext.artifact.unpacked_bytes / 2**20, ext.artifact.zipped_bytes / 2**20
+        why = (f"its artifact is {size:.1f} MiB ({zipped:.2f} "
                "MiB zipped), over the runner's 64 MiB / 1 MiB limits")
     else:
         return replace(ext, status="compiled", why="built on the CPU worker, replayed on the GPU by its hash")

@@ -108,7 +108,8 @@ def checks(results: dict) -> list[tuple[str, bool, str]]:
             file = name[5:]
             want = EXPECTED[file][1]
             got = doc.get("level")
-            found.append((f"risk {file}: {want}", got == want, f"{got}: {doc.get('reason', step['stderr_tail'][-200:])}"))
+            reason = doc.get("reason", step["stderr_tail"][-200:])
+            found.append((f"risk {file}: {want}", got == want, f"{got}: {reason}"))
         elif name == "ncu request":
             kernels = [k.get("name", "") for k in doc.get("kernels", [])]
             found.append(("ncu request profiles only the named kernel", bool(kernels)

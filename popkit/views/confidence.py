@@ -65,7 +65,8 @@ def show_verify(report: VerifyReport, *, json: bool = False) -> None:
     if scores:
         con.print(f"[dim]score: {', '.join(scores)}[/]")
     if report.reproduces:
-        con.print(f"[green]reproduces[/]: every timed shape within the noise (or {report.tolerance:.0%}) of the evidence")
+        con.print(f"[green]reproduces[/]: every timed shape within the noise (or {report.tolerance:.0%}) of the "
+                  "evidence")
     else:
         bad = sum(1 for s in report.shapes if s.status != "reproduces")
         con.print(f"[red]does not reproduce[/]: {bad} of {len(report.shapes)} shape(s)" if report.shapes else
