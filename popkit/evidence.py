@@ -240,5 +240,9 @@ def verify(path: Path, *, tolerance: float = DEFAULT_TOLERANCE, task: str | None
                                     options, allow_cpu=doc["run"].get("allow_cpu", False), record=False)
         outcome = workflows.run(request, progress=progress)
     here = replace(outcome.report, submission=doc["submission"]["name"])
+    for name, report in (("the recorded run", recorded), ("this run", here)):
+        if report.skipped_shapes:
+            notes.append(f"{name} left out {len(report.skipped_shapes)} benchmark shape(s) that do not fit the timeout "
+                         "on a CPU (--allow-cpu sizing): a shape timed on one side only is missing")
     return VerifyReport(str(path), found.task.name, recorded_gpu, here_gpu, tolerance,
                         compare(recorded, here, tolerance), recorded.score_public_s, here.score_public_s, tuple(notes))

@@ -123,5 +123,8 @@ def test_a_pytorch_example_on_the_cpu_round_trips(cli, tmp_path):
     result = cli("verify", out, "--json")
     doc = json.loads(result.stdout)
     assert result.exit_code in (0, 1) and doc["shapes"]  # a loaded CPU may differ; the verdicts may not
-    assert {s["status"] for s in doc["shapes"]} <= {"reproduces", "differs"}
-    assert all(s["comparison"]["from_samples"] for s in doc["shapes"])
+    statuses = {s["status"] for s in doc["shapes"]}
+    assert statuses <= {"reproduces", "differs", "missing"}
+    if "missing" in statuses:  # only where the CPU sizing kept other shapes on one side
+        assert any("--allow-cpu sizing" in note for note in doc["notes"]) and result.exit_code == 1
+    assert all(s["comparison"]["from_samples"] for s in doc["shapes"] if s["status"] != "missing")
