@@ -325,8 +325,15 @@ def _prediction(extensions: tuple[Extension, ...], device_lines: tuple[int, ...]
     reason = (f"line {first.line}: {first.why}" if status != "compiled" else
               f"{len(extensions)} extension(s) built on the CPU worker, replayed on the GPU by hash")
     unsized = [e for e in extensions if e.status == "compiled" and e.artifact is None]
+    sized = [e.artifact for e in extensions if e.status == "compiled" and e.artifact is not None]
     if unsized:
         reason += " (artifact size not measured: popkit compile FILE builds it, then popkit check sees its size)"
+    elif sized:
+        reason += (f" (artifact {sum(a.unpacked_bytes for a in sized) / 2**20:.2f} MiB, "
+                   f"{sum(a.zipped_bytes for a in sized) / 2**20:.2f} MiB zipped: within 64 MiB / 1 MiB)")
+    if cold_s is not None and cold_s > PRECOMPILE_TIMEOUT_S and status in ("compiled", "partial"):
+        reason += (f"; but the cold build took {cold_s:.0f} s here, over the precompile's {PRECOMPILE_TIMEOUT_S:.0f} s "
+                   "limit (MAX_JOBS=2): a CPU worker no faster times out and the build falls back to the GPU")
     key = None
     if env and all(e.argument_digest for e in extensions):
         key = _digest({"extensions": [e.argument_digest for e in extensions],

@@ -150,3 +150,9 @@ def test_check_measures_the_build_popkit_compile_made_of_the_same_bytes(tmp_path
     assert found.status == "compiled" and "not measured" not in found.reason
     sub.write_text(HEAD + "scratch = torch.ones(1).cuda()\n" + CALL.format(extra=""))
     assert precompile.predict_file(sub, tmp_path / "build").pays.endswith("the cold build (popkit compile FILE measures it)")
+
+
+def test_a_cold_build_over_the_precompile_limit_is_said():
+    slow = precompile.predict(HEAD + CALL.format(extra=""), cold_s=290.0)
+    assert slow.status == "compiled" and "took 290 s here, over the precompile's 120 s limit" in slow.reason
+    assert "over the precompile" not in precompile.predict(HEAD + CALL.format(extra=""), cold_s=30.0).reason
