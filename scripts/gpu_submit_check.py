@@ -154,12 +154,14 @@ def main(argv: list[str] | None = None) -> int:
 
     for part in parts:
         steps = commands(part, args.out)
-        if part == "risk":  # independent files: three at a time
+        if part in ("risk", "compile"):  # independent files three at a time; a compile before its check
+            jobs = [[step] for step in steps] if part == "risk" else [steps[i:i + 2] for i in range(0, len(steps), 2)]
             with ThreadPoolExecutor(3) as pool:
-                for (name, _argv), result in zip(steps, pool.map(lambda s: run(s[1]), steps)):
-                    results[name] = result
-                    print(f"[{time.strftime('%H:%M:%S')}] {name}: exit {result['exit']} in {result['seconds']} s",
-                          flush=True)
+                for job, found in zip(jobs, pool.map(lambda job: [run(argv) for _name, argv in job], jobs)):
+                    for (name, _argv), result in zip(job, found):
+                        results[name] = result
+                        print(f"[{time.strftime('%H:%M:%S')}] {name}: exit {result['exit']} in {result['seconds']} s",
+                              flush=True)
         else:
             for name, command in steps:
                 results[name] = run(command)

@@ -49,3 +49,17 @@ def test_results_are_judged_against_the_expectations():
     assert held["ncu request profiles only the named kernel"] is True
     assert held["evidence verifies on the host that wrote it"] is True
     assert "| FAIL |" in script.table(script.checks(results))
+
+
+def test_a_run_writes_its_results_and_checks_each_compile_before_its_check(tmp_path, monkeypatch, capsys):
+    calls = []
+
+    def fake(argv):
+        calls.append(argv[3:5])
+        return {"argv": argv, "exit": 0, "seconds": 0.0, "doc": {}, "stderr_tail": ""}
+
+    monkeypatch.setattr(script, "run", fake)
+    assert script.main(["--out", str(tmp_path), "--parts", "compile"]) == 1  # nothing measured: the checks fail
+    for task in script.COMPILE_TASKS:
+        assert calls.index(["compile", f"submissions/{task}/cuda.py"]) < calls.index(["check", f"submissions/{task}/cuda.py"])
+    assert (tmp_path / "submit_check.json").is_file() and "| FAIL |" in (tmp_path / "submit_check.md").read_text()
