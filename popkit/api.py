@@ -40,6 +40,8 @@ from popkit.measure import absim, ncu
 from popkit.model import stats
 from popkit.model.contract import entry_points
 from popkit.operations import doctor as checkup
+from popkit.operations import evidence as proof
+from popkit.operations import risk as risks
 from popkit.operations import workflows
 from popkit.run import compile as compiler
 from popkit.run import proc
@@ -60,6 +62,8 @@ from popkit.model.results import score_s
 from popkit.model.stats import Interval
 from popkit.model.tasks import MAX_TIMEOUT_S, list_tasks, resolve_task, task_roots
 from popkit.operations.doctor import DoctorReport
+from popkit.operations.evidence import VerifyReport
+from popkit.operations.risk import RiskReport
 from popkit.operations.workflows import ABOutcome, RunOutcome
 from popkit.resources import popkit_home_source
 from popkit.run.compile import CompileReport
@@ -270,6 +274,38 @@ def check(submission: Submission, *, leaderboard: Optional[str] = None, gpu: Opt
         report = lint.check_file(path, leaderboard=leaderboard, gpu=gpu, mode=mode, roots=search, guard=guard)
         check_language_for(path, report.leaderboard, search)
     return report
+
+
+def risk(submission: Submission, *, task: Optional[str] = None, roots: Roots = (), repeats: int = 3, seeds: int = 2,
+         secret_seeds: Sequence[int] = (), benchmarks: Optional[bool] = None, python: Optional[str] = None,
+         require_isolation: bool = False, progress: Optional[Progress] = None) -> RiskReport:
+    """`popkit risk`: each case's margin to the task's tolerance and determinism, on the public cases, `seeds`
+    random secret seeds (or `secret_seeds`) and shapes next to the grid; `level` low/medium/high (exit_code 1: high)."""
+    _in_range("repeats", repeats, 2, 20)
+    _in_range("seeds", seeds, 0, 20)
+    with _paths([submission]) as (path,):
+        source = Source.read(path)
+        found = workflows.resolve(source, task, _roots(roots))
+        names = entry_points(found.task)
+        if "custom_kernel" not in (names or ("custom_kernel",)):
+            raise UsageError(f"popkit risk calls custom_kernel; {found.task.name} asks for {', '.join(names)}",
+                             "use popkit bench --leaderboard --secret-runs N")
+        validate_submission(path, source.content, names)
+        check_runnable(found.task, path, source.content, "test")
+        options = RunOptions(python=_interpreter(python), isolation="require" if require_isolation else "auto")
+        chosen = tuple(secret_seeds) or random_secret_seeds(seeds)
+        return risks.assess(found.task, source, options, repeats=repeats, secret_seeds=chosen, benchmarks=benchmarks,
+                            progress=progress)
+
+
+def verify(evidence_file: PathLike, *, task: Optional[str] = None, roots: Roots = (),
+           tolerance: float = proof.DEFAULT_TOLERANCE, python: Optional[str] = None,
+           progress: Optional[Progress] = None) -> VerifyReport:
+    """`popkit verify`: re-run an evidence file here, shape by shape (exit_code 1: a shape does not reproduce);
+    a tampered file fails first (exit 1), another GPU model is refused (11), other task files too (3)."""
+    _in_range("tolerance", tolerance, 0.0, 1.0)
+    return proof.verify(Path(evidence_file), tolerance=tolerance, task=task, roots=_roots(roots),
+                        python=_interpreter(python) if python else None, progress=progress)
 
 
 def submit(submission: Submission, *, mode: str = "leaderboard", gpu: Optional[str] = None,

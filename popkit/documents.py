@@ -137,6 +137,8 @@ def _kinds() -> tuple[tuple[type, str], ...]:
     from popkit.ledger.submit import SubmitResult
     from popkit.measure.ncu import NcuReport
     from popkit.operations.doctor import DoctorReport
+    from popkit.operations.evidence import VerifyReport
+    from popkit.operations.risk import RiskReport
     from popkit.operations.workflows import ABOutcome, RunOutcome
     from popkit.run.compile import CompileReport
     from popkit.tuning.result import TuneReport
@@ -145,7 +147,8 @@ def _kinds() -> tuple[tuple[type, str], ...]:
         (RunOutcome, "run"), (ABOutcome, "ab"), (SpreadOutcome, "runs"), (NcuReport, "ncu"),
         (TaskList, "tasks"), (TaskChecks, "tasks"), (TaskDetail, "task"), (TaskCheck, "taskcheck"),
         (Written, "new"), (Catalog, "templates"), (CompileReport, "compile"), (DoctorReport, "doctor"),
-        (LintReport, "check"), (SubmitResult, "submit"), (TuneReport, "tune"),
+        (LintReport, "check"), (SubmitResult, "submit"), (TuneReport, "tune"), (RiskReport, "risk"),
+        (VerifyReport, "verify"),
         (HistoryList, "history"), (RunDetail, "history-run"), (RunComparison, "compare"),
         (PopkitError, "error"),
     )

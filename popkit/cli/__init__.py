@@ -1,4 +1,4 @@
-"""The `popkit` command: a Typer app (popkit.cli.app) whose commands live in running, tuning, authoring, remote and serve."""
+"""The `popkit` command: a Typer app (popkit.cli.app) whose commands live in running, tuning, authoring, remote, confidence and serve."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     import typer
 
 # Importing a command module registers its commands on `app`; help lists them in this order.
-MODULES = ("running", "tuning", "authoring", "remote", "serve")
+MODULES = ("running", "tuning", "authoring", "remote", "confidence", "serve")
 # The module of each command: `popkit NAME ...` imports NAME's module alone (the others' imports cost every
 # command tens of milliseconds: the MCP server, tune, the cluster). tests/test_cli_exit.py checks the table.
 COMMAND_MODULES = {
@@ -23,6 +23,7 @@ COMMAND_MODULES = {
     "tune": "tuning",
     "new": "authoring", "templates": "authoring", "compile": "authoring", "doctor": "authoring",
     "check": "remote", "submit": "remote", "history": "remote", "show": "remote", "compare": "remote",
+    "risk": "confidence", "verify": "confidence",
     "mcp": "serve",
 }
 

@@ -97,7 +97,8 @@ def _watch(request: workflows.Request, json: bool) -> None:
     raise typer.Exit(0)
 
 
-def _single(request: workflows.Request, json: bool, html: Optional[Path] = None) -> None:
+def _single(request: workflows.Request, json: bool, html: Optional[Path] = None,
+            evidence: Optional[Path] = None) -> None:
     started = time.monotonic()  # the footer counts all of it: resolving, the run, the baseline, the ledger
     with common.progress_printer(json) as progress:
         outcome = workflows.run(request, progress=progress, note=lambda line: _say([line]))
@@ -105,6 +106,10 @@ def _single(request: workflows.Request, json: bool, html: Optional[Path] = None)
     if html is not None:
         written = pictures.write_html(html, pictures.run_html(outcome.report, f"popkit bench · {outcome.task.display_name}"))
         common.err_console().print(f"report: {escape(str(written))} (open it in a browser; it needs no network)")
+    if evidence is not None:
+        from popkit.operations import evidence as proof
+
+        _say([f"evidence written to {proof.write(outcome, request, evidence)} (popkit verify checks it)"])
     raise typer.Exit(outcome.exit_code)
 
 
@@ -192,6 +197,11 @@ def bench(
     world_size: WorldSizeOpt = None,
     profiler: Annotated[str, typer.Option("--profiler", help="With --profile: `torch` (the eval's profile mode) or `ncu` (Nsight Compute on the last benchmark case: per kernel time, DRAM and SM % of peak, registers, occupancy). `--profile ncu` works too.")] = "torch",
     gpus: GpusOpt = None,
+    benchmark_index: Annotated[Optional[int], typer.Option("--benchmark-index", help="With --profile ncu: the benchmark case to profile (0-based; default the last), as a hosted profile request's benchmark_index.")] = None,
+    ncu_kernel_name: Annotated[Optional[str], typer.Option("--ncu-kernel-name", help="With --profile ncu: profile only kernels of this name (1-1024 characters), as the server takes ncu_kernel_name.")] = None,
+    ncu_kernel_name_base: Annotated[Optional[str], typer.Option("--ncu-kernel-name-base", help="With --ncu-kernel-name: which name it matches: function, demangled or mangled (default function).")] = None,
+    ncu_launch_count: Annotated[Optional[int], typer.Option("--ncu-launch-count", help="With --profile ncu: profile at most this many kernel launches (1 or more).")] = None,
+    evidence: Annotated[Optional[Path], typer.Option("--evidence", help="Write the run to this JSON file as evidence another machine can re-check with `popkit verify FILE`: the file's bytes and sha256, the task files' hashes, popkit's version, the machine, seeds, every case and sample, verdicts and score, and a digest over it all.")] = None,
     require_isolation: IsolationOpt = False,
     watch: WatchOpt = False,
     history: HistoryOpt = True,
@@ -222,11 +232,23 @@ def bench(
                          "the ranked chain and --profile run cold: drop --watch")
     if profiler not in ("torch", "ncu"):
         raise UsageError(f"unknown profiler `{profiler}`", "use --profiler torch or --profiler ncu")
+    request_fields = {"--benchmark-index": benchmark_index, "--ncu-kernel-name": ncu_kernel_name,
+                      "--ncu-kernel-name-base": ncu_kernel_name_base, "--ncu-launch-count": ncu_launch_count}
+    if not (profile and profiler == "ncu"):
+        for flag, value in request_fields.items():
+            if value is not None:
+                raise UsageError(f"{flag} is a field of an ncu profile request", f"popkit bench FILE --profile ncu {flag} ...")
     if profile and profiler == "ncu":
         if len(submissions) != 1 or gpus or leaderboard or baseline or cluster:
             raise UsageError("--profiler ncu profiles one submission", "popkit bench FILE --profile ncu")
-        _ncu(submissions[0], task, tasks_root, python, json)
+        from popkit.measure.ncu import ProfileRequest
+
+        _ncu(submissions[0], task, tasks_root, python, json,
+             ProfileRequest(benchmark_index, ncu_kernel_name, ncu_kernel_name_base, ncu_launch_count))
         return
+    if evidence is not None and (len(submissions) != 1 or gpus or cluster or watch or profile):
+        raise UsageError("--evidence records one file's run (benchmark mode or --leaderboard)",
+                         "popkit bench FILE --leaderboard --evidence run.json")
     if len(submissions) > 2 and gpus is None and cluster is None:
         raise UsageError("bench takes one submission, or two for an A/B comparison",
                          "popkit bench A.py B.py; several independent runs: popkit bench a.py b.py c.py --gpus 0,1")
@@ -255,7 +277,7 @@ def bench(
         _spread(replace(request, gpus=workflows.parse_gpus(gpus)), json)
     if len(sources) == 2:
         _ab(request, json, html)
-    _single(request, json, html)
+    _single(request, json, html, evidence)
 
 
 def _on_cluster(request: workflows.Request, spec: Optional[str], require_gpu: Optional[str], json_lines: bool,
@@ -296,7 +318,7 @@ def _on_cluster(request: workflows.Request, spec: Optional[str], require_gpu: Op
 
 
 def _ncu(submission: Path, task_spec: Optional[str], roots: Optional[List[Path]], python: Optional[str],
-         json: bool) -> None:
+         json: bool, request) -> None:
     source = Source.read(submission)
     found = workflows.resolve(source, task_spec, tuple(roots or ()))
     _say(found.notes)
@@ -306,7 +328,7 @@ def _ncu(submission: Path, task_spec: Optional[str], roots: Optional[List[Path]]
     validate_submission(submission, source.content, entry_points(found.task))
     from popkit.measure import ncu
 
-    report = ncu.profile(found.task, submission, source.content, python or sys.executable)
+    report = ncu.profile(found.task, submission, source.content, python or sys.executable, request=request)
     view.show_ncu(report, json=json)
 
 

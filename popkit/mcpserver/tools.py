@@ -181,6 +181,28 @@ TOOLS: tuple[Tool, ...] = (
           "guard": _flag("Also run KernelGuard when installed.", True)},
          lambda a, _p: api.check(submission_of(a), leaderboard=a.get("leaderboard"), gpu=a.get("gpu"),
                                  mode=a.get("mode"), roots=a.get("tasks_root") or (), guard=a.get("guard", True))),
+    Tool("risk", "How likely the file is to fail the ranked run's secret seeds: per case the margin to the task's "
+         "tolerance (worst error over tolerance) and whether repeated calls give the same bits, on the public cases, "
+         "extra secret seeds and shapes next to the public grid; level low, medium or high with the case that "
+         "drives it. Long: reports progress, can be cancelled. Returns popkit/risk/1.",
+         {"submission": SUBMISSION, "source": SOURCE, "task": TASK, "tasks_root": ROOTS,
+          "repeats": _integer("Calls per case.", minimum=2, maximum=20, default=3),
+          "seeds": _integer("Extra random secret seeds.", minimum=0, maximum=20, default=2),
+          "benchmarks": _flag("Include the benchmark shapes (default: only where a GPU is visible)."),
+          "python": PYTHON},
+         lambda a, p: api.risk(submission_of(a), task=a.get("task"), roots=a.get("tasks_root") or (),
+                               repeats=a.get("repeats", 3), seeds=a.get("seeds", 2), benchmarks=a.get("benchmarks"),
+                               python=a.get("python"), progress=p), device=lambda _a: True),
+    Tool("verify", "Re-run an evidence file (bench --evidence) here and say shape by shape whether it reproduces; "
+         "a tampered file fails by name, another GPU model or other task files are refused. Long: reports "
+         "progress, can be cancelled. Returns popkit/verify/1.",
+         {"evidence": _string("Path of the evidence file."), "task": TASK, "tasks_root": ROOTS,
+          "tolerance": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.05,
+                        "description": "A shape known to lie within this fraction of the recorded time reproduces."},
+          "python": PYTHON},
+         lambda a, p: api.verify(a["evidence"], task=a.get("task"), roots=a.get("tasks_root") or (),
+                                 tolerance=a.get("tolerance", 0.05), python=a.get("python"), progress=p),
+         required=("evidence",), device=lambda _a: True),
     Tool("test", "Run the task's tests on the submission as the leaderboard's test mode does, in popkit's sealed "
          "run. Long: reports progress, can be cancelled; waits while another run holds the GPU. Returns "
          "popkit/run/1: outcome passed, failed (a case's error names what was wrong, a reward hack by its "

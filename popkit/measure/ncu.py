@@ -8,6 +8,11 @@ share of peak, registers per thread and achieved occupancy.
 The raw CSV page: a header row of quoted column names ("ID", "Kernel Name", ..., one per metric), a row of
 units ("nsecond", "Gbyte/second", "%", "register/thread"), then one row per profiled kernel; ncu's own
 `==PROF==` lines come before it. Numbers may carry thousands separators.
+
+A `ProfileRequest` carries the fields of a hosted profile request (benchmark_index, ncu_kernel_name of 1 to 1024
+characters, ncu_kernel_name_base function/demangled/mangled, ncu_launch_count), refused as the server refuses
+them: out of range, and on multi-GPU tasks. The hosted runner pins Nsight Compute 2025.2.1; a local version it
+avoids (2026.2.0 gave NaN counters) is named in the report's warnings.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 import shutil
 import subprocess
 import tempfile
@@ -22,7 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from popkit.errors import EnvironmentProblem, ExitCode, PopkitError, TaskError
+from popkit.errors import EnvironmentProblem, ExitCode, PopkitError, TaskError, UsageError
 from popkit.model.tasks import Task
 from popkit.run.executor import Executor
 
@@ -38,6 +44,10 @@ _TIME = {"nsecond": 1.0, "usecond": 1e3, "msecond": 1e6, "second": 1e9}
 _RATE = {"byte/second": 1.0, "Kbyte/second": 1e3, "Mbyte/second": 1e6, "Gbyte/second": 1e9,
          "Tbyte/second": 1e12}
 DRIVER = "popkit_ncu_driver.py"
+HOSTED_NCU = "2025.2.1"  # the version the leaderboard's runner pins
+AVOIDED_NCU = {"2026.2.0": "it gave NaN counters there"}  # versions the hosted runner moved away from, and why
+KERNEL_NAME_BASES = ("function", "demangled", "mangled")
+KERNEL_NAME_MAX = 1024  # characters, as the server takes ncu_kernel_name
 _DRIVER_SOURCE = '''"""popkit: one warmed-up call of the submission between cudaProfilerStart and Stop (for ncu)."""
 import json
 import sys
@@ -54,6 +64,71 @@ custom_kernel(data)
 torch.cuda.synchronize()
 torch.cuda.profiler.stop()
 '''
+
+
+@dataclass(frozen=True)
+class ProfileRequest:
+    """A profile request's fields as the server takes them; `benchmark_index` None is the last benchmark."""
+
+    benchmark_index: int | None = None
+    kernel_name: str | None = None
+    kernel_name_base: str | None = None
+    launch_count: int | None = None
+
+    def validate(self, task: Task) -> int:
+        """The benchmark index this request profiles; UsageError for what the server refuses."""
+        if task.multi_gpu:
+            raise UsageError(f"{task.name} is a multi-GPU task: the leaderboard refuses profile requests for it",
+                             "profile a single-GPU task")
+        if not task.benchmarks:
+            raise TaskError(f"{task.yml}: no `benchmarks` to profile", "add benchmark cases to task.yml")
+        count = len(task.benchmarks)
+        index = count - 1 if self.benchmark_index is None else self.benchmark_index
+        if not 0 <= index < count:
+            raise UsageError(f"--benchmark-index {self.benchmark_index}: {task.name} has {count} benchmark(s), "
+                             f"indices 0 to {count - 1}", f"pick one of 0..{count - 1}")
+        if self.kernel_name is not None and not 1 <= len(self.kernel_name) <= KERNEL_NAME_MAX:
+            raise UsageError(f"--ncu-kernel-name has {len(self.kernel_name)} characters; the server takes 1 to "
+                             f"{KERNEL_NAME_MAX}", "give the kernel's name (or a part ncu matches)")
+        if self.kernel_name_base is not None:
+            if self.kernel_name_base not in KERNEL_NAME_BASES:
+                raise UsageError(f"--ncu-kernel-name-base `{self.kernel_name_base}`: not one of "
+                                 f"{', '.join(KERNEL_NAME_BASES)}", "use function, demangled or mangled")
+            if self.kernel_name is None:
+                raise UsageError("--ncu-kernel-name-base goes with --ncu-kernel-name", "add --ncu-kernel-name NAME")
+        if self.launch_count is not None and self.launch_count < 1:
+            raise UsageError(f"--ncu-launch-count {self.launch_count}: must be 1 or more", "e.g. --ncu-launch-count 1")
+        return index
+
+    def ncu_args(self) -> list[str]:
+        """The ncu options that select kernels as this request asks."""
+        args = []
+        if self.kernel_name is not None:
+            args += ["--kernel-name", self.kernel_name, "--kernel-name-base", self.kernel_name_base or "function"]
+        if self.launch_count is not None:
+            args += ["--launch-count", str(self.launch_count)]
+        return args
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def version_of(ncu: str) -> str:
+    """`ncu --version`'s version (`2025.2.1`), or "" when it does not say."""
+    try:
+        done = subprocess.run([ncu, "--version"], capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    found = re.search(r"Version (\d+\.\d+\.\d+)", done.stdout)
+    return found.group(1) if found else ""
+
+
+def version_warnings(version: str) -> tuple[str, ...]:
+    """What a local ncu version means for numbers compared with the hosted runner's."""
+    if version in AVOIDED_NCU:
+        return (f"local ncu {version}: the leaderboard's runner avoids this version ({AVOIDED_NCU[version]}); "
+                f"it pins {HOSTED_NCU}, so counters here may not match a hosted profile",)
+    return ()
 
 
 @dataclass(frozen=True)
@@ -74,10 +149,14 @@ class NcuReport:
     case: Mapping[str, Any]
     kernels: tuple[Kernel, ...]
     device: str = ""
+    request: ProfileRequest = ProfileRequest()
+    ncu_version: str = ""
+    warnings: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
         return {"task": self.task, "submission": self.submission, "case": dict(self.case), "device": self.device,
-                "kernels": [asdict(k) for k in self.kernels]}
+                "kernels": [asdict(k) for k in self.kernels], "request": self.request.to_json(),
+                "ncu_version": self.ncu_version, "hosted_ncu": HOSTED_NCU, "warnings": list(self.warnings)}
 
 
 def _number(text: str, unit: str, field: str) -> float | None:
@@ -112,21 +191,21 @@ def parse_raw_csv(text: str) -> tuple[Kernel, ...]:
 
 
 def profile(task: Task, submission: Path, content: bytes, python: str, ncu: str | None = None,
-            case_index: int = -1) -> NcuReport:
-    """Run the submission's kernels under ncu on one benchmark case; EnvironmentProblem when ncu cannot."""
+            request: ProfileRequest = ProfileRequest()) -> NcuReport:
+    """Run the submission's kernels under ncu on one benchmark case (the request's; default the last);
+    UsageError for a request the server refuses, EnvironmentProblem when ncu cannot run."""
+    case = task.benchmarks[request.validate(task)]
     ncu = ncu or shutil.which("ncu")
     if not ncu:
         raise EnvironmentProblem("ncu (Nsight Compute) is not installed or not on PATH",
                                  "install Nsight Compute (part of the CUDA toolkit) or use --profiler torch")
-    if not task.benchmarks:
-        raise TaskError(f"{task.yml}: no `benchmarks` to profile", "add benchmark cases to task.yml")
-    case = task.benchmarks[case_index]
+    version = version_of(ncu)
     with tempfile.TemporaryDirectory(prefix="popkit-ncu-") as tmp:
         workdir = Path(tmp)
         Executor().new_workspace(workdir).prepare(task, content)
         (workdir / DRIVER).write_text(_DRIVER_SOURCE)
         argv = [ncu, "--csv", "--page", "raw", "--profile-from-start", "off", "--metrics", ",".join(METRICS),
-                python, DRIVER, json.dumps(dict(case))]
+                *request.ncu_args(), python, DRIVER, json.dumps(dict(case))]
         try:
             done = subprocess.run(argv, cwd=workdir, capture_output=True, text=True,
                                   timeout=task.benchmark_timeout, stdin=subprocess.DEVNULL)
@@ -142,4 +221,5 @@ def profile(task: Task, submission: Path, content: bytes, python: str, ncu: str 
         raise PopkitError(f"ncu found no kernels (exit {done.returncode}): {' / '.join(tail) or 'no output'}",
                           "run the submission with popkit test first; ncu profiles only CUDA kernels",
                           exit_code=ExitCode.CRASHED)
-    return NcuReport(task=task.name, submission=str(submission), case=case, kernels=kernels)
+    return NcuReport(task=task.name, submission=str(submission), case=case, kernels=kernels, request=request,
+                     ncu_version=version, warnings=version_warnings(version))

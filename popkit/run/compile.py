@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import shutil
 import stat
 import sys
@@ -222,7 +223,9 @@ def compile_submission(path: Path | str, *, task: str | None = None, roots: Sequ
         return CompileReport(status=status, exit_code=int(code), cold_s=cold["seconds"], cached=cached,
                              diagnostics=tuple(diagnostics), notes=tuple(notes), log=log + warm_log, **base)
     if not cached:
-        _write_record(build_dir, {"cold_s": cold["seconds"], "torch_import_s": cold.get("torch_import_s"), "log": log})
+        _write_record(build_dir, {"cold_s": cold["seconds"], "torch_import_s": cold.get("torch_import_s"), "log": log,
+                                  "sha256": hashlib.sha256(source).hexdigest(),  # popkit check finds the build by it
+                                  "environment": precompile_environment(tools, arch_list)})
     notes += _time_notes(cold["seconds"], test_timeout, found_task is not None, cached)
     if smap.call_position() is None:
         notes.append("the file calls no load_inline: nothing was compiled, cold and warm are plain imports")
@@ -436,6 +439,13 @@ def _time_notes(cold_s: float, test_timeout: float, known_task: bool, cached: bo
     if cached:
         notes.append("cold time is from an earlier build of this exact source (rerun with --clean to rebuild)")
     return notes
+
+
+def precompile_environment(tools: Toolchain, arch_list: str | None) -> dict[str, str]:
+    """The facts besides load_inline's arguments that the runner's precompile key holds, as far as they are known
+    without importing torch (the CXX11 ABI is not: left empty)."""
+    return {"torch": tools.torch or "", "torch_cuda": tools.cuda or "", "soabi": tools.python_tag,
+            "machine": platform.machine(), "cxx11_abi": "", "arch_list": arch_list or ""}
 
 
 def _read_record(build_dir: Path) -> dict[str, Any] | None:

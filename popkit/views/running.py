@@ -470,6 +470,11 @@ def show_ncu(report: NcuReport, *, json: bool = False) -> None:
     case = "; ".join(f"{k}: {v}" for k, v in report.case.items())
     con.print(f"[bold]popkit bench --profile ncu[/] · task [bold]{escape(report.task)}[/] · {escape(report.submission)}")
     con.print(f"[dim]one call of custom_kernel (after a warm-up call) on:[/] {escape(case)}")
+    selected = " ".join(report.request.ncu_args())
+    if selected:
+        con.print(f"[dim]kernels selected:[/] {escape(selected)}")
+    for line in report.warnings:
+        con.print(f"[yellow]warning:[/] {escape(line)}")
     from rich.table import Table  # here, not at the top: views.common says why
 
     table = Table(show_edge=False)
