@@ -408,7 +408,7 @@ def test_compile_checks_the_tasks_own_entry_points(tmp_path, monkeypatch, fake_c
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(bool(__import__("popkit.run.sandbox").sandbox.unavailable()), reason="no sandbox here")
+@pytest.mark.skipif(bool(__import__("popkit.run.sandbox").run.sandbox.unavailable()), reason="no sandbox here")
 def test_compile_imports_the_submission_in_the_sandbox(tmp_path, monkeypatch):
     """`popkit compile` runs the submission's module code: it reached ~/.popcorn.yaml, a TCP listener and popkit's
     sandbox trial record. It now runs as every eval does: uid 65534, nothing of HOME, nothing outside written."""

@@ -25,7 +25,7 @@ RISKY = Path(__file__).parent / "fixtures" / "risk"
 
 
 def _judge_module():
-    spec = importlib.util.spec_from_file_location("popkit_risk_judge", ROOT / "popkit" / "risk_children" / "judge.py")
+    spec = importlib.util.spec_from_file_location("popkit_risk_judge", ROOT / "popkit" / "operations" / "risk_children" / "judge.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
