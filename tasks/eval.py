@@ -707,6 +707,7 @@ class Judge:
         self.dtypes = {name: value for name, value in vars(torch).items() if isinstance(value, torch.dtype)}
         self.seen: set = set()
         self.inputs: dict[str, Any] = {}
+        self.task = ReferenceTask(reference, Device(torch))  # the reference's layout of a case, as the worker has it
         if self.cuda:
             torch.empty(1, device="cuda")  # the device's context, made while the worker starts (not on a case)
 
@@ -855,17 +856,14 @@ class Judge:
         return self.judge(case, outputs[0], byte)
 
     def case_facts(self, case: dict) -> tuple[int, bool]:
-        """(the fewest bytes one call must move, whether the reference changes an input it reads), from the
-        reference run here on a copy: inputs it returns or writes into are output buffers, not read."""
+        """(the fewest bytes one call must move: inputs read once, output buffers only written, outputs written;
+        whether the case has in/out buffers: inputs the reference reads and then changes), from the reference's
+        layout of the case made here."""
         data = self.pristine(case)
-        copy = clone_data(data)
-        outs = flatten_tensors(self.ref_kernel(copy))
-        self.sync()
-        inputs, originals = flatten_tensors(copy), flatten_tensors(data)
-        buffers = {i for i, t in enumerate(inputs) if any(shares_storage(t, o) for o in outs)}
-        changed = {i for i, (t, p) in enumerate(zip(inputs, originals)) if not same_bits(t, p)}
-        read = sum(t.numel() * t.element_size() for i, t in enumerate(originals) if i not in buffers)
-        return read + sum(o.numel() * o.element_size() for o in outs), bool(changed - buffers)
+        layout = self.task.layout(case, data)
+        read = sum(t.numel() * t.element_size() for i, t in enumerate(flatten_tensors(data))
+                   if i not in layout.poisonable)
+        return read + sum(layout.out_bytes), bool(layout.writable - layout.poisonable)
 
 
 def fingerprint(tensors: list) -> tuple:
