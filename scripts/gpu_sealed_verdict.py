@@ -31,7 +31,7 @@ from gpu_sealed import TASKS, bench_argv, compile_argv, failure_class, run_json 
 ROOT = Path(__file__).resolve().parents[1]
 CHEATS = ROOT / "submissions" / "cheats"
 # cheat file -> the failure class it must end in ("" : a right kernel that must pass, judged by the trusted side)
-VERDICT_CHEATS = {"tensor_int.py": "elements mismatch", "judge_swap.py": "elements mismatch",
+VERDICT_CHEATS = {"tensor_int.py": "elements mismatch", "judge_swap.py": "no output",
                   "json_forge.py": "elements mismatch", "channel_takeover.py": "no output",
                   "measure_forge.py": "time forged", "ready_forge.py": ""}
 

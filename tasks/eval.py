@@ -46,7 +46,9 @@ benchmark.I.status: pass (profile mode, which has no statistics), benchmark.I.by
 the fewest bytes one call must move, inputs read once and outputs written once),
 benchmark.I.drain_median|drain_max|drains (GPU: ns the device stayed busy after a timed call's end event,
 by the host clock), benchmark.I.overruns|marker_overruns (trace audit: per timed call, ns its GPU work ended
-after its end event; nan without GPU work), benchmark.I.late_starts (calls judged against the end marker
+after its end event; nan without GPU work), benchmark.I.kernel_ns|gap_ns|launches (trace audit, per timed call:
+GPU time its own work kept a queue busy, idle time inside its span, its activities; the worker's trace),
+benchmark.I.late_starts (calls judged against the end marker
 alone), benchmark.I.audit_samples (event times of a case the timing audit failed), system.device|torch|cuda|
 hip|arch, trust.checks, trust.audit (the timing audit that judged: trace, drain, off) and trust.audit_note.
 Newlines in values are written as the two characters `\\n`.
@@ -436,6 +438,20 @@ class CallAudit:
     marker_overrun_ns: float | None  # against the end marker alone (it starts once the end event completed)
     on_time: bool  # the start event was queued while the flush ran, so flush end + event time is the end's time
     on_current: bool  # the latest-ending work ran on the timed queue (else: on another queue)
+    kernel_ns: float = 0.0  # GPU time the call's own work kept some queue busy (overlaps counted once)
+    gap_ns: float = 0.0  # idle GPU time between the call's first work's start and its last work's end
+    launches: int = 0  # activities of the call's own work (kernels, copies, sets)
+
+
+def busy_ns(work: list[GpuRecord]) -> float:
+    """The length of the union of the activities' [start, end) intervals."""
+    total, reach = 0.0, -math.inf
+    for r in sorted(work, key=lambda r: r.start_ns):
+        start = max(r.start_ns, reach)
+        if r.end_ns > start:
+            total += r.end_ns - start
+        reach = max(reach, r.end_ns)
+    return total
 
 
 class TraceError(Exception):
@@ -491,7 +507,10 @@ def audit_trace(records: list[GpuRecord], calls: list[tuple[float, float]],
         latest = max(work, key=lambda r: r.end_ns)
         marker_overrun = latest.end_ns - m2.start_ns
         overrun = latest.end_ns - (flush.end_ns + event_ns) if on_time else marker_overrun
-        audits.append(CallAudit(overrun, marker_overrun, on_time, latest.queue == timed_queue))
+        busy = busy_ns(work)
+        span = latest.end_ns - min(r.start_ns for r in work)
+        audits.append(CallAudit(overrun, marker_overrun, on_time, latest.queue == timed_queue, busy, span - busy,
+                                len(work)))
     return audits
 
 
@@ -707,6 +726,7 @@ class Judge:
         self.dtypes = {name: value for name, value in vars(torch).items() if isinstance(value, torch.dtype)}
         self.seen: set = set()
         self.inputs: dict[str, Any] = {}
+        self.task = ReferenceTask(reference, Device(torch))  # the reference's layout of a case, as the worker has it
         if self.cuda:
             torch.empty(1, device="cuda")  # the device's context, made while the worker starts (not on a case)
 
@@ -855,17 +875,14 @@ class Judge:
         return self.judge(case, outputs[0], byte)
 
     def case_facts(self, case: dict) -> tuple[int, bool]:
-        """(the fewest bytes one call must move, whether the reference changes an input it reads), from the
-        reference run here on a copy: inputs it returns or writes into are output buffers, not read."""
+        """(the fewest bytes one call must move: inputs read once, output buffers only written, outputs written;
+        whether the case has in/out buffers: inputs the reference reads and then changes), from the reference's
+        layout of the case made here."""
         data = self.pristine(case)
-        copy = clone_data(data)
-        outs = flatten_tensors(self.ref_kernel(copy))
-        self.sync()
-        inputs, originals = flatten_tensors(copy), flatten_tensors(data)
-        buffers = {i for i, t in enumerate(inputs) if any(shares_storage(t, o) for o in outs)}
-        changed = {i for i, (t, p) in enumerate(zip(inputs, originals)) if not same_bits(t, p)}
-        read = sum(t.numel() * t.element_size() for i, t in enumerate(originals) if i not in buffers)
-        return read + sum(o.numel() * o.element_size() for o in outs), bool(changed - buffers)
+        layout = self.task.layout(case, data)
+        read = sum(t.numel() * t.element_size() for i, t in enumerate(flatten_tensors(data))
+                   if i not in layout.poisonable)
+        return read + sum(layout.out_bytes), bool(layout.writable - layout.poisonable)
 
 
 def fingerprint(tensors: list) -> tuple:
@@ -1143,6 +1160,11 @@ class Session:
             self.pipe.write(f"{prefix}.overruns", numbers(audit["overruns"]))
             self.pipe.write(f"{prefix}.marker_overruns", numbers(audit.get("marker_overruns") or []))
             self.pipe.write(f"{prefix}.late_starts", sum(1 for x in audit.get("on_time") or [] if not x))
+            for key in ("kernel_ns", "gap_ns", "launches"):  # the worker's trace, per timed call (informational)
+                values = audit.get(key)
+                if isinstance(values, list) and all(isinstance(v, (int, float)) for v in values):
+                    text = ",".join(str(int(v)) for v in values) if key == "launches" else numbers(values)
+                    self.pipe.write(f"{prefix}.{key}", text)
 
     def timing_verdict(self, loop: LoopResult, audit: dict | None) -> str | None:
         """The failure the timing audit in force gives a case's timed calls, or None (trust off: none)."""
@@ -1826,7 +1848,9 @@ class TraceAudit:
         except TraceError as exc:
             return {"error": str(exc)}
         return {"overruns": [a.overrun_ns for a in audits], "marker_overruns": [a.marker_overrun_ns for a in audits],
-                "on_time": [a.on_time for a in audits], "on_current": [a.on_current for a in audits]}
+                "on_time": [a.on_time for a in audits], "on_current": [a.on_current for a in audits],
+                "kernel_ns": [a.kernel_ns for a in audits], "gap_ns": [a.gap_ns for a in audits],
+                "launches": [a.launches for a in audits]}
 
     def abandon(self) -> None:
         """Stop a trace this harness left running (a failed case), discarding it."""

@@ -46,7 +46,7 @@ def assert_failed_by_name(mode_run, expected: str) -> None:
 
 WRONG_RESULT = [
     ("tensor_int.py", "elements mismatch"),
-    ("judge_swap.py", "elements mismatch"),
+    ("judge_swap.py", "no output"),  # its replaced Checker.verify hands nothing over
     ("json_forge.py", "elements mismatch"),
     ("channel_takeover.py", "no output"),
 ]
@@ -240,3 +240,20 @@ def test_a_report_says_which_harness_judged():
     assert judged_by(report(",".join(ev.TRUST_CHECKS))).startswith("sealed: ")
     assert judged_by(report("")).startswith("open: ")  # trust off, or a task's own eval (no such key)
     assert judged_by(SimpleNamespace(runs=[SimpleNamespace(raw={})])).startswith("open: ")
+
+
+def test_each_timed_calls_own_gpu_work_is_measured_from_the_trace():
+    """kernel_ns (busy, overlaps once), gap_ns (idle inside the call's span) and launches, per timed call."""
+    q, side = ("gpu", 7), ("gpu", 9)
+    spin = ev.MARKER_KERNEL
+
+    def r(queue, start, end, name="k"):
+        return ev.GpuRecord(queue, float(start), float(end), name)
+
+    records = [r(q, 0, 10, spin),
+               r(q, 100, 110, spin), r(q, 110, 150, "fill"),  # M1, the L2 flush
+               r(q, 150, 200), r(side, 180, 220), r(q, 260, 300),  # the call: busy 150-220 and 260-300
+               r(q, 400, 410, spin), r(q, 500, 510, spin)]  # M2, M3
+    (audit,) = ev.audit_trace(records, [(150.0, 1e9)])
+    assert (audit.kernel_ns, audit.gap_ns, audit.launches) == (110.0, 40.0, 3)
+    assert ev.busy_ns([r(q, 0, 10), r(q, 5, 20), r(q, 30, 31)]) == 21.0

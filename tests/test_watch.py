@@ -375,14 +375,16 @@ def test_a_warm_verdict_equals_the_cold_one_for_the_bundled_examples(name):
 
 
 LOGGED = '''
+import multiprocessing
 import sys
 
 _generate = generate_input
 
 
 def generate_input(size, seed, scale=2.0):
+    side = "worker" if multiprocessing.parent_process() is not None else "trusted"
     with open("generated.log", "a") as log:
-        log.write(f"{seed} {'submission' in sys.modules}\\n")
+        log.write(f"{seed} {'submission' in sys.modules} {side}\\n")
     return _generate(size, seed, scale)
 '''
 
@@ -399,13 +401,17 @@ def test_a_warm_pair_generates_the_inputs_before_the_submission_is_imported(tmp_
     pair = warm.WarmPair(task, "test", HONEST, runner.RunOptions(env=CHILD_ENV, label="warm"), Executor())
     try:
         result = pair.go(HONEST, lambda _msg: None)
-        log = (pair.workspace.cwd / "generated.log").read_text().split()
+        lines = [line.split() for line in (pair.workspace.cwd / "generated.log").read_text().splitlines()]
     finally:
         pair.discard()
     assert result.runs[0].outcome == "passed" and result.ready_at_go is False
-    # Every input of both cases (seed, and seed + 7 for the fresh-seed check) was generated before the import,
-    # once, and handed to the run: none was generated after it.
-    assert log == ["1", "False", "8", "False", "3", "False", "10", "False"]
+    # Every input of both cases (seed, and seed + 7 for the fresh-seed check) was generated in the worker before
+    # the import, once, and handed to the run: none was generated after it. The trusted side makes its own
+    # copies, and never imports the submission.
+    assert [w[:2] for w in lines if w[2] == "worker"] == [["1", "False"], ["8", "False"], ["3", "False"],
+                                                          ["10", "False"]]
+    assert sorted(int(t[0]) for t in lines if t[2] == "trusted") == [1, 3, 8, 10]
+    assert all(t[1] == "False" for t in lines)
 
 
 @pytest.mark.slow

@@ -2,8 +2,8 @@
 """Cheat: the harness's judge replaced. At import it walks sys.modules to the harness module of its own
 process and makes its output check always answer "right", then returns zeros.
 
-popkit judges every output in its trusted process; the worker's code only hands the output over.
-Caught by: `elements mismatch`.
+popkit judges every output in its trusted process; the worker's code only hands the output over, and the
+replaced verify hands nothing. Caught by: `no output`.
 """
 
 import sys
