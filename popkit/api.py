@@ -23,7 +23,6 @@ import contextlib
 import hashlib
 import os
 import re
-import shutil
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -41,14 +40,14 @@ from popkit.model import stats
 from popkit.model.contract import entry_points
 from popkit.operations import doctor as checkup
 from popkit.operations import evidence as proof
+from popkit.operations import requests
 from popkit.operations import risk as risks
 from popkit.operations import workflows
 from popkit.run import compile as compiler
 from popkit.run import proc
-from popkit.run import sandbox
 from popkit.toolchain import hiponcuda
 from popkit.tuning import workflow as tuner
-from popkit.documents import (HistoryList, RunDetail, SpreadOutcome, TaskChecks, TaskDetail, TaskList, document,
+from popkit.documents import (HistoryList, RunDetail, TaskChecks, TaskDetail, TaskList, document,
                               exit_code, kind_of)
 from popkit.author.render import Catalog, Written
 from popkit.check.lint import LintReport
@@ -63,11 +62,12 @@ from popkit.model.stats import Interval
 from popkit.model.tasks import MAX_TIMEOUT_S, list_tasks, resolve_task, task_roots
 from popkit.operations.doctor import DoctorReport
 from popkit.operations.evidence import VerifyReport
+from popkit.operations.requests import SpreadOutcome
 from popkit.operations.risk import RiskReport
 from popkit.operations.workflows import ABOutcome, RunOutcome
 from popkit.resources import popkit_home_source
 from popkit.run.compile import CompileReport
-from popkit.run.protocol import MAX_SECRET_RUNS, MAX_SECRET_SEED, random_secret_seeds
+from popkit.run.protocol import MAX_SECRET_RUNS, random_secret_seeds
 from popkit.run.runner import RunOptions
 from popkit.submission.source import Source, check_language_for, check_runnable, validate_submission
 from popkit.tuning.result import TuneReport
@@ -127,10 +127,10 @@ def compile(submission: Submission, *, task: Optional[str] = None, clean: bool =
             python: Optional[str] = None, arch: Optional[str] = None, roots: Roots = (),
             progress: Optional[Progress] = None) -> CompileReport:
     """`popkit compile`: build the extension without running a kernel; `timeout_s` bounds one build (1 to 86400)."""
-    _in_range("timeout_s", timeout_s, 1, MAX_TIMEOUT_S)
+    requests.in_range("timeout_s", timeout_s, 1, MAX_TIMEOUT_S)
     with _paths([submission]) as (path,):
         return compiler.compile_submission(path, task=task, roots=task_roots(list(roots)), clean=clean,
-                                           timeout_s=timeout_s, python=_interpreter(python), progress=progress,
+                                           timeout_s=timeout_s, python=requests.interpreter(python), progress=progress,
                                            arch=arch)
 
 
@@ -159,16 +159,17 @@ def hip_on_cuda_env() -> dict[str, str]:
 def test(*submissions: Submission, task: Optional[str] = None, roots: Roots = (), secret_seeds: Sequence[int] = (),
          secret_runs: int = 0, harness: str = "task", python: Optional[str] = None,
          precompile: Optional[bool] = None, keep_workdir: bool = False, world_size: Optional[int] = None,
-         hip_on_cuda: bool = False, gpu: Optional[str] = None, gpus: Optional[Sequence[str]] = None,
+         hip_on_cuda: bool = False, device: Optional[str] = None, devices: Optional[Sequence[str]] = None,
          require_isolation: bool = False, record: bool = True,
          progress: Optional[Progress] = None) -> RunOutcome | SpreadOutcome:
     """`popkit test`: the task's tests in test mode, then one secret chain per seed (`secret_seeds`, plus
-    `secret_runs` random ones, at most 100). `gpu` pins the run to one GPU index; several files need `gpus`
+    `secret_runs` random ones, at most 100). `device` pins the run to one GPU index; several files need `devices`
     (independent runs spread over those GPUs, a SpreadOutcome)."""
-    _in_range("secret_runs", secret_runs, 0, MAX_SECRET_RUNS)
-    seeds = _seeds(secret_seeds) + random_secret_seeds(secret_runs)
-    options = _options(python, precompile, harness, seeds, keep_workdir, world_size, require_isolation)
-    if len(submissions) != 1 and gpus is None:
+    requests.in_range("secret_runs", secret_runs, 0, MAX_SECRET_RUNS)
+    seeds = requests.secret_seeds(secret_seeds) + random_secret_seeds(secret_runs)
+    options = requests.run_options(python=python, precompile=precompile, harness=harness, seeds=seeds,
+                                   keep_workdir=keep_workdir, world_size=world_size, require_isolation=require_isolation)
+    if len(submissions) != 1 and devices is None:
         raise UsageError("test takes one submission", "several independent runs: popkit test a.py b.py --gpus 0,1")
     with _paths(submissions) as paths:
         sources = tuple(Source.read(p) for p in paths)
@@ -179,74 +180,75 @@ def test(*submissions: Submission, task: Optional[str] = None, roots: Roots = ()
             options = replace(options, env={**options.env, **hiponcuda.child_env()}, label=hiponcuda.LABEL)
             notes = hiponcuda.notes_for(text, name)
         request = workflows.Request(sources, "test", task, _roots(roots), options, record=record, notes=notes)
-        return _dispatch(request, gpu, gpus, progress)
+        return requests.dispatch(request, device=device, devices=devices, progress=progress)
 
 
 def bench(*submissions: Submission, task: Optional[str] = None, roots: Roots = (), leaderboard: bool = False,
           profile: bool = False, profiler: str = "torch", secret_seeds: Sequence[int] = (), secret_runs: int = 1,
           baseline: Optional[str] = None, rounds: int = 8, budget_s: float = 60.0, allow_cpu: bool = False,
           harness: str = "task", python: Optional[str] = None, precompile: Optional[bool] = None,
-          keep_workdir: bool = False, world_size: Optional[int] = None, gpu: Optional[str] = None,
-          gpus: Optional[Sequence[str]] = None, require_isolation: bool = False, record: bool = True,
+          keep_workdir: bool = False, world_size: Optional[int] = None, device: Optional[str] = None,
+          devices: Optional[Sequence[str]] = None, require_isolation: bool = False, record: bool = True,
           progress: Optional[Progress] = None, alone: bool = False, env: Optional[Mapping[str, str]] = None,
           label: str = "") -> RunOutcome | ABOutcome | SpreadOutcome | NcuReport:
     """`popkit bench`: one file in benchmark mode (`leaderboard=True`: the ranked chain, public then
     `secret_runs` secret chains or `secret_seeds`; `profile=True`: profile mode, `profiler="ncu"` Nsight
     Compute), or two files as an A/B (ABOutcome: counterbalanced rounds, at most `rounds` (even, >= 4),
     no new pair after `budget_s` seconds, 0 for none). `baseline="reference"` also times the task's
-    reference. `gpu` pins the run to one GPU; several files with `gpus` are independent runs.
+    reference. `device` pins the run to one GPU; several files with `devices` are independent runs.
     For measurements (scripts/): `alone=True` runs the mode without the chain before it (leaderboard mode
     alone, as the leaderboard never does: not a verdict), `env` adds variables to every child's environment,
     `label` names the run in its report."""
     if profiler not in ("torch", "ncu"):
         raise UsageError(f"unknown profiler `{profiler}`", "use --profiler torch or --profiler ncu")
-    _in_range("secret_runs", secret_runs, 0, MAX_SECRET_RUNS)
-    _in_range("rounds", rounds, 4, None)
-    _in_range("budget_s", budget_s, 0, None)
+    requests.in_range("secret_runs", secret_runs, 0, MAX_SECRET_RUNS)
+    requests.in_range("rounds", rounds, 4, None)
+    requests.in_range("budget_s", budget_s, 0, None)
     if profile and profiler == "ncu":
-        if len(submissions) != 1 or gpus or leaderboard or baseline:
+        if len(submissions) != 1 or devices or leaderboard or baseline:
             raise UsageError("--profiler ncu profiles one submission", "popkit bench FILE --profile ncu")
         return _ncu(submissions[0], task, roots, python)
-    if len(submissions) > 2 and gpus is None:
+    if len(submissions) > 2 and devices is None:
         raise UsageError("bench takes one submission, or two for an A/B comparison",
                          "popkit bench A.py B.py; several independent runs: popkit bench a.py b.py c.py --gpus 0,1")
     if not submissions:
         raise UsageError("bench takes one submission, or two for an A/B comparison", "popkit bench FILE")
     mode = workflows.bench_mode(len(submissions), leaderboard=leaderboard, profile=profile, baseline=baseline,
-                                world_size=world_size, rounds=rounds, spread=gpus is not None)
-    seeds = _seeds(secret_seeds)
+                                world_size=world_size, rounds=rounds, spread=devices is not None)
+    seeds = requests.secret_seeds(secret_seeds)
     if leaderboard and not seeds:
         seeds = random_secret_seeds(secret_runs)
-    options = _options(python, precompile, harness, seeds, keep_workdir, world_size, require_isolation)
+    options = requests.run_options(python=python, precompile=precompile, harness=harness, seeds=seeds,
+                                   keep_workdir=keep_workdir, world_size=world_size, require_isolation=require_isolation)
     options = replace(options, chain=not alone, env=dict(env or {}), label=label)
     with _paths(submissions) as paths:
         sources = tuple(Source.read(p) for p in paths)
         request = workflows.Request(sources, mode, task, _roots(roots), options, baseline=baseline is not None,
                                     allow_cpu=allow_cpu, record=record, rounds=rounds, budget_s=budget_s)
-        return _dispatch(request, gpu, gpus, progress)
+        return requests.dispatch(request, device=device, devices=devices, progress=progress)
 
 
 def tune(submission: Submission, output: PathLike, *, task: Optional[str] = None, roots: Roots = (),
          against: Optional[Submission] = None, engine: str = "grid", max_variants: int = 64, seed: int = 0,
          budget_s: float = 900.0, confirm: int = 2, rounds: int = 8, ab_budget_s: float = 60.0, jobs: int = 0,
          per_shape: bool = True, resume: bool = False, force: bool = False, allow_cpu: bool = False,
-         gpus: Optional[Sequence[str]] = None, python: Optional[str] = None, harness: str = "task",
+         devices: Optional[Sequence[str]] = None, python: Optional[str] = None, harness: str = "task",
          keep_workdir: bool = False, world_size: Optional[int] = None, record: bool = True,
          progress: Optional[Progress] = None, always_ab: bool = False) -> TuneReport:
     """`popkit tune`: every launch geometry the file's `#!POPKIT tune` lines allow, built, checked, raced and the
     finalists confirmed by A/Bs against the incumbent (`against`, default the file); the fastest is written to
     `output` (never the input; `force` replaces an existing file). `budget_s` stops new work (0: none);
-    `rounds`/`ab_budget_s` bound each A/B; `gpus` spreads checks and race evals over local GPUs; `always_ab`
+    `rounds`/`ab_budget_s` bound each A/B; `devices` spreads checks and race evals over local GPUs; `always_ab`
     confirms by A/B even when the race's own rounds separate the finalists."""
     for name, value, low, high in (("max_variants", max_variants, 1, 10_000), ("seed", seed, 0, None),
                                    ("budget_s", budget_s, 0, None), ("confirm", confirm, 1, 8),
                                    ("rounds", rounds, 4, None), ("ab_budget_s", ab_budget_s, 0, None),
                                    ("jobs", jobs, 0, 64)):
-        _in_range(name, value, low, high)
+        requests.in_range(name, value, low, high)
     if rounds % 2:
         raise UsageError(f"--rounds {rounds}: the A/B runs rounds in pairs (ABBA)",
                          "give an even number, e.g. --rounds 8")
-    options = _options(python, None, harness, (), keep_workdir, world_size, False)
+    options = requests.run_options(python=python, harness=harness, keep_workdir=keep_workdir, world_size=world_size)
     settings = tuner.TuneSettings(engine=engine, max_variants=max_variants, seed=seed, budget_s=budget_s,
                                   confirm=confirm, ab_rounds=rounds, ab_budget_s=ab_budget_s, jobs=jobs,
                                   per_shape=per_shape, resume=resume, record=record, race_decides=not always_ab)
@@ -256,10 +258,10 @@ def tune(submission: Submission, output: PathLike, *, task: Optional[str] = None
         found = workflows.resolve(source, task, _roots(roots)).task
         check_runnable(found, paths[0], source.content, "benchmark")
         tuner.check_gpu_sized(found, allow_cpu)
-        spread = workflows.parse_gpus(",".join(str(g) for g in gpus)) if gpus else ()
+        spread = workflows.parse_devices(",".join(str(d) for d in devices)) if devices else ()
         return tuner.run_tune(found, paths[0], Path(output), options, settings,
                               against=paths[1] if against is not None else None, force=force, progress=progress,
-                              gpus=spread)
+                              devices=spread)
 
 
 # ---------------------------------------------------------------------------- checks and the server
@@ -281,8 +283,8 @@ def risk(submission: Submission, *, task: Optional[str] = None, roots: Roots = (
          require_isolation: bool = False, progress: Optional[Progress] = None) -> RiskReport:
     """`popkit risk`: each case's margin to the task's tolerance and determinism, on the public cases, `seeds`
     random secret seeds (or `secret_seeds`) and shapes next to the grid; `level` low/medium/high (exit_code 1: high)."""
-    _in_range("repeats", repeats, 2, 20)
-    _in_range("seeds", seeds, 0, 20)
+    requests.in_range("repeats", repeats, 2, 20)
+    requests.in_range("seeds", seeds, 0, 20)
     with _paths([submission]) as (path,):
         source = Source.read(path)
         found = workflows.resolve(source, task, _roots(roots))
@@ -292,7 +294,7 @@ def risk(submission: Submission, *, task: Optional[str] = None, roots: Roots = (
                              "use popkit bench --leaderboard --secret-runs N")
         validate_submission(path, source.content, names)
         check_runnable(found.task, path, source.content, "test")
-        options = RunOptions(python=_interpreter(python), isolation="require" if require_isolation else "auto")
+        options = RunOptions(python=requests.interpreter(python), isolation="require" if require_isolation else "auto")
         chosen = tuple(secret_seeds) or random_secret_seeds(seeds)
         return risks.assess(found.task, source, options, repeats=repeats, secret_seeds=chosen, benchmarks=benchmarks,
                             progress=progress)
@@ -303,9 +305,9 @@ def verify(evidence_file: PathLike, *, task: Optional[str] = None, roots: Roots 
            progress: Optional[Progress] = None) -> VerifyReport:
     """`popkit verify`: re-run an evidence file here, shape by shape (exit_code 1: a shape does not reproduce);
     a tampered file fails first (exit 1), another GPU model is refused (11), other task files too (3)."""
-    _in_range("tolerance", tolerance, 0.0, 1.0)
+    requests.in_range("tolerance", tolerance, 0.0, 1.0)
     return proof.verify(Path(evidence_file), tolerance=tolerance, task=task, roots=_roots(roots),
-                        python=_interpreter(python) if python else None, progress=progress)
+                        python=requests.interpreter(python) if python else None, progress=progress)
 
 
 def submit(submission: Submission, *, mode: str = "leaderboard", gpu: Optional[str] = None,
@@ -314,7 +316,7 @@ def submit(submission: Submission, *, mode: str = "leaderboard", gpu: Optional[s
            progress: Optional[Progress] = None) -> SubmitResult:
     """`popkit submit`: check, the local `gate` (none, test, leaderboard), then popcorn-cli; `dry_run` sends
     nothing and returns the exact command (the gate still runs). `timeout_s` waits for popcorn-cli."""
-    _in_range("timeout_s", timeout_s, 1, MAX_TIMEOUT_S)
+    requests.in_range("timeout_s", timeout_s, 1, MAX_TIMEOUT_S)
     with _paths([submission]) as (path,):
         return submitter.submit(path, mode=mode, gpu=gpu, leaderboard=leaderboard, gate=gate, dry_run=dry_run,
                                 task=task, roots=task_roots(list(roots)), timeout_s=timeout_s, guard=guard,
@@ -326,7 +328,7 @@ def submit(submission: Submission, *, mode: str = "leaderboard", gpu: Optional[s
 
 def history(*, task: Optional[str] = None, limit: int = 20) -> HistoryList:
     """`popkit history`: the `limit` newest recorded runs (of `task` or leaderboard, when given)."""
-    _in_range("limit", limit, 1, None)
+    requests.in_range("limit", limit, 1, None)
     db = ledger.History()
     return HistoryList(tuple(db.list_runs(task, limit)), db.path, popkit_home_source())
 
@@ -355,21 +357,6 @@ def ratio_interval(ratios: Sequence[float]) -> Interval:
     return stats.paired_ratio_interval(list(ratios))
 
 
-def _dispatch(request: workflows.Request, gpu: Optional[str], gpus: Optional[Sequence[str]],
-              progress: Optional[Progress]) -> RunOutcome | ABOutcome | SpreadOutcome:
-    if gpus is not None:
-        spread = replace(request, gpus=workflows.parse_gpus(",".join(str(g) for g in gpus)))
-        return SpreadOutcome(tuple(workflows.spread(spread, progress=progress)))
-    executor = None
-    if gpu is not None:
-        (pinned,) = workflows.parse_gpus(str(gpu))
-        workflows.check_gpus((pinned,))
-        executor = sandbox.executor_for(request.options.isolation).on_gpu(pinned)
-    if len(request.sources) == 2:
-        return workflows.compare(request, progress=progress, executor=executor)
-    return workflows.run(request, progress=progress, executor=executor)
-
-
 def _ncu(submission: Submission, task_spec: Optional[str], roots: Roots, python: Optional[str]) -> NcuReport:
     with _paths([submission]) as (path,):
         source = Source.read(path)
@@ -378,47 +365,7 @@ def _ncu(submission: Submission, task_spec: Optional[str], roots: Roots, python:
             raise UsageError(f"--profiler ncu calls custom_kernel; {found.task.name} asks for "
                              f"{', '.join(entry_points(found.task))}", "profile with --profiler torch")
         validate_submission(path, source.content, entry_points(found.task))
-        return ncu.profile(found.task, path, source.content, _interpreter(python))
-
-
-def _options(python: Optional[str], precompile: Optional[bool], harness: str, seeds: tuple[int, ...], keep: bool,
-             world_size: Optional[int], require_isolation: bool) -> RunOptions:
-    if harness not in ("task", "popkit"):
-        raise UsageError(f"unknown harness `{harness}`", "use --harness task or --harness popkit")
-    if world_size is not None:
-        _in_range("world_size", world_size, 1, None)
-    kwargs = {"python": _interpreter(python)} if python else {}
-    return RunOptions(precompile=precompile, harness=harness, secret_seeds=seeds, keep_workdir=keep,
-                      world_size=world_size, isolation="require" if require_isolation else "auto", **kwargs)
-
-
-def _interpreter(python: Optional[str]) -> str:
-    """`python` as an absolute executable path (the eval runs elsewhere; a bare name is looked up on PATH)."""
-    if not python:
-        return sys.executable
-    found = shutil.which(python)
-    if found:
-        return os.path.abspath(found)
-    path = Path(python)
-    what = ("a folder, not an interpreter" if path.is_dir() else "not executable" if path.exists()
-            else "no such interpreter" if os.sep in python else "no such interpreter on PATH")
-    raise UsageError(f"--python {python}: {what}", "give the path of a Python executable, e.g. --python python3")
-
-
-def _seeds(seeds: Sequence[int]) -> tuple[int, ...]:
-    for seed in seeds:
-        _in_range("secret_seeds", seed, 0, MAX_SECRET_SEED)
-    return tuple(int(s) for s in seeds)
-
-
-def _in_range(name: str, value: float, low: float | None, high: float | None) -> None:
-    """UsageError (exit 2) unless low <= value <= high (an end that is None is open)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise UsageError(f"{name}: {value!r} is not a number", f"give {name} as a number")
-    if (low is not None and value < low) or (high is not None and value > high):
-        bounds = f"{low:g} to {high:g}" if low is not None and high is not None else (
-            f"at least {low:g}" if low is not None else f"at most {high:g}")
-        raise UsageError(f"{name}: {value:g} is out of range", f"give {name} {bounds}")
+        return ncu.profile(found.task, path, source.content, requests.interpreter(python))
 
 
 def _roots(roots: Roots) -> tuple[Path, ...]:

@@ -23,7 +23,6 @@ if TYPE_CHECKING:  # the result types are imported where a document is made (_ki
     from popkit.ledger.history import RunRecord
     from popkit.machine.runnable import Verdict
     from popkit.model.tasks import Skipped, Task
-    from popkit.operations.workflows import SpreadRun
 
 
 def schema_document(kind: str, payload: Mapping[str, Any]) -> dict[str, Any]:
@@ -112,22 +111,6 @@ class RunDetail:
         return data
 
 
-@dataclass(frozen=True)
-class SpreadOutcome:
-    """`--gpus`: independent runs, one per file, in the order the files were given."""
-
-    runs: tuple[SpreadRun, ...]
-
-    @property
-    def exit_code(self) -> int:
-        from popkit.operations.workflows import first_failure
-
-        return first_failure([r.exit_code for r in self.runs])
-
-    def to_json(self) -> dict[str, Any]:
-        return {"runs": [r.to_json() for r in self.runs]}
-
-
 @functools.cache
 def _kinds() -> tuple[tuple[type, str], ...]:
     from popkit.author.render import Catalog, Written
@@ -138,6 +121,7 @@ def _kinds() -> tuple[tuple[type, str], ...]:
     from popkit.measure.ncu import NcuReport
     from popkit.operations.doctor import DoctorReport
     from popkit.operations.evidence import VerifyReport
+    from popkit.operations.requests import SpreadOutcome
     from popkit.operations.risk import RiskReport
     from popkit.operations.workflows import ABOutcome, RunOutcome
     from popkit.run.compile import CompileReport

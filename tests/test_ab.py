@@ -104,7 +104,7 @@ class FakeEval:
         self.clock, self.eval_s, self.median = clock, eval_s, median
         self.calls: list[tuple[str, list[int], str]] = []
 
-    def __call__(self, workspace, main, mode, cases, *, timeout_s, options, seed=None, gpus=None, cases_name=None):
+    def __call__(self, workspace, main, mode, cases, *, timeout_s, options, seed=None, gpu_count=None, cases_name=None):
         side = Path(workspace.root).name
         sizes = [dict(c)["size"] for c in cases]
         self.calls.append((side, sizes, cases_name))

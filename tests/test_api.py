@@ -119,7 +119,7 @@ def test_an_ab_of_two_files_is_an_ab_outcome(home):
     (lambda: api.bench(GOOD, task=DOUBLE, profiler="perf"), "unknown profiler `perf`"),
     (lambda: api.test(GOOD, task=DOUBLE, harness="mine"), "unknown harness `mine`"),
     (lambda: api.test(GOOD, task=DOUBLE, secret_runs=101), "secret_runs: 101 is out of range"),
-    (lambda: api.test(GOOD, task=DOUBLE, gpu="x"), "--gpus 'x': give device indices separated by commas"),
+    (lambda: api.test(GOOD, task=DOUBLE, device="x"), "--gpus 'x': give device indices separated by commas"),
     (lambda: api.test(api.SourceText("x", suffix="py; rm"), task=DOUBLE),
      "source suffix 'py; rm': not a file extension"),
     (lambda: api.history(limit=0), "limit: 0 is out of range"),

@@ -19,10 +19,10 @@ SUBS = FIX / "submissions"
 
 
 def test_gpu_lists_are_checked():
-    assert workflows.parse_gpus("0, 1,3") == ("0", "1", "3")
+    assert workflows.parse_devices("0, 1,3") == ("0", "1", "3")
     for bad in ("", "0,a", "0,0"):
         with pytest.raises(UsageError):
-            workflows.parse_gpus(bad)
+            workflows.parse_devices(bad)
 
 
 @pytest.fixture
@@ -34,7 +34,7 @@ def six_gpus(monkeypatch):
 def test_run_j_goes_to_gpu_j_mod_n_and_results_keep_the_files_order(six_gpus):
     sources = tuple(Source.read(SUBS / name) for name in ("good.py", "wrong.py", "good.py"))
     request = workflows.Request(sources, "benchmark", str(DOUBLE), options=runner.RunOptions(precompile=False),
-                                record=False, gpus=("3", "5"))
+                                record=False, devices=("3", "5"))
     outcomes = workflows.spread(request)
     assert [o.gpu for o in outcomes] == ["3", "5", "3"]
     assert [o.report.runs[0].raw["env.visible"] for o in outcomes] == ["3", "5", "3"]

@@ -65,7 +65,7 @@ def test_file_arguments_are_a_path_or_a_text_never_both():
      "test: arguments: Additional properties are not allowed ('bogus' was unexpected)"),
     ("bench", {"submission": "a.py", "rounds": 2}, "bench: argument `rounds`: 2 is less than the minimum of 4"),
     ("show", {}, "show: arguments: 'run' is a required property"),
-    ("test", {"submission": "a.py", "gpu": "first"}, "test: argument `gpu`: 'first' does not match '^[0-9]+$'"),
+    ("test", {"submission": "a.py", "device": "first"}, "test: argument `device`: 'first' does not match '^[0-9]+$'"),
 ])
 def test_arguments_outside_the_schema_are_usage_errors(name, arguments, message):
     with pytest.raises(UsageError) as info:
@@ -84,7 +84,7 @@ def test_an_unknown_tool_names_the_tools():
 def test_runs_hold_their_gpu_or_every_device():
     held = slots.Slots(("0", "1"))
     assert held.wanted(None) == ("0", "1") and held.wanted(["1"]) == ("1",)
-    assert server.pinned_gpus({"gpu": "1"}) == ["1"] and server.pinned_gpus({"gpus": "0,1"}) == ["0", "1"]
+    assert server.pinned_gpus({"device": "1"}) == ["1"] and server.pinned_gpus({"devices": "0,1"}) == ["0", "1"]
     assert server.pinned_gpus({}) == []
     assert tools.tool("test").device({}) and tools.tool("bench").device({}) and tools.tool("tune").device({})
     assert not tools.tool("compile").device({}) and not tools.tool("check").device({})

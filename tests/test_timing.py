@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from popkit.machine import gpustate
 from popkit.cli import app
+from popkit.machine import gpustate
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 TASK_DIR = FIXTURES / "tasks" / "double"

@@ -294,7 +294,7 @@ def test_a_value_read_at_import_gets_one_set_for_every_shape(task, tmp_path):
 
 def test_gpus_spread_checks_and_race_evals_one_per_gpu_and_the_ab_on_the_first(task, tmp_path):
     fake = Fake()
-    report = run(task, tmp_path, fake, gpus=("0", "3"))
+    report = run(task, tmp_path, fake, devices=("0", "3"))
     assert report.exit_code == ExitCode.OK and report.winner_label == "CHUNK=4096"
     assert {o.env["CUDA_VISIBLE_DEVICES"] for o in fake.options} == {"0", "3"}
     assert {o.env["CUDA_VISIBLE_DEVICES"] for o in fake.ab_options} == {"0"}

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import sys
 import time
 from dataclasses import replace
@@ -21,9 +19,9 @@ from popkit.machine import system
 from popkit.model import innerloop
 from popkit.model.contract import entry_points
 from popkit.model.tasks import MAX_TIMEOUT_S, list_tasks, resolve_task, task_roots
+from popkit.operations import requests
 from popkit.operations import workflows
 from popkit.run.protocol import MAX_SECRET_RUNS, MAX_SECRET_SEED, random_secret_seeds
-from popkit.run.runner import RunOptions
 from popkit.submission.source import Source, validate_submission
 from popkit.views import common, pictures
 from popkit.views import running as view
@@ -51,26 +49,6 @@ JsonLinesOpt = Annotated[bool, typer.Option("--json-lines", help="With --cluster
 WatchOpt = Annotated[bool, typer.Option("--watch", help="Judge the file now and after every save, each time by a warm worker started in the sandbox before the save (the verdict says so; --json: one line per verdict, schema popkit/watch/1). Ctrl-C stops. Without it every run is fresh processes, as on the leaderboard.")]
 
 
-def _options(python: Optional[str], precompile: Optional[bool], harness: str, seeds: tuple[int, ...], keep: bool,
-             label: str = "", world_size: Optional[int] = None, require_isolation: bool = False) -> RunOptions:
-    if harness not in ("task", "popkit"):
-        raise UsageError(f"unknown harness `{harness}`", "use --harness task or --harness popkit")
-    kwargs = {"python": _interpreter(python)} if python else {}
-    return RunOptions(precompile=precompile, harness=harness, secret_seeds=seeds, keep_workdir=keep, label=label,
-                      world_size=world_size, isolation="require" if require_isolation else "auto", **kwargs)
-
-
-def _interpreter(python: str) -> str:
-    """--python as an absolute executable path (the eval runs elsewhere; a bare name is looked up on PATH)."""
-    found = shutil.which(python)
-    if found:
-        return os.path.abspath(found)
-    path = Path(python)
-    what = ("a folder, not an interpreter" if path.is_dir() else "not executable" if path.exists()
-            else "no such interpreter" if os.sep in python else "no such interpreter on PATH")
-    raise UsageError(f"--python {python}: {what}", "give the path of a Python executable, e.g. --python python3")
-
-
 def _say(notes) -> None:
     for note in notes:
         common.err_console().print(f"note: {escape(note)}")
@@ -95,22 +73,6 @@ def _watch(request: workflows.Request, json: bool) -> None:
         watching.run(request, on_verdict=verdict, on_ready=watch_view.show_ready, on_start=start,
                      progress=progress, note=lambda line: _say([line]))
     raise typer.Exit(0)
-
-
-def _single(request: workflows.Request, json: bool, html: Optional[Path] = None,
-            evidence: Optional[Path] = None) -> None:
-    started = time.monotonic()  # the footer counts all of it: resolving, the run, the baseline, the ledger
-    with common.progress_printer(json) as progress:
-        outcome = workflows.run(request, progress=progress, note=lambda line: _say([line]))
-    view.show_outcome(outcome, json=json, total_s=time.monotonic() - started)
-    if html is not None:
-        written = pictures.write_html(html, pictures.run_html(outcome.report, f"popkit bench · {outcome.task.display_name}"))
-        common.err_console().print(f"report: {escape(str(written))} (open it in a browser; it needs no network)")
-    if evidence is not None:
-        from popkit.operations import evidence as proof
-
-        _say([f"evidence written to {proof.write(outcome, request, evidence)} (popkit verify checks it)"])
-    raise typer.Exit(outcome.exit_code)
 
 
 @app.command()
@@ -148,8 +110,9 @@ def test(
     """
     common.set_json(json)
     seeds = tuple(secret_seed or ()) + random_secret_seeds(secret_runs)
-    options = _options(python, precompile, harness, seeds, keep_workdir, world_size=world_size,
-                       require_isolation=require_isolation)
+    options = requests.run_options(python=python, precompile=precompile, harness=harness, seeds=seeds,
+                                   keep_workdir=keep_workdir, world_size=world_size,
+                                   require_isolation=require_isolation)
     if (cases or timeout) and (len(submissions) > 1 or gpus is not None or cluster or watch):
         raise UsageError("--cases and --timeout narrow one file's run here",
                          "popkit test FILE --cases 1,3 --timeout 30")
@@ -171,10 +134,8 @@ def test(
         notes = hiponcuda.notes_for(text, str(sources[0].path))
     request = replace(request, options=options, notes=notes)
     if watch:
-        _watch(replace(request, gpus=workflows.parse_gpus(gpus) if gpus else ()), json)
-    if gpus is not None:
-        _spread(replace(request, gpus=workflows.parse_gpus(gpus)), json)
-    _single(request, json)
+        _watch(replace(request, devices=workflows.parse_devices(gpus) if gpus else ()), json)
+    _run(request, json, devices=gpus)
 
 
 @app.command()
@@ -257,8 +218,9 @@ def bench(
     seeds = tuple(secret_seed or ())
     if leaderboard and not seeds:
         seeds = random_secret_seeds(secret_runs)
-    options = _options(python, precompile, harness, seeds, keep_workdir, world_size=world_size,
-                       require_isolation=require_isolation)
+    options = requests.run_options(python=python, precompile=precompile, harness=harness, seeds=seeds,
+                                   keep_workdir=keep_workdir, world_size=world_size,
+                                   require_isolation=require_isolation)
     if (shape or timeout) and (len(submissions) != 1 or watch or gpus is not None or cluster):
         raise UsageError("--shape and --timeout narrow one file's run here (an A/B times every shape)",
                          "popkit bench FILE --shape 4 --timeout 60")
@@ -272,12 +234,8 @@ def bench(
     _on_cluster(request, cluster, require_gpu, json_lines, json, pairs=pairs,
                 local_only=((gpus is not None, "--gpus"), (bool(baseline), "--baseline"), (watch, "--watch")))
     if watch:
-        _watch(replace(request, gpus=workflows.parse_gpus(gpus) if gpus else ()), json)
-    if gpus is not None:
-        _spread(replace(request, gpus=workflows.parse_gpus(gpus)), json)
-    if len(sources) == 2:
-        _ab(request, json, html)
-    _single(request, json, html, evidence)
+        _watch(replace(request, devices=workflows.parse_devices(gpus) if gpus else ()), json)
+    _run(request, json, devices=gpus, html=html, evidence=evidence)
 
 
 def _on_cluster(request: workflows.Request, spec: Optional[str], require_gpu: Optional[str], json_lines: bool,
@@ -332,27 +290,34 @@ def _ncu(submission: Path, task_spec: Optional[str], roots: Optional[List[Path]]
     view.show_ncu(report, json=json)
 
 
-def _spread(request: workflows.Request, json: bool) -> None:
-    """Independent runs over local GPUs; each is recorded as a single run would be."""
+def _run(request: workflows.Request, json: bool, *, devices: Optional[str] = None, html: Optional[Path] = None,
+         evidence: Optional[Path] = None) -> None:
+    """The request through requests.dispatch (as popkit.api and the MCP tools send it), then its report."""
+    started = time.monotonic()  # the footer counts all of it: resolving, the run, the baseline, the ledger
     with common.progress_printer(json) as progress:
-        runs = workflows.spread(request, progress=progress)
-    view.show_spread(runs, json=json)
-    raise typer.Exit(workflows.first_failure([r.exit_code for r in runs]))
+        outcome = requests.dispatch(request, devices=devices.split(",") if devices is not None else None,
+                                    progress=progress, note=lambda line: _say([line]))
+    if isinstance(outcome, requests.SpreadOutcome):
+        view.show_spread(outcome.runs, json=json)
+    elif isinstance(outcome, workflows.ABOutcome):
+        from popkit.views import comparison as comparison_view
 
-
-def _ab(request: workflows.Request, json: bool, html: Optional[Path] = None) -> None:
-    with common.progress_printer(json) as progress:
-        outcome = workflows.compare(request, progress=progress)
-    from popkit.views import comparison as comparison_view
-
-    comparison_view.show_ab(outcome.report, json=json)
+        comparison_view.show_ab(outcome.report, json=json)
+        for warning in outcome.warnings:
+            common.err_console().print(f"warning: {escape(warning)}")
+    else:
+        view.show_outcome(outcome, json=json, total_s=time.monotonic() - started)
     if html is not None:
-        written = pictures.write_html(html, pictures.ab_html(outcome.report, f"popkit bench A/B · {outcome.report.task}"))
+        page = (pictures.ab_html(outcome.report, f"popkit bench A/B · {outcome.report.task}")
+                if isinstance(outcome, workflows.ABOutcome) else
+                pictures.run_html(outcome.report, f"popkit bench · {outcome.task.display_name}"))
+        written = pictures.write_html(html, page)
         common.err_console().print(f"report: {escape(str(written))} (open it in a browser; it needs no network)")
-    for warning in outcome.warnings:
-        common.err_console().print(f"warning: {escape(warning)}")
-    raise typer.Exit(outcome.exit_code)
+    if evidence is not None and isinstance(outcome, workflows.RunOutcome):
+        from popkit.operations import evidence as proof
 
+        _say([f"evidence written to {proof.write(outcome, request, evidence)} (popkit verify checks it)"])
+    raise typer.Exit(outcome.exit_code)
 
 @app.command(name="watch")
 def watch_command(

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -12,8 +10,8 @@ import typer
 from popkit.cli.app import app, finite
 from popkit.cli.running import HarnessOpt, KeepOpt, PythonOpt, RootsOpt, TaskOpt, WorldSizeOpt
 from popkit.errors import UsageError
+from popkit.operations import requests
 from popkit.operations import workflows
-from popkit.run import runner
 from popkit.submission.source import Source, check_runnable
 from popkit.tuning import workflow as tuner
 from popkit.views import common
@@ -21,17 +19,6 @@ from popkit.views import tuning as view
 
 
 SubmissionArg = Annotated[Path, typer.Argument(help="The submission to tune (any name; it is only read).")]
-
-
-def _run_options(python: Optional[str], harness: str, keep: bool, world_size: Optional[int]) -> runner.RunOptions:
-    if harness not in ("task", "popkit"):
-        raise UsageError(f"unknown harness `{harness}`", "use --harness task or --harness popkit")
-    if python is None:
-        return runner.RunOptions(harness=harness, keep_workdir=keep, world_size=world_size)
-    found = shutil.which(python)
-    if not found:
-        raise UsageError(f"--python {python}: no such interpreter", "give the path of a Python executable")
-    return runner.RunOptions(python=os.path.abspath(found), harness=harness, keep_workdir=keep, world_size=world_size)
 
 
 @app.command()
@@ -80,7 +67,8 @@ def tune(
     common.set_json(json)
     if rounds % 2:
         raise UsageError(f"--rounds {rounds}: the A/B runs rounds in pairs (ABBA)", "give an even number, e.g. --rounds 8")
-    options = _run_options(python, harness, keep_workdir, world_size)
+    options = requests.run_options(python=python, harness=harness, keep_workdir=keep_workdir,
+                                   world_size=world_size)
     source = Source.read(submission)
     found = workflows.resolve(source, task, tuple(tasks_root or ())).task
     check_runnable(found, submission, source.content, "benchmark")
@@ -90,6 +78,6 @@ def tune(
                                   per_shape=per_shape, resume=resume, record=history, race_decides=not always_ab)
     with common.progress_printer(json) as progress:
         report = tuner.run_tune(found, submission, output, options, settings, against=against, force=force,
-                                progress=progress, gpus=workflows.parse_gpus(gpus) if gpus else ())
+                                progress=progress, devices=workflows.parse_devices(gpus) if gpus else ())
     view.show_tune(report, json=json)
     raise typer.Exit(int(report.exit_code))

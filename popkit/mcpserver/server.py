@@ -95,10 +95,10 @@ def describe(name: str, arguments: Mapping[str, Any]) -> str:
 
 
 def pinned_gpus(arguments: Mapping[str, Any]) -> list[str]:
-    """The GPUs a call names (`gpu`, or tune's `gpus` list "0,1"); none: it may use every GPU."""
-    if arguments.get("gpu") is not None:
-        return [str(arguments["gpu"])]
-    return [g for g in str(arguments.get("gpus") or "").split(",") if g]
+    """The GPUs a call names (`device`, or tune's `devices` list "0,1"); none: it may use every GPU."""
+    if arguments.get("device") is not None:
+        return [str(arguments["device"])]
+    return [d for d in str(arguments.get("devices") or "").split(",") if d]
 
 
 def error_text(doc: Mapping[str, Any]) -> str:

@@ -59,7 +59,7 @@ RUN_OPTIONS: dict[str, Any] = {
                            minimum=1),
     "secret_seeds": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": MAX_SECRET_SEED},
                      "description": "Secret seeds: one secret chain each, after the public one."},
-    "gpu": GPU_PIN,
+    "device": GPU_PIN,
     "require_isolation": _flag("Stop (exit 11) unless every process can be sandboxed."),
     "history": _flag("Record the run in the history.", True),
 }
@@ -105,7 +105,7 @@ def _run_kwargs(args: Args) -> dict[str, Any]:
     return {"task": args.get("task"), "roots": args.get("tasks_root") or (), "harness": args.get("harness", "task"),
             "python": args.get("python"), "precompile": args.get("precompile"),
             "world_size": args.get("world_size"), "secret_seeds": tuple(args.get("secret_seeds") or ()),
-            "gpu": args.get("gpu"), "require_isolation": args.get("require_isolation", False),
+            "device": args.get("device"), "require_isolation": args.get("require_isolation", False),
             "record": args.get("history", True)}
 
 
@@ -122,7 +122,7 @@ def _tune(args: Args, progress: Any) -> Any:
                     rounds=args.get("rounds", 8), ab_budget_s=args.get("ab_budget", 60.0), jobs=args.get("jobs", 0),
                     per_shape=args.get("per_shape", True), resume=args.get("resume", False),
                     force=args.get("force", False), allow_cpu=args.get("allow_cpu", False),
-                    gpus=[g for g in str(args.get("gpus") or "").split(",") if g] or None, python=args.get("python"),
+                    devices=[d for d in str(args.get("devices") or "").split(",") if d] or None, python=args.get("python"),
                     harness=args.get("harness", "task"), world_size=args.get("world_size"),
                     record=args.get("history", True), progress=progress)
 
@@ -253,7 +253,7 @@ TOOLS: tuple[Tool, ...] = (
           "resume": _flag("Reuse checks and race times of the same variant bytes from the history."),
           "force": _flag("Replace output if it exists."),
           "allow_cpu": _flag("Time a GPU task's benchmarks on a machine without a GPU (slow)."),
-          "gpus": _string("Spread checks and race evals over these GPUs, e.g. \"0,1\"; the call holds them all.",
+          "devices": _string("Spread checks and race evals over these GPUs, e.g. \"0,1\"; the call holds them all.",
                           pattern=r"^[0-9]+(,[0-9]+)*$"),
           "python": PYTHON, "harness": RUN_OPTIONS["harness"], "world_size": RUN_OPTIONS["world_size"],
           "history": _flag("Record every eval in the history (needed by a later resume).", True)},

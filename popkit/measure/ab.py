@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from popkit.errors import ExitCode, TaskError
 from popkit.machine import gpustate
-from popkit.measure.abrounds import FIRST_LOOK, SIDES, Rounds, Series, round_order
+from popkit.measure.abrounds import FIRST_LOOK, SIDES, Rounds, Series, round_order  # FIRST_LOOK: read through ab
 from popkit.measure.shapes import B_FASTER, UNKNOWN  # B_FASTER: tuning reads the verdict through ab
 from popkit.model import stats
 from popkit.model.results import OUTCOME_EXIT, CaseResult, CompileStep, ModeRun, RunReport
@@ -177,10 +177,10 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: runner.R
         if failed_side:
             compile_failure, stopped = dirs[failed_side].precompile, "failed"
             state.mark_failed(failed_side, "compile_failed")
-        gpus = runner.eval_gpus(task, system, probe)
+        gpu_count = runner.eval_gpu_count(task, system, probe)
 
         def evaluate(side: str, shapes: Sequence[Mapping[str, Any]], name: str) -> ModeRun:
-            run = run_eval(dirs[side].workspace, dirs[side].main, "benchmark", shapes, options=options, gpus=gpus,
+            run = run_eval(dirs[side].workspace, dirs[side].main, "benchmark", shapes, options=options, gpu_count=gpu_count,
                            timeout_s=task.timeout_for("benchmark"), cases_name=name)
             tampered = dirs[side].tampered or dirs[side].workspace.tampered(f"the benchmark mode of side {side}")
             return replace(run, outcome="failed", summary=tampered) if tampered else run

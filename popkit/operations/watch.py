@@ -102,7 +102,7 @@ def check_request(request: workflows.Request) -> None:
     def refuse(what: str, hint: str) -> None:
         raise UsageError(f"--watch {what}", hint)
 
-    if len(request.sources) != 1 or request.gpus:
+    if len(request.sources) != 1 or request.devices:
         refuse("watches one file on one GPU", "popkit test FILE --watch (drop --gpus and the other files)")
     if request.mode not in MODES:
         refuse(f"runs test or benchmark mode, not {request.mode} mode",

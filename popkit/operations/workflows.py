@@ -51,7 +51,7 @@ class Request:
     notes: tuple[str, ...] = ()  # said in every report (e.g. --hip-on-cuda)
     rounds: int = ab.DEFAULT_MAX_ROUNDS  # A/B
     budget_s: float = ab.DEFAULT_BUDGET_S  # A/B
-    gpus: tuple[str, ...] = ()  # --gpus: independent runs spread over these GPUs
+    devices: tuple[str, ...] = ()  # --gpus: independent runs spread over these local GPUs (CUDA_VISIBLE_DEVICES values)
     knobs: innerloop.Knobs = innerloop.Knobs()  # --cases/--shape/--timeout: not leaderboard-faithful
 
 
@@ -292,19 +292,19 @@ def spread(request: Request, progress: Progress | None = None, executor: Executo
     """Independent runs over local GPUs: run j on GPU j mod n, one process per GPU at a time; each recorded as
     a single run would be. Every file and its task is checked before anything runs."""
     say = progress or (lambda _msg: None)
-    check_gpus(request.gpus)
+    check_devices(request.devices)
     base = executor or sandbox.executor_for(request.options.isolation)
     jobs = []
     for source in request.sources:
         task = resolve(source, request.task, request.roots).task
         preflight(task, source, request)
         jobs.append((source, task))
-    gpus = request.gpus
+    devices = request.devices
 
     def worker(index: int) -> list[tuple[int, SpreadRun]]:
-        gpu, done = gpus[index], []
+        gpu, done = devices[index], []
         pinned = base.on_gpu(gpu)
-        for j in range(index, len(jobs), len(gpus)):
+        for j in range(index, len(jobs), len(devices)):
             source, task = jobs[j]
             tell = (lambda msg, name=source.path.name: say(f"[gpu {gpu}] {name}: {msg}"))
             try:
@@ -320,8 +320,8 @@ def spread(request: Request, progress: Progress | None = None, executor: Executo
 
     from concurrent.futures import ThreadPoolExecutor  # here: it brings logging, which few runs need
 
-    with ThreadPoolExecutor(max_workers=len(gpus)) as pool:
-        finished = [item for share in pool.map(worker, range(min(len(gpus), len(jobs)))) for item in share]
+    with ThreadPoolExecutor(max_workers=len(devices)) as pool:
+        finished = [item for share in pool.map(worker, range(min(len(devices), len(jobs)))) for item in share]
     return [outcome for _, outcome in sorted(finished, key=lambda item: item[0])]
 
 
@@ -362,14 +362,14 @@ def on_cluster(request: Request, address: str | None, *, require_gpu: str | None
     return run, [w for w in warnings if w]
 
 
-def parse_gpus(spec: str) -> tuple[str, ...]:
+def parse_devices(spec: str) -> tuple[str, ...]:
     """`0,1,3` -> ("0", "1", "3"): distinct device indices as CUDA_VISIBLE_DEVICES takes them."""
-    gpus = tuple(part.strip() for part in spec.split(","))
-    if not gpus or not all(g.isdigit() for g in gpus):
+    devices = tuple(part.strip() for part in spec.split(","))
+    if not devices or not all(g.isdigit() for g in devices):
         raise UsageError(f"--gpus {spec!r}: give device indices separated by commas", "e.g. --gpus 0,1")
-    if len(set(gpus)) != len(gpus):
+    if len(set(devices)) != len(devices):
         raise UsageError(f"--gpus {spec!r}: a GPU appears twice", "one process per GPU: list each GPU once")
-    return gpus
+    return devices
 
 
 def bench_mode(files: int, *, leaderboard: bool, profile: bool, baseline: str | None, world_size: int | None,
@@ -392,13 +392,13 @@ def bench_mode(files: int, *, leaderboard: bool, profile: bool, baseline: str | 
     return "leaderboard" if leaderboard else "profile" if profile else "benchmark"
 
 
-def check_gpus(gpus: Sequence[str]) -> None:
+def check_devices(devices: Sequence[str]) -> None:
     """Every GPU index of `--gpus` exists here (exit 11 naming the first that does not), where that is known."""
     count = system.gpu_count()
-    missing = [g for g in gpus if count is not None and int(g) >= count]
+    missing = [g for g in devices if count is not None and int(g) >= count]
     if missing:
         here = f"GPUs here: {', '.join(map(str, range(count)))}" if count else "this machine has no GPU"
-        raise EnvironmentProblem(f"--gpus {','.join(gpus)}: there is no GPU {missing[0]} ({here})",
+        raise EnvironmentProblem(f"--gpus {','.join(devices)}: there is no GPU {missing[0]} ({here})",
                                  "list GPUs that exist (`nvidia-smi -L` names them), or drop --gpus")
 
 
@@ -408,4 +408,4 @@ def first_failure(codes: Sequence[int]) -> int:
 
 
 __all__ = ["Request", "RunOutcome", "ABOutcome", "SpreadRun", "run", "compare", "spread", "keep", "resolve",
-           "preflight", "parse_gpus", "on_cluster"]
+           "preflight", "parse_devices", "on_cluster"]

@@ -178,7 +178,7 @@ def convention_of(ws: Workspace, main: str) -> EvalConvention:
 
 
 def run_mode(ws: Workspace, main: str, mode: str, cases: Sequence[Mapping[str, Any]], *, timeout_s: float,
-             options: RunOptions, seed: int | None = None, gpus: int | None = None,
+             options: RunOptions, seed: int | None = None, gpu_count: int | None = None,
              cases_name: str | None = None, progress: Progress | None = None, label: str = "") -> ModeRun:
     """One eval process: `python <main> MODE CASES` with the result pipe; what it wrote, decoded and judged.
 
@@ -188,8 +188,8 @@ def run_mode(ws: Workspace, main: str, mode: str, cases: Sequence[Mapping[str, A
     convention = convention_of(ws, main)
     name = cases_name or f"{mode}{'-secret' if seed is not None else ''}.txt"
     ws.write_cases(name, protocol.render_cases(cases))
-    extra = convention.env(seed, gpus)
-    if gpus is not None:
+    extra = convention.env(seed, gpu_count)
+    if gpu_count is not None:
         extra.update(MULTI_GPU_ENV)
     key = secrets.token_hex(16) if convention.sealed else ""
     watch = None
@@ -237,7 +237,7 @@ def is_popkit_harness(path: Path) -> bool:
 
 
 def run_chain(task: Task, prepared: "Prepared", mode: str, options: RunOptions, seed: int | None,
-              gpus: int | None, progress: Progress, probe: "SystemProbe | None" = None) -> list[ModeRun]:
+              gpu_count: int | None, progress: Progress, probe: "SystemProbe | None" = None) -> list[ModeRun]:
     """One chain of modes; after each, the workspace is checked and put right (harness tampering fails it)."""
     ws, main, runs = prepared.workspace, prepared.main, []
 
@@ -256,7 +256,7 @@ def run_chain(task: Task, prepared: "Prepared", mode: str, options: RunOptions, 
                 label = f"{step} {i + 1}/{len(cases)}"
                 progress(label)
                 runs.append(checked(run_mode(ws, main, step, [case], timeout_s=task.timeout_for(step),
-                                             options=options, seed=seed, gpus=gpus, cases_name=f"profile-{i}.txt",
+                                             options=options, seed=seed, gpu_count=gpu_count, cases_name=f"profile-{i}.txt",
                                              progress=progress, label=label)))
                 if runs[-1].summary.startswith("harness tampering"):
                     break
@@ -264,7 +264,7 @@ def run_chain(task: Task, prepared: "Prepared", mode: str, options: RunOptions, 
         label = f"{step}" + (f" (secret seed {seed})" if seed is not None else "")
         progress(label)
         run = checked(run_mode(ws, main, step, task.cases_for(step), timeout_s=task.timeout_for(step),
-                               options=options, seed=seed, gpus=gpus, progress=progress, label=label))
+                               options=options, seed=seed, gpu_count=gpu_count, progress=progress, label=label))
         runs.append(run)
         if run.outcome != "passed":
             break
@@ -311,14 +311,14 @@ def set_up(task: Task, submission: Path, data: bytes, ws: Workspace, options: Ru
     return Prepared(ws, main, step, plan.reason, tampered)
 
 
-def eval_gpus(task: Task, system: Mapping[str, Any] | None, probe: "SystemProbe | None") -> int | None:
+def eval_gpu_count(task: Task, system: Mapping[str, Any] | None, probe: "SystemProbe | None") -> int | None:
     """POPCORN_GPUS for a multi-GPU task: the given system's GPU count, else the probe's; None otherwise."""
     if not task.multi_gpu:
         return None
-    gpus = (system or {}).get("gpu_count")
-    if gpus is None and probe is not None:
-        gpus = probe.result().get("gpu_count")
-    return gpus
+    count = (system or {}).get("gpu_count")
+    if count is None and probe is not None:
+        count = probe.result().get("gpu_count")
+    return count
 
 
 def run_submission(task: Task, submission: Path, mode: str, options: RunOptions = RunOptions(),
@@ -368,11 +368,11 @@ def run_submission(task: Task, submission: Path, mode: str, options: RunOptions 
             runs = [ModeRun(mode=first, secret=False, seed=None, exit_code=0, duration_s=0.0,
                             timeout_s=task.timeout_for(first), outcome="failed", summary=prepared.tampered)]
             return report(step, runs, (), prepared.skipped)
-        gpus = eval_gpus(task, system, probe)
-        runs = run_chain(task, prepared, mode, options, None, gpus, progress, probe)
+        gpu_count = eval_gpu_count(task, system, probe)
+        runs = run_chain(task, prepared, mode, options, None, gpu_count, progress, probe)
         if all(r.outcome == "passed" for r in runs):
             for seed in options.secret_seeds:
-                secret_runs = run_chain(task, prepared, mode, options, seed, gpus, progress, probe)
+                secret_runs = run_chain(task, prepared, mode, options, seed, gpu_count, progress, probe)
                 runs.extend(secret_runs)
                 if not all(r.outcome == "passed" for r in secret_runs):
                     break

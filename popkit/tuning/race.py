@@ -115,7 +115,7 @@ class Race:
 
     def time_round(self, states: Sequence[State], r: int) -> None:
         """Round `r`: one benchmark-mode eval of each state that has fewer rounds (a resumed time counts); one
-        at a time on this GPU, or one per GPU at a time over `gpus`."""
+        at a time on this GPU, or one per GPU at a time over `devices`."""
         t = self.t
         shapes = len(t.task.cases_for("benchmark"))  # `ranking_by: last`: the last shape alone
         order = [s for s in (states if r % 2 else list(reversed(states))) if len(s.rounds) < r]
@@ -128,7 +128,7 @@ class Race:
             elif t.stopped == "budget":
                 return
             else:
-                report = t.run(state, "benchmark", t.options_for(state), progress=None if t.gpus else t.quiet)
+                report = t.run(state, "benchmark", t.options_for(state), progress=None if t.devices else t.quiet)
                 if report is None:
                     t.say(f"race round {r}: {state.label}: stopped by the time budget")
                     return
@@ -142,8 +142,8 @@ class Race:
             state.scores.append(score_s(list(times), t.task.ranking_by) or math.inf)
             t.say(f"race round {r}: {done[0]}/{len(order)} {state.label}: score {state.scores[-1] * 1e6:.2f} µs")
 
-        if t.gpus:
-            t.parallel(one, order, jobs=len(t.gpus))
+        if t.devices:
+            t.parallel(one, order, jobs=len(t.devices))
         else:
             for state in order:
                 one(state)
@@ -169,13 +169,13 @@ class Race:
         if r:
             alive = self._cut(alive, r)
         while alive and (r == 0 or len(alive) > t.settings.confirm) and r < MAX_ROUNDS:
-            need = t.per_eval_s("benchmark") * math.ceil(len(alive) / max(1, len(t.gpus)))
+            need = t.per_eval_s("benchmark") * math.ceil(len(alive) / max(1, len(t.devices)))
             if r and t.out_of_time(need):
                 t.note(f"the time budget ended the race after round {r}")
                 break
             r += 1
             t.say(f"race round {r}: {len(alive)} variant(s)"
-                  + t.left_text("benchmark", halving_evals(len(alive), t.settings.confirm), max(1, len(t.gpus))))
+                  + t.left_text("benchmark", halving_evals(len(alive), t.settings.confirm), max(1, len(t.devices))))
             with t.phase("race"):
                 self.time_round(alive, r)
             alive = self._cut([s for s in alive if s.scores], r)
@@ -282,8 +282,8 @@ class Race:
             budget = t.settings.ab_budget_s if left is None else max(1.0, min(t.settings.ab_budget_s, left))
             t.say(f"A/B: {state.label} against {t.incumbent.path.name}")
             options = self.ab_options(state)
-            if t.gpus:  # both sides of an A/B on one GPU
-                options = replace(options, env={**options.env, "CUDA_VISIBLE_DEVICES": t.gpus[0]})
+            if t.devices:  # both sides of an A/B on one GPU
+                options = replace(options, env={**options.env, "CUDA_VISIBLE_DEVICES": t.devices[0]})
             with t.phase("A/B"):
                 report = t.backend.compare(t.task, t.incumbent.path, state.path, options,
                                            max_rounds=t.settings.ab_rounds, budget_s=budget, progress=t.quiet,
@@ -355,7 +355,7 @@ class Race:
         ab_evals = AB_MIN_EVALS * t.settings.confirm
         left = t.remaining_s()
         budget = f"; {left:.0f} s of the budget left" if left is not None else ""
-        return (f"estimate: race about {evals} evals (~{evals * each / max(1, len(t.gpus)):.0f} s at ~{each:.0f} s an"
+        return (f"estimate: race about {evals} evals (~{evals * each / max(1, len(t.devices)):.0f} s at ~{each:.0f} s an"
                 f" eval), then an A/B only if the race cannot separate its finalists (~{ab_evals * each:.0f} s)"
                 f"{budget}")
 

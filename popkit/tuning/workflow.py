@@ -159,16 +159,16 @@ class Tuner(Timekeeping):
     def __init__(self, task: Task, path: Path, content: bytes, spec: tunespec.TuneSpec, options: runner.RunOptions,
                  settings: TuneSettings, backend: Backend, progress: Progress, clock: Callable[[], float],
                  root: Path, sysinfo: Mapping[str, Any], incumbent: Path, incumbent_content: bytes,
-                 gpus: Sequence[str] = ()):
+                 devices: Sequence[str] = ()):
         self.task, self.path, self.content, self.spec = task, path, content, spec
         self.text = content.decode("utf-8")
         self.content_sha256 = hashlib.sha256(content).hexdigest()
         self.options, self.settings, self.backend, self.clock = options, settings, backend, clock
         self.root, self.sysinfo = root, dict(sysinfo)
-        self.jobs = max(_jobs(settings), len(gpus))
-        self.gpus = tuple(gpus)
+        self.jobs = max(_jobs(settings), len(devices))
+        self.devices = tuple(devices)
         self._free: queue.Queue[str] = queue.Queue()
-        for gpu in self.gpus:
+        for gpu in self.devices:
             self._free.put(gpu)
         self._lock = threading.Lock()
         self._say = progress
@@ -212,11 +212,11 @@ class Tuner(Timekeeping):
         return replace(opts, env=env, precompile=False if self.built.get(identity.key) == "" else None)
 
     def run(self, state: State, mode: str, options: runner.RunOptions, progress: Any = None) -> RunReport | None:
-        """One eval through the backend, recorded; with `gpus`, on a GPU no other eval of tune holds meanwhile.
+        """One eval through the backend, recorded; with `devices`, on a GPU no other eval of tune holds meanwhile.
         Its timeout is cut to what is left of the budget: None when that cut stopped it (no verdict, not recorded)."""
         task, cut = self.bounded(self.task)
         started = self.clock()
-        if not self.gpus:
+        if not self.devices:
             report = self.backend.run(task, state.path, mode, options, progress=progress, system=self.sysinfo)
         else:
             gpu = self._free.get()
@@ -422,16 +422,16 @@ def first_line_of(text: str) -> str:
 
 def run_tune(task: Task, submission: Path | str, output: Path | str, options: runner.RunOptions | None = None,
              settings: TuneSettings = TuneSettings(), *, against: Path | str | None = None, force: bool = False,
-             progress: Progress | None = None, backend: Backend | None = None, gpus: Sequence[str] = (),
+             progress: Progress | None = None, backend: Backend | None = None, devices: Sequence[str] = (),
              clock: Callable[[], float] = time.monotonic) -> TuneReport:
     """Tune `submission`'s `#!POPKIT tune` parameters on `task` and write the winner to `output` (module doc).
 
-    `gpus` (CUDA_VISIBLE_DEVICES values) spreads checks and race evals over local GPUs, one eval per GPU at
+    `devices` (CUDA_VISIBLE_DEVICES values) spreads checks and race evals over local GPUs, one eval per GPU at
     a time; the A/Bs run on the first. `backend` replaces where the children run (tests, a cluster)."""
     path, output = Path(submission), Path(output)
     against_path = Path(against) if against is not None else None
     check_paths(path, output, against_path, force)
-    gpus = tuple(gpus or ())
+    devices = tuple(devices or ())
     if settings.engine not in ENGINES:
         raise UsageError(f"unknown engine `{settings.engine}`", "engines: " + ", ".join(ENGINES))
     if settings.engine == "optuna":
@@ -453,7 +453,7 @@ def run_tune(task: Task, submission: Path | str, output: Path | str, options: ru
     sysinfo = system.probe(options.python, env=runner.child_env(options))
     with proc.WorkDir("popkit-tune-", keep=options.keep_workdir) as root:
         tuner = Tuner(task, path, content, spec, options, settings, backend or Backend(), say, clock, root, sysinfo,
-                      incumbent, incumbent_content, gpus)
+                      incumbent, incumbent_content, devices)
         for line in tunetriton.config_notes(spec):
             tuner.note(line)
         race, grid_points, signum = Race(tuner), None, 0

@@ -5,12 +5,13 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from popkit.documents import SpreadOutcome, TaskChecks, TaskDetail, TaskList
+from popkit.documents import TaskChecks, TaskDetail, TaskList
 from popkit.model import leaderboards
 from popkit.model import stats
 from popkit.model.diagnostics import submission_frame
 from popkit.model.results import CaseResult, ModeRun, RunReport
 from popkit.model.tasks import Skipped, Task, display_path
+from popkit.operations.requests import SpreadOutcome
 from popkit.operations.workflows import RunOutcome, SpreadRun, speedup_intervals
 from popkit.submission.taskhints import other_task_hint
 from popkit.views import pictures
