@@ -27,7 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from popkit import _sandbox, prestep, proc
+from popkit import _sandbox, buildcache, prestep, proc
 from popkit.errors import EnvironmentProblem, UsageError
 from popkit.executor import Executor, Isolation, Workspace
 from popkit.resources import data_dir
@@ -39,6 +39,11 @@ UNSHARE_ARGS = ("--user", "--map-root-user", "--mount", "--pid", "--fork", "--ki
 ISOLATION_CHOICES = ("auto", "require", "none")
 _PROBE_TIMEOUT_S = 20.0
 TOOLKIT_ENV = ("CUDA_HOME", "CUDA_PATH", "ROCM_PATH", "ROCM_HOME", "HIP_PATH", "POPKIT_HIP_ON_CUDA")
+
+
+def private_cache(workspace: Workspace) -> Path:
+    """The workspace's private build cache (mounted at _sandbox.CACHE_MOUNT inside)."""
+    return workspace.root / "build-cache"
 
 
 def build_caches(env: Mapping[str, str]) -> list[str]:
@@ -106,10 +111,31 @@ class SandboxExecutor(Executor):
     def argv(self, workspace: Workspace, python: str, script: str, args: Sequence[str],
              env: Mapping[str, str]) -> list[str]:
         paths = sandbox_paths(python, env)
-        spec = _sandbox.spec_args(str(workspace.files.resolve()), str(workspace.cwd.resolve()), build_caches(env),
-                                  paths["visible"], paths["imports"], paths["empty"])
+        private = workspace.private_cache
+        spec = _sandbox.spec_args(str(workspace.files.resolve()), str(workspace.cwd.resolve()),
+                                  [] if private else build_caches(env), paths["visible"], paths["imports"],
+                                  paths["empty"], str(private_cache(workspace).resolve()) if private else "")
         return [self.unshare, *UNSHARE_ARGS, "--", sys.executable or "python3", "-I", "-S", str(SANDBOX_SCRIPT),
                 *spec, "--", python, "-s", str(workspace.files.resolve() / script), *args]
+
+    def before(self, workspace: Workspace, python: str, env: Mapping[str, str]) -> Mapping[str, str]:
+        """A workspace's processes build in its private cache (popkit.buildcache), seeded before the first one
+        from the store's entry of the submission's key."""
+        if not workspace.private_cache:
+            return env
+        if workspace.cache_key is None:
+            folder = private_cache(workspace)
+            buildcache.make_private(folder)
+            workspace.cache_key = prestep.cache_key(workspace.submission, python, env) if workspace.submission else ""
+            buildcache.seed(workspace.cache_key, folder)
+        return {**env, **buildcache.private_env(_sandbox.CACHE_MOUNT)}
+
+    def after(self, workspace: Workspace) -> None:
+        if workspace.private_cache and workspace.cache_key:
+            buildcache.publish(workspace.cache_key, private_cache(workspace))
+
+    def holds_build(self, workspace: Workspace, key: str) -> bool | None:
+        return buildcache.verified(key) is not None if workspace.private_cache else None
 
     def finish(self, done: proc.Finished) -> proc.Finished:
         setup = next((line for line in done.stderr.splitlines() if line.startswith(_sandbox.SETUP_FAILED)), "")

@@ -179,10 +179,10 @@ def test_the_sandbox_spec_is_plain_arguments_and_any_path_comes_back_as_it_was()
     from popkit import _sandbox
 
     odd = ["/tmp/a b", "--", "--files", "/x=y", "/ü"]
-    args = _sandbox.spec_args("/w/files", "/w/work", odd[:3], odd[3:], ["/i"], ["/h"])
+    args = _sandbox.spec_args("/w/files", "/w/work", odd[:3], odd[3:], ["/i"], ["/h"], "--c")
     spec, argv = _sandbox.parse_spec(args + ["--", "python", "--", "x"])
     assert spec == {"files": "/w/files", "cwd": "/w/work", "writable": odd[:3], "visible": odd[3:], "imports": ["/i"],
-                    "empty": ["/h"]}
+                    "empty": ["/h"], "cache": "--c"}
     assert argv == ["python", "--", "x"]
     for bad in (args, args + ["--"], ["--cwd", "/w", "--", "true"], ["--files"], ["--bogus", "x"] + args + ["--", "true"],
                 ['{"files": "/w", "cwd": "/w", "writable": []}', "--", "true"]):
@@ -268,18 +268,18 @@ def test_stopping_popkit_ends_every_sandboxed_process_and_a_detached_grandchild(
     import uuid
 
     token = f"popkit-test-{uuid.uuid4().hex}"
-    cache = tmp_path / "cache"  # a build cache is writable in the sandbox: the attack logs there
-    cache.mkdir()
-    env = {**os.environ, "POPKIT_HOME": str(tmp_path / "home"), "TRITON_CACHE_DIR": str(cache),
-           "POPKIT_ATTACK_LOG": str(cache / "attack.log"), "TOKEN": token,
+    tmp = tmp_path / "tmp"  # popkit's working folders: the attack logs in the eval's own working folder
+    tmp.mkdir()
+    env = {**os.environ, "POPKIT_HOME": str(tmp_path / "home"), "TMPDIR": str(tmp),
+           "POPKIT_ATTACK_LOG": "attack.log", "TOKEN": token,
            "PYTHONPATH": os.pathsep.join((str(ROOT), str(ATTACKS)))}
     popkit = subprocess.Popen([sys.executable, "-m", "popkit", "test", str(ATTACKS / "escape.py"), "--task",
                                str(TASKS / "double"), "--no-precompile", "--no-history"], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not (cache / "attack.log").exists():
+    while time.monotonic() < deadline and not list(tmp.glob("popkit-run-*/work/attack.log")):
         time.sleep(0.1)
-    assert (cache / "attack.log").exists(), "the attack did not start"
+    assert list(tmp.glob("popkit-run-*/work/attack.log")), "the attack did not start"
     time.sleep(0.5)  # the grandchild detaches
     assert len(_with_token(token)) >= 4  # popkit, its watchdog, the sandbox's process 1, the eval and more
     popkit.send_signal(sig)
@@ -367,8 +367,8 @@ def test_the_sandbox_shows_nothing_of_the_user_and_no_socket_answers(tmp_path):
     assert report.outcome == "passed", [r.summary for r in report.runs]
     stderr = report.runs[0].stderr
     assert "reached: nothing" in stderr, stderr[-3000:]
-    # HOME is an empty folder but for the build caches bound into it; /run is fresh
-    assert "listed HOME: ['.cache', '.nv', '.triton']; listed /run: []" in stderr, stderr[-3000:]
+    # HOME is an empty folder (the build cache is the run's own, elsewhere); /run is fresh
+    assert "listed HOME: []; listed /run: []" in stderr, stderr[-3000:]
     assert "SECRET" not in repr(report.to_json())
 
 
