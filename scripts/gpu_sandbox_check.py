@@ -3,8 +3,8 @@
 
     python3 scripts/gpu_sandbox_check.py --out results/ [--pairs 4] [--budget-s 330]
 
-1. What a sandboxed process sees on this machine: CUDA available, the GPU's name, the root's top folders, HOME
-   (empty), /dev (the GPU's nodes, no disk) and /etc, from a script run in a sandbox workspace.
+1. What a sandboxed eval sees on this machine: CUDA available, the GPU's name, the root's top folders, HOME
+   (empty), /dev (the GPU's nodes, no disk) and /etc, said on stderr by a vectoradd submission (`popkit test`).
 2. Each bundled CUDA example (submissions/*/cuda.py): `popkit test FILE --json` twice, in the sandbox: the first
    builds (its private cache, then the store), the second must skip the pre-step (the store's entry of its key).
    Both verdicts must be `passed`, with isolation `namespaces`.
@@ -12,7 +12,6 @@
    test` in the sandbox, alternating, `--pairs` times per file, on vectoradd's CUDA (warm store) and PyTorch
    examples; the ratio is the median of `popkit test` over the median of the bare run, per file and pooled
    (every pair's popkit time over its bare time, median).
-4. The sandbox's own start-up: `unshare ... _sandbox.py -- true` against `true`, 20 times (median, ms).
 
 Writes OUT/sandbox_check.json after every step and prints a short table last. `--budget-s` stops starting new
 steps after that many seconds (about 6 minutes on one H100 by default). `--dry-run` prints the plan only.
@@ -36,19 +35,21 @@ sys.path.insert(0, str(ROOT / "scripts"))
 CUDA_FILES = ("identity", "vectoradd", "grayscale", "vectorsum", "softmax", "matmul")
 PAIR_FILES = ("vectoradd/cuda.py", "vectoradd/pytorch.py")
 
-PROBE = r'''
-import json, os
-out = {"uid": os.getuid(), "root": sorted(os.listdir("/")), "home": sorted(os.listdir(os.environ.get("HOME", "/"))),
-       "dev": sorted(os.listdir("/dev")), "etc": sorted(os.listdir("/etc"))}
-try:
-    import torch
-    out["cuda"] = torch.cuda.is_available()
-    out["gpu"] = torch.cuda.get_device_name(0) if out["cuda"] else ""
-    out["sum"] = float(torch.ones(1024, device="cuda").sum()) if out["cuda"] else None
-except Exception as exc:
-    out["error"] = f"{type(exc).__name__}: {exc}"
-print(json.dumps(out))
+# A vectoradd submission that says on stderr what its process sees (it reaches the run's --json), then adds.
+PROBE = r'''#!POPCORN leaderboard vectoradd
+import json, os, sys
+import torch
+seen = {"uid": os.getuid(), "root": sorted(os.listdir("/")), "home": sorted(os.listdir(os.environ.get("HOME", "/"))),
+        "dev": sorted(os.listdir("/dev")), "etc": sorted(os.listdir("/etc")), "cuda": torch.cuda.is_available(),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else ""}
+print("popkit-sandbox-check " + json.dumps(seen), file=sys.stderr)
+
+
+def custom_kernel(data):
+    a, b = data
+    return a + b
 '''
+MARK = "popkit-sandbox-check "
 
 
 def popkit_test(path: Path, isolation: str = "auto") -> tuple[float, dict]:
@@ -84,39 +85,17 @@ def pooled(rows: list[dict]) -> float | None:
     return statistics.median(pairs) if pairs else None
 
 
-def probe_inside() -> dict:
-    from popkit import sandbox
-
-    reason = sandbox.unavailable()
-    if reason:
-        return {"unavailable": reason}
-    executor = sandbox.SandboxExecutor()
-    with executor.workspace("popkit-check-") as ws:
-        for folder in (ws.files, ws.cwd):
-            folder.mkdir(parents=True, exist_ok=True)
-            (folder / "probe.py").write_text(PROBE)
-        done = ws.run(sys.executable, "probe.py", [], dict(os.environ), 120)
-    try:
-        return json.loads(done.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return {"code": done.code, "stderr": done.stderr[-3000:]}
-
-
-def start_up(n: int = 20) -> dict:
-    from popkit import _sandbox, sandbox
-
-    paths = sandbox.sandbox_paths(sys.executable, dict(os.environ))
-    work = Path(os.environ.get("TMPDIR") or "/tmp")
-    argv = ["unshare", *sandbox.UNSHARE_ARGS, "--", sys.executable, "-I", "-S", str(sandbox.SANDBOX_SCRIPT),
-            *_sandbox.spec_args(str(work), str(work), (), paths["visible"], paths["imports"], paths["empty"]),
-            "--", "true"]
-    times: dict[str, list[float]] = {"sandbox": [], "bare": []}
-    for _ in range(n):
-        for key, command in (("sandbox", argv), ("bare", ["true"])):
-            start = time.perf_counter()
-            subprocess.run(command, capture_output=True, check=False)
-            times[key].append(time.perf_counter() - start)
-    return {k: round(statistics.median(v) * 1000, 1) for k, v in times.items()}
+def probe_inside(folder: Path) -> dict:
+    """What a sandboxed eval sees here: `popkit test` of PROBE, its first eval's stderr line."""
+    path = folder / "sandbox_probe.py"
+    path.write_text(PROBE)
+    _, doc = popkit_test(path)
+    for run in doc.get("runs", []):
+        for line in (run.get("stderr") or "").splitlines():
+            if line.startswith(MARK):
+                return {**json.loads(line[len(MARK):]), "outcome": doc.get("outcome"),
+                        "isolation": (doc.get("isolation") or {}).get("level")}
+    return {"outcome": doc.get("outcome"), "doc": summary(doc)}
 
 
 def table(results: dict) -> str:
@@ -132,9 +111,6 @@ def table(results: dict) -> str:
                      f"{statistics.median(row['popkit_s']):.2f} s | {r:.3f} |" if r else f"| {row['file']} | | | |")
     if results.get("pooled") is not None:
         lines.append(f"\npooled ratio (median of per-pair ratios): {results['pooled']:.3f}")
-    if results.get("start_up_ms"):
-        lines.append(f"sandbox start-up: {results['start_up_ms']['sandbox']} ms vs {results['start_up_ms']['bare']} ms "
-                     "bare (`true`)")
     return "\n".join(lines)
 
 
@@ -155,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     start = time.monotonic()
     left = lambda: args.budget_s - (time.monotonic() - start)  # noqa: E731
-    results["inside"] = probe_inside()
+    results["inside"] = probe_inside(args.out)
     print("inside the sandbox:", json.dumps(results["inside"]), flush=True)
     out.write_text(json.dumps(results, indent=1))
     for name in plan["cuda"]:
@@ -196,8 +172,6 @@ def main(argv: list[str] | None = None) -> int:
         results["pairs"].append(row)
         results["pooled"] = pooled(results["pairs"])
         out.write_text(json.dumps(results, indent=1))
-    results["start_up_ms"] = start_up()
-    out.write_text(json.dumps(results, indent=1))
     print(table(results))
     return 0
 
