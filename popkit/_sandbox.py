@@ -108,10 +108,6 @@ def within(path: str, top: str) -> bool:
     return path == top or path.startswith(top.rstrip("/") + "/")
 
 
-def under_fresh(path: str) -> bool:
-    return any(within(path, top) for top in FRESH)
-
-
 def importable(folder: str, entry: os.DirEntry) -> bool:
     """Whether a folder on the import path shows `entry`: a module file, or a package (an `__init__`) or a
     namespace package (a folder named like a module holding a `.py` file), never a link, a hidden name, a
@@ -222,12 +218,22 @@ def _make_target(target: str, source: object) -> None:
         os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644))
 
 
+def _through_link(root: str, target: str) -> bool:
+    """Whether a folder above `target` in the root being built is a link (following it could leave the root)."""
+    parts = target.strip("/").split("/")[:-1]
+    return any(os.path.islink(root + "/" + "/".join(parts[:i + 1])) for i in range(len(parts)))
+
+
 def build(layout: Layout, root: str) -> list[str]:
     """Make every mount of `layout` below `root`; returns the targets to make read-only once all are made."""
     later = []
     order = sorted(layout.mounts, key=lambda m: (m[0].rstrip("/").count("/"), m[0]))
     for target, kind, source in order:
         at = root + target
+        if _through_link(root, target):  # shown through a link made above it (/lib -> usr/lib): never followed here
+            continue
+        if kind in ("link", "text", "dir") and os.path.lexists(at):  # already shown by a folder bound whole
+            continue
         try:
             if kind == "link":
                 os.makedirs(os.path.dirname(at), exist_ok=True)
