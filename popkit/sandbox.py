@@ -1,19 +1,22 @@
 """popkit's sandbox: every process that runs submission code in Linux namespaces (docs/design.md, "The sandbox").
 
-Each process (the compile pre-step, every eval) starts through util-linux `unshare` in new user, pid,
-mount, network, IPC and UTS namespaces; popkit/_sandbox.py, process 1 inside, makes every mount
-read-only but for the run's working folder and the build caches, gives fresh /tmp, /dev/shm and /run,
-and starts the process as uid 65534 in a nested user namespace. What that closes:
+Each process (the compile pre-step, every eval, `popkit compile`'s import) starts through util-linux `unshare`
+in new user, pid, mount, network, IPC and UTS namespaces; popkit/_sandbox.py, process 1 inside, builds a root
+from nothing (the system's programs and libraries, a few files of /etc, a minimal /dev with the GPUs' nodes,
+the interpreter, popkit, the run's folders and its private build cache: `sandbox_paths`, docs/sandbox.md),
+moves into it with pivot_root and starts the process as uid 65534 in a nested user namespace. What that closes:
 
-- files: the task's files and popkit's harness sit read-only in the folder the eval imports from; the
-  processes work in a separate writable folder that is on no import path; nothing outside the working
-  folder and the build caches can be written (popkit's installation, site-packages, your home);
+- files: nothing of HOME, other projects, popkit's own files or /etc beyond what libraries read is visible; the
+  task's files and popkit's harness sit read-only in the folder the eval imports from; the processes work in a
+  separate writable folder that is on no import path; only that folder and the run's private build cache
+  (popkit.buildcache: shared only under the submission's own digest) can be written;
 - processes: nothing of popkit, its watchdog or other users is visible or signalable in /proc; every
-  process dies with the eval; no network; the key of popkit's closing record comes on a descriptor, in
-  no environment or command line.
+  process dies with the eval; no network and no host unix socket; the key of popkit's closing record comes on
+  a descriptor, in no environment or command line.
 
 Where namespaces are unavailable (no `unshare`, user namespaces disabled, not Linux) runs still work,
-without it, and every report says `isolation: none (<reason>)`; `--require-isolation` makes that exit 11.
+without it, and every report says `isolation: none, no sandbox: <reason>`; `--require-isolation` makes that exit
+11.
 """
 
 from __future__ import annotations
