@@ -5,13 +5,14 @@
 
 1. What a sandboxed eval sees on this machine: CUDA available, the GPU's name, the root's top folders, HOME
    (empty), /dev (the GPU's nodes, no disk) and /etc, said on stderr by a vectoradd submission (`popkit test`).
-2. Each bundled CUDA example (submissions/*/cuda.py): `popkit test FILE --json` twice, in the sandbox: the first
-   builds (its private cache, then the store), the second must skip the pre-step (the store's entry of its key).
-   Both verdicts must be `passed`, with isolation `namespaces`.
-3. Pooled pairs: the bare eval (scripts/bare_eval.py: the task's eval run directly, no popkit) against `popkit
-   test` in the sandbox, alternating, `--pairs` times per file, on vectoradd's CUDA (warm store) and PyTorch
-   examples; the ratio is the median of `popkit test` over the median of the bare run, per file and pooled
-   (every pair's popkit time over its bare time, median).
+2. Pooled pairs: the bare eval (scripts/bare_eval.py: the task's eval run directly, no popkit) against `popkit
+   test` in the sandbox, alternating, `--pairs` times per file, on vectoradd's CUDA (built once first, then from
+   the store) and PyTorch examples; the ratio is the median of `popkit test` over the median of the bare run,
+   per file, and pooled (the median of every pair's ratio). They come before step 3, so that a cut budget still
+   measures them.
+3. Each bundled CUDA example (submissions/*/cuda.py): `popkit test FILE --json` twice, in the sandbox: the first
+   builds (in its private cache, then the store), the second must skip the pre-step (the store's entry of its
+   key). Both verdicts must be `passed`, with isolation `namespaces`.
 
 Writes OUT/sandbox_check.json after every step and prints a short table last. `--budget-s` stops starting new
 steps after that many seconds (about 6 minutes on one H100 by default). `--dry-run` prints the plan only.
@@ -134,19 +135,6 @@ def main(argv: list[str] | None = None) -> int:
     results["inside"] = probe_inside(args.out)
     print("inside the sandbox:", json.dumps(results["inside"]), flush=True)
     out.write_text(json.dumps(results, indent=1))
-    for name in plan["cuda"]:
-        if left() < 60:
-            results.setdefault("skipped", []).append(name)
-            continue
-        path = ROOT / "submissions" / name
-        first_s, first = popkit_test(path)
-        second_s, second = popkit_test(path)
-        row = {"file": name, "first": summary(first), "second": summary(second), "first_s": first_s,
-               "second_s": second_s}
-        results["cuda"].append(row)
-        out.write_text(json.dumps(results, indent=1))
-        print(f"{name}: {row['first']['outcome']} ({first_s:.1f} s), again {row['second']['outcome']} "
-              f"({second_s:.1f} s, pre-step {'ran' if row['second']['prestep_ran'] else 'skipped'})", flush=True)
     from bare_eval import bare_run
 
     for name in plan["pairs"]:
@@ -172,6 +160,19 @@ def main(argv: list[str] | None = None) -> int:
         results["pairs"].append(row)
         results["pooled"] = pooled(results["pairs"])
         out.write_text(json.dumps(results, indent=1))
+    for name in plan["cuda"]:
+        if left() < 60:
+            results.setdefault("skipped", []).append(name)
+            continue
+        path = ROOT / "submissions" / name
+        first_s, first = popkit_test(path)
+        second_s, second = popkit_test(path)
+        row = {"file": name, "first": summary(first), "second": summary(second), "first_s": first_s,
+               "second_s": second_s}
+        results["cuda"].append(row)
+        out.write_text(json.dumps(results, indent=1))
+        print(f"{name}: {row['first']['outcome']} ({first_s:.1f} s), again {row['second']['outcome']} "
+              f"({second_s:.1f} s, pre-step {'ran' if row['second']['prestep_ran'] else 'skipped'})", flush=True)
     print(table(results))
     return 0
 
