@@ -33,7 +33,7 @@ from typing import Mapping, Sequence
 from popkit import _sandbox, buildcache, prestep, proc
 from popkit.errors import EnvironmentProblem, UsageError
 from popkit.executor import Executor, Isolation, Workspace
-from popkit.resources import data_dir
+from popkit.resources import data_dir, popkit_home
 
 SANDBOX_SCRIPT = Path(_sandbox.__file__).resolve()
 NAMESPACES = "user, pid, mount, network, IPC; uid 65534; read-only files"
@@ -47,6 +47,16 @@ TOOLKIT_ENV = ("CUDA_HOME", "CUDA_PATH", "ROCM_PATH", "ROCM_HOME", "HIP_PATH", "
 def private_cache(workspace: Workspace) -> Path:
     """The workspace's private build cache (mounted at _sandbox.CACHE_MOUNT inside)."""
     return workspace.root / "build-cache"
+
+
+def keyed_build(env: Mapping[str, str]) -> bool:
+    """Whether the environment names one of popkit's own build folders (`<popkit home>/build/<digest>`, which
+    `popkit tune` gives each extension by the digest of its sources and flags) as TORCH_EXTENSIONS_DIR: the
+    processes build there, shared by the variants that build the same extension; nothing else loads it."""
+    named = env.get("TORCH_EXTENSIONS_DIR", "")
+    if not named or named.startswith(_sandbox.CACHE_MOUNT):
+        return False
+    return Path(named).resolve().parent == (popkit_home() / "build").resolve()
 
 
 def build_caches(env: Mapping[str, str]) -> list[str]:
@@ -115,9 +125,12 @@ class SandboxExecutor(Executor):
              env: Mapping[str, str]) -> list[str]:
         paths = sandbox_paths(python, env)
         private = workspace.private_cache
-        spec = _sandbox.spec_args(str(workspace.files.resolve()), str(workspace.cwd.resolve()),
-                                  [] if private else build_caches(env), paths["visible"], paths["imports"],
-                                  paths["empty"], str(private_cache(workspace).resolve()) if private else "")
+        writable = [] if private else build_caches(env)
+        if private and keyed_build(env):  # popkit's own build folder of one extension's digest (tune's)
+            writable = build_caches({"TORCH_EXTENSIONS_DIR": env["TORCH_EXTENSIONS_DIR"]})[:1]
+        spec = _sandbox.spec_args(str(workspace.files.resolve()), str(workspace.cwd.resolve()), writable,
+                                  paths["visible"], paths["imports"], paths["empty"],
+                                  str(private_cache(workspace).resolve()) if private else "")
         return [self.unshare, *UNSHARE_ARGS, "--", sys.executable or "python3", "-I", "-S", str(SANDBOX_SCRIPT),
                 *spec, "--", python, "-s", str(workspace.files.resolve() / script), *args]
 
@@ -131,7 +144,10 @@ class SandboxExecutor(Executor):
             buildcache.make_private(folder)
             workspace.cache_key = prestep.cache_key(workspace.submission, python, env) if workspace.submission else ""
             buildcache.seed(workspace.cache_key, folder)
-        return {**env, **buildcache.private_env(_sandbox.CACHE_MOUNT)}
+        private = buildcache.private_env(_sandbox.CACHE_MOUNT)
+        if keyed_build(env):
+            del private["TORCH_EXTENSIONS_DIR"]
+        return {**env, **private}
 
     def after(self, workspace: Workspace) -> None:
         if workspace.private_cache and workspace.cache_key:

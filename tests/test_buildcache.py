@@ -109,3 +109,14 @@ def test_a_sandboxed_run_builds_privately_and_the_next_run_of_the_same_bytes_reu
     second = runner.run_submission(task, sub, "test", runner.RunOptions(), system={"device": "test"},
                                    executor=sandbox.SandboxExecutor())
     assert second.outcome == "passed" and second.precompile is None, [r.summary for r in second.runs]
+
+
+def test_only_popkits_own_build_folders_are_built_in_place(tmp_path, monkeypatch):
+    """tune gives each extension `<popkit home>/build/tune-<digest>` (its variants share the build): that folder is
+    bound as it is; any other TORCH_EXTENSIONS_DIR (the user's own, which an unsandboxed python loads) is not."""
+    monkeypatch.setenv("POPKIT_HOME", str(tmp_path / "home"))
+    keyed = tmp_path / "home" / "build" / "tune-0123456789abcdef"
+    assert sandbox.keyed_build({"TORCH_EXTENSIONS_DIR": str(keyed)})
+    assert not sandbox.keyed_build({"TORCH_EXTENSIONS_DIR": str(tmp_path / "mine")})
+    assert not sandbox.keyed_build({"TORCH_EXTENSIONS_DIR": str(tmp_path / "home" / "build")})
+    assert not sandbox.keyed_build({})
