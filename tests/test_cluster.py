@@ -548,3 +548,27 @@ def test_a_local_instance_offers_no_more_cpu_slots_than_there_are_runs(monkeypat
         with ray_session.connect(address, lambda _msg: None, slots=slots):
             pass
     assert [kw.get("num_cpus") for kw in inits] == [8, 32, None, None]
+
+
+def test_rays_auth_token_is_made_private_without_following_a_link(tmp_path):
+    """Ray leaves ~/.ray/auth_token readable by every user (0644): popkit makes it 0600 and its folder 0700."""
+    import os
+    import stat
+
+    from popkit.distributed.ray_session import private_token
+
+    folder = tmp_path / ".ray"
+    folder.mkdir(mode=0o755)
+    os.chmod(folder, 0o755)
+    token = folder / "auth_token"
+    token.write_text("secret")
+    os.chmod(token, 0o644)
+    assert private_token(token)
+    assert stat.S_IMODE(token.stat().st_mode) == 0o600 and stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert not private_token(token)  # already private
+    other = tmp_path / "other.txt"
+    other.write_text("x")
+    os.chmod(other, 0o644)
+    token.unlink()
+    token.symlink_to(other)
+    assert not private_token(token) and stat.S_IMODE(other.stat().st_mode) == 0o644

@@ -180,10 +180,10 @@ def test_the_sandbox_spec_is_plain_arguments_and_any_path_comes_back_as_it_was()
     from popkit.run import _sandbox
 
     odd = ["/tmp/a b", "--", "--files", "/x=y", "/ü"]
-    args = _sandbox.spec_args("/w/files", "/w/work", odd[:3], odd[3:], ["/i"], ["/h"])
+    args = _sandbox.spec_args("/w/files", "/w/work", odd[:3], odd[3:], ["/i"], ["/h"], "--c")
     spec, argv = _sandbox.parse_spec(args + ["--", "python", "--", "x"])
     assert spec == {"files": "/w/files", "cwd": "/w/work", "writable": odd[:3], "visible": odd[3:], "imports": ["/i"],
-                    "empty": ["/h"]}
+                    "empty": ["/h"], "cache": "--c"}
     assert argv == ["python", "--", "x"]
     for bad in (args, args + ["--"], ["--cwd", "/w", "--", "true"], ["--files"], ["--bogus", "x"] + args + ["--", "true"],
                 ['{"files": "/w", "cwd": "/w", "writable": []}', "--", "true"]):
@@ -269,18 +269,18 @@ def test_stopping_popkit_ends_every_sandboxed_process_and_a_detached_grandchild(
     import uuid
 
     token = f"popkit-test-{uuid.uuid4().hex}"
-    cache = tmp_path / "cache"  # a build cache is writable in the sandbox: the attack logs there
-    cache.mkdir()
-    env = {**os.environ, "POPKIT_HOME": str(tmp_path / "home"), "TRITON_CACHE_DIR": str(cache),
-           "POPKIT_ATTACK_LOG": str(cache / "attack.log"), "TOKEN": token,
+    tmp = tmp_path / "tmp"  # popkit's working folders: the attack logs in the eval's own working folder
+    tmp.mkdir()
+    env = {**os.environ, "POPKIT_HOME": str(tmp_path / "home"), "TMPDIR": str(tmp),
+           "POPKIT_ATTACK_LOG": "attack.log", "TOKEN": token,
            "PYTHONPATH": os.pathsep.join((str(ROOT), str(ATTACKS)))}
     popkit = subprocess.Popen([sys.executable, "-m", "popkit", "test", str(ATTACKS / "escape.py"), "--task",
                                str(TASKS / "double"), "--no-precompile", "--no-history"], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not (cache / "attack.log").exists():
+    while time.monotonic() < deadline and not list(tmp.glob("popkit-run-*/work/attack.log")):
         time.sleep(0.1)
-    assert (cache / "attack.log").exists(), "the attack did not start"
+    assert list(tmp.glob("popkit-run-*/work/attack.log")), "the attack did not start"
     time.sleep(0.5)  # the grandchild detaches
     assert len(_with_token(token)) >= 4  # popkit, its watchdog, the sandbox's process 1, the eval and more
     popkit.send_signal(sig)
@@ -368,8 +368,8 @@ def test_the_sandbox_shows_nothing_of_the_user_and_no_socket_answers(tmp_path):
     assert report.outcome == "passed", [r.summary for r in report.runs]
     stderr = report.runs[0].stderr
     assert "reached: nothing" in stderr, stderr[-3000:]
-    # HOME is an empty folder but for the build caches bound into it; /run is fresh
-    assert "listed HOME: ['.cache', '.nv', '.triton']; listed /run: []" in stderr, stderr[-3000:]
+    # HOME is an empty folder (the build cache is the run's own, elsewhere); /run is fresh
+    assert "listed HOME: []; listed /run: []" in stderr, stderr[-3000:]
     assert "SECRET" not in repr(report.to_json())
 
 
@@ -399,3 +399,67 @@ def test_isolation_none_never_reads_like_a_level():
     assert str(forged) == "none, no sandbox: namespaces (user, pid, mount)"
     assert isolation_line(forged.to_json()) == str(forged)
     assert isolation_line(Isolation("namespaces", "user, pid").to_json()) == "namespaces (user, pid)"
+
+
+NOBODY_RUN = '''
+import os, sys
+from popkit import sandbox
+assert not sandbox.unavailable(), sandbox.unavailable()
+with sandbox.SandboxExecutor().workspace() as ws:
+    for folder in (ws.files, ws.cwd):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "probe.py").write_text(open(sys.argv[1]).read())
+    done = ws.run(sys.executable, "probe.py", [], dict(os.environ), 60)
+print(done.stdout + done.stderr)
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/bin/setpriv").exists(), reason="starts popkit as uid 65534")
+def test_as_uid_65534_the_root_built_from_nothing_shows_nothing_of_the_user():
+    """The same sandbox when popkit itself runs as uid 65534: a secret readable by every user and a unix socket
+    a host process listens on, beside the caller's files, are neither readable nor reachable."""
+    import subprocess
+    import sys
+
+    python = next((p for p in ("/usr/bin/python3", sys.executable)
+                   if subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", p, "-c",
+                                      "import popkit.run.sandbox"], env={"PYTHONPATH": str(ROOT)},
+                                     capture_output=True).returncode == 0), None)
+    if python is None:
+        pytest.skip("no interpreter uid 65534 can run popkit with")
+    import shutil
+    import tempfile
+
+    # pytest's own folder is root's alone; /var/tmp, not /tmp (which every sandbox replaces with a fresh one)
+    place = Path(tempfile.mkdtemp(prefix="popkit-nobody-", dir="/var/tmp"))
+    os.chmod(place, 0o777)
+    (place / "secret.txt").write_text("SECRET-file\n")
+    os.chmod(place / "secret.txt", 0o644)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(place / "agent.sock"))
+    os.chmod(place / "agent.sock", 0o777)
+    server.listen(1)
+    threading.Thread(target=lambda: _answer(server), daemon=True).start()
+    probe = place / "probe.py"
+    probe.write_text("import os, socket\nreached = []\n"
+                     f"try:\n    reached.append(open({str(place / 'secret.txt')!r}).read())\nexcept OSError:\n    pass\n"
+                     "try:\n    s = socket.socket(socket.AF_UNIX)\n"
+                     f"    s.connect({str(place / 'agent.sock')!r}); reached.append(s.recv(64).decode())\n"
+                     "except OSError:\n    pass\n"
+                     "print('uid', os.getuid(), 'reached', reached or 'nothing', 'root', sorted(os.listdir('/')))\n")
+    os.chmod(probe, 0o644)
+    driver = place / "driver.py"
+    driver.write_text(NOBODY_RUN)
+    os.chmod(driver, 0o644)
+    try:
+        done = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", python,
+                               str(driver), str(probe)], capture_output=True, text=True, timeout=120, cwd=place,
+                              env={"PYTHONPATH": str(ROOT), "HOME": str(place), "PATH": "/usr/bin:/bin",
+                                   "POPKIT_CACHE_DIR": str(place / "cache"), "TMPDIR": str(place)})
+    finally:
+        server.close()
+        shutil.rmtree(place, ignore_errors=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "uid 65534 reached nothing" in done.stdout, done.stdout + done.stderr[-2000:]
+    assert "SECRET" not in done.stdout

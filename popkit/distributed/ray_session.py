@@ -13,8 +13,10 @@ import contextlib
 import os
 import signal
 import socket
+import stat
 import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from popkit.errors import EnvironmentProblem, Interrupted, UsageError
@@ -138,6 +140,25 @@ def connect(address: str | None, progress: Progress, slots: int | None = None) -
             _shutdown(ray)
 
 
+def private_token(path: Path) -> bool:
+    """Ray writes its authentication token readable by every user (0644): made 0600, its folder 0700, without
+    following a link. Whether it changed anything."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode) or not os.fstat(fd).st_mode & 0o077:
+            return False
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+    folder = path.parent
+    if not folder.is_symlink() and folder.stat().st_mode & 0o077:
+        os.chmod(folder, 0o700)
+    return True
+
+
 def _init(ray: Any, address: str | None, options: Mapping[str, Any], folder: str) -> None:
     """ray.init from `folder`, an empty one: Ray puts the current folder of the process that calls it first on
     the import path of every worker, and a local instance's processes run in it. Called from the folder of the
@@ -147,6 +168,7 @@ def _init(ray: Any, address: str | None, options: Mapping[str, Any], folder: str
     try:
         os.chdir(folder)
         ray.init(address=address or "local", **options)
+        private_token(Path(os.path.expanduser("~")) / ".ray" / "auth_token")
     except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError...: each is "cannot"
         _shutdown(ray)
         detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]

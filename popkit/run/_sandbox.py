@@ -17,7 +17,8 @@ killed it). When it exits, the kernel kills every process left in the namespace.
 The spec (`spec_args` writes it): `files` (the task's files as popkit wrote them) is shown read-only; `cwd` and
 each `writable` folder writable; each `visible` path (the interpreter, its packages, popkit, the CUDA toolkit)
 read-only, whole; each `imports` folder (a PYTHONPATH entry) showing only its modules and packages; each
-`empty` path (HOME) as an empty read-only folder; all keep their paths. Every sandboxed process waits for this script's start-up, so it imports little: no json (the spec is plain
+`empty` path (HOME) as an empty read-only folder; all keep their paths but `cache` (the run's private build
+cache), mounted writable at CACHE_MOUNT. Every sandboxed process waits for this script's start-up, so it imports little: no json (the spec is plain
 arguments) and `_socket`, the C module under socket.py, whose enums and selectors would double that start-up.
 """
 
@@ -84,6 +85,7 @@ def read_only(path: str) -> None:
 
 
 FRESH = ("/tmp", "/dev/shm", "/run")  # empty tmpfs in the sandbox
+CACHE_MOUNT = "/var/cache/popkit"  # where a run's private build cache (spec `cache`) is mounted, writable
 # What of the machine the root built from nothing shows, read-only: the system's programs and libraries ...
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt/rocm", "/opt/nvidia")
 # ... the files of /etc that libraries read (the loader's cache, name service, time zone, certificates,
@@ -104,10 +106,6 @@ IMPORTABLE = (".py", ".pyc", ".so", ".pyd")
 def within(path: str, top: str) -> bool:
     """Whether `path` is `top` or lies below it."""
     return path == top or path.startswith(top.rstrip("/") + "/")
-
-
-def under_fresh(path: str) -> bool:
-    return any(within(path, top) for top in FRESH)
 
 
 def importable(folder: str, entry: os.DirEntry) -> bool:
@@ -202,6 +200,8 @@ def plan(spec: dict) -> Layout:
         layout.add(path, "dir")
     layout.bind(spec["files"])
     layout.bind(spec["cwd"], "rw")
+    if spec.get("cache"):
+        layout.add(CACHE_MOUNT, "rw", os.open(spec["cache"], os.O_PATH | os.O_CLOEXEC | os.O_DIRECTORY))
     for path in spec["writable"]:
         layout.bind(path, "rw")
     return layout
@@ -218,12 +218,22 @@ def _make_target(target: str, source: object) -> None:
         os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644))
 
 
+def _through_link(root: str, target: str) -> bool:
+    """Whether a folder above `target` in the root being built is a link (following it could leave the root)."""
+    parts = target.strip("/").split("/")[:-1]
+    return any(os.path.islink(root + "/" + "/".join(parts[:i + 1])) for i in range(len(parts)))
+
+
 def build(layout: Layout, root: str) -> list[str]:
     """Make every mount of `layout` below `root`; returns the targets to make read-only once all are made."""
     later = []
     order = sorted(layout.mounts, key=lambda m: (m[0].rstrip("/").count("/"), m[0]))
     for target, kind, source in order:
         at = root + target
+        if _through_link(root, target):  # shown through a link made above it (/lib -> usr/lib): never followed here
+            continue
+        if kind in ("link", "text", "dir") and os.path.lexists(at):  # already shown by a folder bound whole
+            continue
         try:
             if kind == "link":
                 os.makedirs(os.path.dirname(at), exist_ok=True)
@@ -324,9 +334,9 @@ _SPEC_LISTS = ("writable", "visible", "imports", "empty")
 
 def spec_args(files: str, cwd: str, writable: list[str] | tuple[str, ...] = (),
               visible: list[str] | tuple[str, ...] = (), imports: list[str] | tuple[str, ...] = (),
-              empty: list[str] | tuple[str, ...] = ()) -> list[str]:
+              empty: list[str] | tuple[str, ...] = (), cache: str = "") -> list[str]:
     """The spec as this script's arguments (before `--`): a flag and its value, in pairs."""
-    args = ["--files", files, "--cwd", cwd]
+    args = ["--files", files, "--cwd", cwd] + (["--cache", cache] if cache else [])
     for flag, paths in (("--writable", writable), ("--visible", visible), ("--imports", imports),
                         ("--empty", empty)):
         for path in paths:
@@ -336,7 +346,7 @@ def spec_args(files: str, cwd: str, writable: list[str] | tuple[str, ...] = (),
 
 def parse_spec(args: list[str]) -> tuple[dict, list[str]] | None:
     """(spec, ARGV) from spec_args' pairs, `--` and ARGV; None when they are not that (a value may be anything)."""
-    spec: dict = {"files": None, "cwd": None, "writable": [], "visible": [], "imports": [], "empty": []}
+    spec: dict = {"files": None, "cwd": None, "cache": None, "writable": [], "visible": [], "imports": [], "empty": []}
     i = 0
     while i < len(args) and args[i] != "--":
         key = args[i][2:] if args[i].startswith("--") else ""
@@ -368,8 +378,8 @@ def find_program(name: str) -> str:
 def main(args: list[str]) -> int:
     parsed = parse_spec(args)
     if parsed is None:
-        print("usage: _sandbox.py --files DIR --cwd DIR [--writable DIR]... [--visible PATH]... [--imports DIR]... "
-              "[--empty DIR]... -- ARGV...",
+        print("usage: _sandbox.py --files DIR --cwd DIR [--cache DIR] [--writable DIR]... [--visible PATH]... "
+              "[--imports DIR]... [--empty DIR]... -- ARGV...",
               file=sys.stderr)
         return 2
     spec, argv = parsed

@@ -194,13 +194,16 @@ def compile_submission(path: Path | str, *, task: str | None = None, roots: Sequ
     base.update(build_dir=str(build_dir), arch_list=arch_list)
 
     record = _read_record(build_dir)
-    env = {"TORCH_EXTENSIONS_DIR": str(build_dir), "PYTHONUNBUFFERED": "1"}
+    # the build's caches all in its own folder, keyed by its source and toolchain (nothing shared with other runs)
+    env = {"TORCH_EXTENSIONS_DIR": str(build_dir), "TRITON_CACHE_DIR": str(build_dir / "triton"),
+           "CUDA_CACHE_PATH": str(build_dir / "nv"), "PYTHONUNBUFFERED": "1"}
     if arch_list and not tools.hip:
         env["TORCH_CUDA_ARCH_LIST"] = arch_list
     if toolkit:
         env["CUDA_HOME"] = toolkit
     executor = sandbox.executor_for()  # the submission's import runs its code: in the sandbox, as every eval
     with executor.workspace("popkit-compile-") as ws:  # removed by its guard even if popkit is killed
+        ws.private_cache = False  # the build goes to build_dir, as the report says
         name = _prepare(ws, found_task, source)
         cached = record is not None
         if cached:

@@ -129,6 +129,9 @@ class Workspace:
         self._task_names = _TaskNames({})  # shadowable_names of the task's files alone
         self._other_names: frozenset[str] = frozenset()  # the submission's, and those of files added since
         self._after_start: list[Callable[[], None]] = []
+        self.submission = b""  # the submission's bytes as last written (the sandbox's build cache key)
+        self.private_cache = True  # a sandbox gives the processes a private build cache (popkit.toolchain.buildcache)
+        self.cache_key: str | None = None  # set by the executor before the first process (None: not yet)
 
     def prepare(self, task: Task, submission: bytes, harness: str = "task", later: bool = False) -> str:
         """Write the task's files and the user's bytes; returns the eval file to run (the task's `config.main`,
@@ -151,6 +154,7 @@ class Workspace:
             main = POPKIT_EVAL_NAME
             files[main] = (data_dir("tasks") / "eval.py").read_bytes()
         self.written = {name: data for name, data in files.items() if name != self.submission_name}
+        self.submission = submission
         self._task_names = _TaskNames(self.written)
         if later:
             self.after_start(self._task_names.start)
@@ -188,10 +192,14 @@ class Workspace:
             watch: Callable[[bytes], None] | None = None,
             deadline: Callable[[], float | None] | None = None) -> proc.Finished:
         """`python script args...` started in `cwd`, its script taken from `files`; see proc.run."""
+        env = self.executor.before(self, python, env)
         argv = self.executor.argv(self, python, script, args, env)
-        return self.executor.finish(proc.run(argv, self.cwd, self.executor.env(env), timeout_s,
-                                             result_fd_env=result_fd_env, inputs=inputs, watch=watch,
-                                             deadline=deadline, started=self._started))
+        try:
+            return self.executor.finish(proc.run(argv, self.cwd, self.executor.env(env), timeout_s,
+                                                 result_fd_env=result_fd_env, inputs=inputs, watch=watch,
+                                                 deadline=deadline, started=self._started))
+        finally:
+            self.executor.after(self)
 
     def after_start(self, callback: Callable[[], None]) -> None:
         """Call `callback` once, right after the next process of this workspace has started: work that goes on
@@ -214,6 +222,7 @@ class Workspace:
             with os.fdopen(fd, "wb") as f:
                 f.write(submission)
         self._other_names = shadowable_names({self.submission_name: submission})
+        self.submission, self.cache_key = submission, None
 
     def tampered(self, during: str) -> str:
         """Put back every task file the submission changed, replaced or removed `during` a step, and remove
@@ -371,6 +380,19 @@ class Executor:
         if self.gpu is not None:
             pinned["CUDA_VISIBLE_DEVICES"] = self.gpu
         return pinned
+
+    def before(self, workspace: Workspace, python: str, env: Mapping[str, str]) -> Mapping[str, str]:
+        """The environment of a process about to start in `workspace` (a sandbox points its build caches at the
+        workspace's private one)."""
+        return env
+
+    def after(self, workspace: Workspace) -> None:
+        """After each process of `workspace` (a sandbox shares what it built, under its key)."""
+
+    def holds_build(self, workspace: Workspace, key: str) -> bool | None:
+        """Whether the build cache the workspace's processes will see holds the build of `key` (None: the shared
+        cache of the environment, which prestep's index judges)."""
+        return None
 
     def argv(self, workspace: Workspace, python: str, script: str, args: Sequence[str],
              env: Mapping[str, str]) -> list[str]:

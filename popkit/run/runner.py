@@ -102,7 +102,8 @@ def pre_step(ws: Workspace, content: bytes, options: RunOptions, progress: Progr
     """
     what = "compile pre-step" + (f" {side}" if side else "")
     env = child_env(options)
-    plan = prestep.decide(content, options.precompile, options.python, env)
+    plan = prestep.decide(content, options.precompile, options.python, env,
+                          lambda key: ws.executor.holds_build(ws, key))
     if plan.reason:
         progress(f"{what}: skipped ({plan.reason})")
     if not plan.run:

@@ -1,19 +1,22 @@
 """popkit's sandbox: every process that runs submission code in Linux namespaces (docs/design.md, "The sandbox").
 
-Each process (the compile pre-step, every eval) starts through util-linux `unshare` in new user, pid,
-mount, network, IPC and UTS namespaces; popkit/run/_sandbox.py, process 1 inside, makes every mount
-read-only but for the run's working folder and the build caches, gives fresh /tmp, /dev/shm and /run,
-and starts the process as uid 65534 in a nested user namespace. What that closes:
+Each process (the compile pre-step, every eval, `popkit compile`'s import) starts through util-linux `unshare`
+in new user, pid, mount, network, IPC and UTS namespaces; popkit/run/_sandbox.py, process 1 inside, builds a root
+from nothing (the system's programs and libraries, a few files of /etc, a minimal /dev with the GPUs' nodes,
+the interpreter, popkit, the run's folders and its private build cache: `sandbox_paths`, docs/sandbox.md),
+moves into it with pivot_root and starts the process as uid 65534 in a nested user namespace. What that closes:
 
-- files: the task's files and popkit's harness sit read-only in the folder the eval imports from; the
-  processes work in a separate writable folder that is on no import path; nothing outside the working
-  folder and the build caches can be written (popkit's installation, site-packages, your home);
+- files: nothing of HOME, other projects, popkit's own files or /etc beyond what libraries read is visible; the
+  task's files and popkit's harness sit read-only in the folder the eval imports from; the processes work in a
+  separate writable folder that is on no import path; only that folder and the run's private build cache
+  (popkit.toolchain.buildcache: shared only under the submission's own digest) can be written;
 - processes: nothing of popkit, its watchdog or other users is visible or signalable in /proc; every
-  process dies with the eval; no network; the key of popkit's closing record comes on a descriptor, in
-  no environment or command line.
+  process dies with the eval; no network and no host unix socket; the key of popkit's closing record comes on
+  a descriptor, in no environment or command line.
 
 Where namespaces are unavailable (no `unshare`, user namespaces disabled, not Linux) runs still work,
-without it, and every report says `isolation: none (<reason>)`; `--require-isolation` makes that exit 11.
+without it, and every report says `isolation: none, no sandbox: <reason>`; `--require-isolation` makes that exit
+11.
 """
 
 from __future__ import annotations
@@ -28,10 +31,12 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from popkit.errors import EnvironmentProblem, UsageError
-from popkit.resources import data_dir
+from popkit.resources import data_dir, popkit_home
 from popkit.run import _sandbox
 from popkit.run import proc
 from popkit.run.executor import Executor, Isolation, Workspace
+from popkit.toolchain import buildcache
+from popkit.toolchain import buildcache
 from popkit.toolchain import prestep
 
 SANDBOX_SCRIPT = Path(_sandbox.__file__).resolve()
@@ -41,6 +46,21 @@ UNSHARE_ARGS = ("--user", "--map-root-user", "--mount", "--pid", "--fork", "--ki
 ISOLATION_CHOICES = ("auto", "require", "none")
 _PROBE_TIMEOUT_S = 20.0
 TOOLKIT_ENV = ("CUDA_HOME", "CUDA_PATH", "ROCM_PATH", "ROCM_HOME", "HIP_PATH", "POPKIT_HIP_ON_CUDA")
+
+
+def private_cache(workspace: Workspace) -> Path:
+    """The workspace's private build cache (mounted at _sandbox.CACHE_MOUNT inside)."""
+    return workspace.root / "build-cache"
+
+
+def keyed_build(env: Mapping[str, str]) -> bool:
+    """Whether the environment names one of popkit's own build folders (`<popkit home>/build/<digest>`, which
+    `popkit tune` gives each extension by the digest of its sources and flags) as TORCH_EXTENSIONS_DIR: the
+    processes build there, shared by the variants that build the same extension; nothing else loads it."""
+    named = env.get("TORCH_EXTENSIONS_DIR", "")
+    if not named or named.startswith(_sandbox.CACHE_MOUNT):
+        return False
+    return Path(named).resolve().parent == (popkit_home() / "build").resolve()
 
 
 def build_caches(env: Mapping[str, str]) -> list[str]:
@@ -128,10 +148,37 @@ class SandboxExecutor(Executor):
     def argv(self, workspace: Workspace, python: str, script: str, args: Sequence[str],
              env: Mapping[str, str]) -> list[str]:
         paths = sandbox_paths(python, env)
-        spec = _sandbox.spec_args(str(workspace.files.resolve()), str(workspace.cwd.resolve()), build_caches(env),
-                                  paths["visible"], paths["imports"], paths["empty"])
+        private = workspace.private_cache
+        writable = [] if private else build_caches(env)
+        if private and keyed_build(env):  # popkit's own build folder of one extension's digest (tune's)
+            writable = build_caches({"TORCH_EXTENSIONS_DIR": env["TORCH_EXTENSIONS_DIR"]})[:1]
+        spec = _sandbox.spec_args(str(workspace.files.resolve()), str(workspace.cwd.resolve()), writable,
+                                  paths["visible"], paths["imports"], paths["empty"],
+                                  str(private_cache(workspace).resolve()) if private else "")
         return [self.unshare, *UNSHARE_ARGS, "--", sys.executable or "python3", "-I", "-S", str(SANDBOX_SCRIPT),
                 *spec, "--", python, "-s", str(workspace.files.resolve() / script), *args]
+
+    def before(self, workspace: Workspace, python: str, env: Mapping[str, str]) -> Mapping[str, str]:
+        """A workspace's processes build in its private cache (popkit.toolchain.buildcache), seeded before the first one
+        from the store's entry of the submission's key."""
+        if not workspace.private_cache:
+            return env
+        if workspace.cache_key is None:
+            folder = private_cache(workspace)
+            buildcache.make_private(folder)
+            workspace.cache_key = prestep.cache_key(workspace.submission, python, env) if workspace.submission else ""
+            buildcache.seed(workspace.cache_key, folder)
+        private = buildcache.private_env(_sandbox.CACHE_MOUNT)
+        if keyed_build(env):
+            del private["TORCH_EXTENSIONS_DIR"]
+        return {**env, **private}
+
+    def after(self, workspace: Workspace) -> None:
+        if workspace.private_cache and workspace.cache_key:
+            buildcache.publish(workspace.cache_key, private_cache(workspace))
+
+    def holds_build(self, workspace: Workspace, key: str) -> bool | None:
+        return buildcache.verified(key) is not None if workspace.private_cache else None
 
     def finish(self, done: proc.Finished) -> proc.Finished:
         setup = next((line for line in done.stderr.splitlines() if line.startswith(_sandbox.SETUP_FAILED)), "")

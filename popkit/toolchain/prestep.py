@@ -24,7 +24,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from popkit.resources import user_dir, write_cache_json
 
@@ -124,14 +124,19 @@ def _read_index() -> dict[str, str]:
     return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)} if isinstance(data, dict) else {}
 
 
-def decide(content: bytes, precompile: bool | None, python: str, env: Mapping[str, str]) -> Decision:
-    """Whether to run the pre-step: `precompile` True forces it, False skips it, None decides."""
+def decide(content: bytes, precompile: bool | None, python: str, env: Mapping[str, str],
+           holds: Callable[[str], bool | None] = lambda _key: None) -> Decision:
+    """Whether to run the pre-step: `precompile` True forces it, False skips it, None decides. `holds(key)`: whether
+    the cache the run will see holds that build (a sandbox's store), None to judge the environment's own cache."""
     if precompile is False:
         return Decision(run=False)
     if precompile is None and not needs_build(content):
         return Decision(run=False, reason=SKIP_NOTHING)
     key = cache_key(content, python, env)
     if precompile is None and key:
+        held = holds(key)
+        if held is not None:
+            return Decision(run=not held, reason=SKIP_CACHED if held else "", key=key)
         recorded = _read_index().get(key)
         if recorded and recorded == fingerprint(extensions_root(env)):
             return Decision(run=False, reason=SKIP_CACHED, key=key)
