@@ -3,7 +3,6 @@ verified when loaded, never following a link."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest

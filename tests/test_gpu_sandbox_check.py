@@ -32,7 +32,8 @@ def test_ratios_and_table():
     text = check.table({"cuda": [{"file": "a/cuda.py", "first": first, "second": {**first, "prestep_ran": False}}],
                         "pairs": rows, "pooled": 1.15, "start_up_ms": {"sandbox": 80.0, "bare": 1.0}})
     assert "| a/cuda.py | passed | passed | skipped | namespaces |" in text
-    assert "| a/cuda.py | 1.00 s | 1.20 s | 1.200 |" in text and "pooled ratio (median of per-pair ratios): 1.150" in text
+    assert "| a/cuda.py | 1.00 s | 1.20 s | 1.200 |" in text
+    assert "pooled ratio (median of per-pair ratios): 1.150" in text
 
 
 @pytest.mark.slow

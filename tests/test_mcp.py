@@ -343,7 +343,7 @@ def test_the_allow_list_takes_the_servers_interpreter_and_the_listed_ones(tmp_pa
 
     link = tmp_path / "python3"
     link.symlink_to(sys.executable)
-    allowed = allowed_pythons({"POPKIT_MCP_PYTHONS": f"/usr/bin/python3:relative/python"})
+    allowed = allowed_pythons({"POPKIT_MCP_PYTHONS": "/usr/bin/python3:relative/python"})
     check_python({"python": str(link)}, allowed)  # the server's own, by another name
     check_python({}, allowed)
     with pytest.raises(UsageError):

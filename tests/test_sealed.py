@@ -443,7 +443,8 @@ def test_as_uid_65534_the_root_built_from_nothing_shows_nothing_of_the_user():
     threading.Thread(target=lambda: _answer(server), daemon=True).start()
     probe = place / "probe.py"
     probe.write_text("import os, socket\nreached = []\n"
-                     f"try:\n    reached.append(open({str(place / 'secret.txt')!r}).read())\nexcept OSError:\n    pass\n"
+                     f"try:\n    reached.append(open({str(place / 'secret.txt')!r}).read())\n"
+                     "except OSError:\n    pass\n"
                      "try:\n    s = socket.socket(socket.AF_UNIX)\n"
                      f"    s.connect({str(place / 'agent.sock')!r}); reached.append(s.recv(64).decode())\n"
                      "except OSError:\n    pass\n"

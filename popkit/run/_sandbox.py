@@ -18,8 +18,9 @@ The spec (`spec_args` writes it): `files` (the task's files as popkit wrote them
 each `writable` folder writable; each `visible` path (the interpreter, its packages, popkit, the CUDA toolkit)
 read-only, whole; each `imports` folder (a PYTHONPATH entry) showing only its modules and packages; each
 `empty` path (HOME) as an empty read-only folder; all keep their paths but `cache` (the run's private build
-cache), mounted writable at CACHE_MOUNT. Every sandboxed process waits for this script's start-up, so it imports little: no json (the spec is plain
-arguments) and `_socket`, the C module under socket.py, whose enums and selectors would double that start-up.
+cache), mounted writable at CACHE_MOUNT. Every sandboxed process waits for this script's start-up, so it imports
+little: no json (the spec is plain arguments) and `_socket`, the C module under socket.py, whose enums and
+selectors would double that start-up.
 """
 
 from __future__ import annotations
