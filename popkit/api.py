@@ -257,11 +257,11 @@ def tune(submission: Submission, output: PathLike, *, task: Optional[str] = None
         source = Source.read(paths[0])
         found = workflows.resolve(source, task, _roots(roots)).task
         check_runnable(found, paths[0], source.content, "benchmark")
-        tuner.check_gpu_sized(found, allow_cpu)
+        found, notes = tuner.sized_task(found, source, options, allow_cpu, progress)
         spread = workflows.parse_devices(",".join(str(d) for d in devices)) if devices else ()
         return tuner.run_tune(found, paths[0], Path(output), options, settings,
                               against=paths[1] if against is not None else None, force=force, progress=progress,
-                              devices=spread)
+                              devices=spread, notes=notes)
 
 
 # ---------------------------------------------------------------------------- checks and the server

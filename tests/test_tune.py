@@ -656,3 +656,22 @@ def test_progress_says_each_phase_and_estimates_the_time_left(task, tmp_path):
     estimate = next(line for line in said if line.startswith("estimate: race about "))
     assert "at ~10 s an eval" in estimate and estimate.endswith("s of the budget left")
     assert any(line.startswith("race round 2: 2 variant(s), toward the race's look at round 4, ~") for line in said)
+
+
+def test_tune_sizes_a_gpu_task_on_a_cpu_as_bench_does(task, monkeypatch):
+    """One CPU sizing for every command that takes --allow-cpu: tune races the shapes bench would keep here."""
+    from dataclasses import replace
+
+    from popkit.measure import sizing
+    from popkit.submission.source import Source
+
+    seen = []
+
+    def fit(task_, source, request, executor, progress):
+        seen.append((request.mode, request.allow_cpu))
+        return replace(task_, benchmarks=task_.benchmarks[:1]), ("size: 999",)
+
+    monkeypatch.setattr(sizing, "fit", fit)
+    fitted, notes = tune.sized_task(task, Source.read(SUBMISSION), runner.RunOptions(), True)
+    assert seen == [("benchmark", True)] and len(fitted.benchmarks) == 1
+    assert notes and "size: 999" in notes[0] and "not leaderboard-faithful" in notes[0]

@@ -72,12 +72,13 @@ def tune(
     source = Source.read(submission)
     found = workflows.resolve(source, task, tuple(tasks_root or ())).task
     check_runnable(found, submission, source.content, "benchmark")
-    tuner.check_gpu_sized(found, allow_cpu)
     settings = tuner.TuneSettings(engine=engine, max_variants=max_variants, seed=seed, budget_s=budget,
                                   confirm=confirm, ab_rounds=rounds, ab_budget_s=ab_budget, jobs=jobs,
                                   per_shape=per_shape, resume=resume, record=history, race_decides=not always_ab)
     with common.progress_printer(json) as progress:
+        found, notes = tuner.sized_task(found, source, options, allow_cpu, progress)
         report = tuner.run_tune(found, submission, output, options, settings, against=against, force=force,
-                                progress=progress, devices=workflows.parse_devices(gpus) if gpus else ())
+                                progress=progress, devices=workflows.parse_devices(gpus) if gpus else (),
+                                notes=notes)
     view.show_tune(report, json=json)
     raise typer.Exit(int(report.exit_code))

@@ -36,6 +36,7 @@ from popkit.errors import EnvironmentProblem, SubmissionError, UsageError
 from popkit.ledger import history
 from popkit.machine import system
 from popkit.measure import ab
+from popkit.measure import sizing
 from popkit.model import tunespec
 from popkit.model import tunetriton
 from popkit.model.results import CompileStep, RunReport
@@ -44,6 +45,8 @@ from popkit.resources import popkit_home
 from popkit.run import proc
 from popkit.run import runner
 from popkit.run import sandbox
+from popkit.run.executor import Executor
+from popkit.submission.source import Source
 from popkit.tuning import probe as tuneprobe
 from popkit.tuning import search as tunesearch
 from popkit.tuning.clock import Timekeeping
@@ -123,15 +126,23 @@ def check_paths(submission: Path, output: Path, against: Path | None, force: boo
         raise UsageError(f"{out} already exists; not overwriting it", "pass --force to replace it, or choose another -o")
 
 
-def check_gpu_sized(task: Task, allow_cpu: bool) -> None:
-    """A GPU task's benchmarks on a machine without a GPU take minutes per eval, and tune runs many: said
-    before anything runs (exit 11), unless `allow_cpu`."""
-    if allow_cpu or not task.gpus or system.has_gpu():
-        return
-    raise EnvironmentProblem(
-        f"this machine has no GPU, and the benchmarks of `{task.name}` are sized for {'/'.join(task.gpus[:2])} GPUs: "
-        "tune times every variant on them, for many minutes on a CPU",
-        "run popkit tune on a machine with a GPU, or pass --allow-cpu to time them here anyway")
+@dataclass(frozen=True)
+class _Sizing:
+    """What the CPU sizing reads of a run: its mode, options and --allow-cpu."""
+    mode: str
+    options: runner.RunOptions
+    allow_cpu: bool
+
+
+def sized_task(task: Task, source: Source, options: runner.RunOptions, allow_cpu: bool,
+               progress: Progress | None = None, executor: Executor | None = None) -> tuple[Task, tuple[str, ...]]:
+    """The task tune races on this machine: on a machine without a GPU, the one CPU sizing `bench` uses
+    (measure.sizing: the same shapes for the same task here, remembered); without `allow_cpu` a task whose shapes
+    would not fit stops before anything runs (exit 11). Returns the task and the note naming the shapes left out."""
+    say = progress or (lambda _msg: None)
+    fitted, skipped = sizing.fit(task, source, _Sizing("benchmark", options, allow_cpu),
+                                 executor or sandbox.executor_for(options.isolation), say)
+    return fitted, ((sizing.skipped_note(skipped, len(task.benchmarks)),) if skipped else ())
 
 
 def _jobs(settings: TuneSettings) -> int:
@@ -423,7 +434,7 @@ def first_line_of(text: str) -> str:
 def run_tune(task: Task, submission: Path | str, output: Path | str, options: runner.RunOptions | None = None,
              settings: TuneSettings = TuneSettings(), *, against: Path | str | None = None, force: bool = False,
              progress: Progress | None = None, backend: Backend | None = None, devices: Sequence[str] = (),
-             clock: Callable[[], float] = time.monotonic) -> TuneReport:
+             clock: Callable[[], float] = time.monotonic, notes: Sequence[str] = ()) -> TuneReport:
     """Tune `submission`'s `#!POPKIT tune` parameters on `task` and write the winner to `output` (module doc).
 
     `devices` (CUDA_VISIBLE_DEVICES values) spreads checks and race evals over local GPUs, one eval per GPU at
@@ -454,7 +465,7 @@ def run_tune(task: Task, submission: Path | str, output: Path | str, options: ru
     with proc.WorkDir("popkit-tune-", keep=options.keep_workdir) as root:
         tuner = Tuner(task, path, content, spec, options, settings, backend or Backend(), say, clock, root, sysinfo,
                       incumbent, incumbent_content, devices)
-        for line in tunetriton.config_notes(spec):
+        for line in (*notes, *tunetriton.config_notes(spec)):
             tuner.note(line)
         race, grid_points, signum = Race(tuner), None, 0
         try:
@@ -480,4 +491,4 @@ def run_tune(task: Task, submission: Path | str, output: Path | str, options: ru
         build_root=str(tuner.ext_root), benchmarks=tuple(race_spec(c) for c in task.cases_for("benchmark")))
 
 
-__all__ = ["Backend", "ENGINES", "TuneSettings", "Tuner", "build_step", "check_gpu_sized", "check_paths", "run_tune"]
+__all__ = ["Backend", "ENGINES", "TuneSettings", "Tuner", "build_step", "sized_task", "check_paths", "run_tune"]
