@@ -26,7 +26,7 @@ import re
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Optional, Sequence, Union
+from typing import Iterator, Mapping, Optional, Sequence, Union
 
 from popkit.author import render
 from popkit.check import lint
@@ -65,6 +65,7 @@ from popkit.operations.evidence import VerifyReport
 from popkit.operations.requests import SpreadOutcome
 from popkit.operations.risk import RiskReport
 from popkit.operations.workflows import ABOutcome, RunOutcome
+from popkit.progress import Progress
 from popkit.resources import popkit_home_source
 from popkit.run.compile import CompileReport
 from popkit.run.protocol import MAX_SECRET_RUNS, random_secret_seeds
@@ -72,7 +73,6 @@ from popkit.run.runner import RunOptions
 from popkit.submission.source import Source, check_language_for, check_runnable, validate_submission
 from popkit.tuning.result import TuneReport
 
-Progress = Callable[[str], None]
 PathLike = Union[str, os.PathLike]
 
 

@@ -17,9 +17,10 @@ import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
 from popkit.errors import EnvironmentProblem, Interrupted, UsageError
+from popkit.progress import Progress
 
 INSTALL = "pip install 'popkit[ray]'"
 CONNECT_TIMEOUT_S = 5.0  # a TCP connect to a cluster's address; Ray itself would retry for minutes
@@ -38,7 +39,6 @@ OBJECT_STORE_BYTES = 256 * 2**20  # a local instance moves bundles and reports (
 WORKER_ENV = {"RAY_kill_child_processes_on_worker_exit": "0"}
 LOCAL_CONFIG = {"kill_child_processes_on_worker_exit": False, "process_group_cleanup_enabled": False,
                 "enable_autoscaler_v2": True}
-Progress = Callable[[str], None]
 
 
 def address_of(spec: str, env: Mapping[str, str] | None = None) -> str | None:

@@ -39,6 +39,7 @@ from popkit.measure import ab
 from popkit.model.contract import entry_points
 from popkit.model.results import RunReport
 from popkit.model.tasks import Task, scale_world_size
+from popkit.progress import Progress, live_of
 from popkit.run import runner
 from popkit.run.protocol import chain_modes
 from popkit.submission.source import check_language, needs_gpu, validate_submission
@@ -46,7 +47,6 @@ from popkit.submission.source import check_language, needs_gpu, validate_submiss
 SCHEMA = "cluster"  # popkit/cluster/1: the --json document; popkit/cluster-result/1: one --json-lines line
 GRACE_S = 180.0  # on top of a run's timeouts: the worker's probe, unpacking, killing children (deadline_for)
 TICK_S = 1.0  # how often the progress line is refreshed while runs are in flight
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -319,7 +319,7 @@ def run_jobs(jobs: Sequence[Job], mode: str, options: runner.RunOptions, address
     Result, never an exception.
     """
     say = progress or (lambda _msg: None)
-    live = getattr(progress, "live", None)
+    live = live_of(progress)
     for job in jobs:
         check_job(job, mode, options)
     files: dict[int, bundles.TaskFiles] = {}  # read once per task object; put in the object store once per digest

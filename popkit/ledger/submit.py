@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 from popkit.check.lint import LintReport, check_bytes, read_bytes
 from popkit.errors import ExitCode, HistoryError, PopcornError, RefusedError, UsageError
@@ -23,6 +23,7 @@ from popkit.ledger.history import RunRecord
 from popkit.model import tasks
 from popkit.model.results import RemoteResult, RunReport
 from popkit.model.tasks import MODES
+from popkit.progress import Progress
 from popkit.run import proc
 from popkit.run import runner
 from popkit.run.protocol import random_secret_seeds
@@ -31,7 +32,6 @@ from popkit.run.runner import RunOptions
 SUBMIT_SCHEMA = "popkit/submit/1"
 GATES = ("none", "test", "leaderboard")
 
-Progress = Callable[[str], None]
 
 
 # ------------------------------------------------------------------------------------- 1. check

@@ -30,6 +30,7 @@ from popkit.measure.shapes import B_FASTER, UNKNOWN  # B_FASTER: tuning reads th
 from popkit.model import stats
 from popkit.model.results import OUTCOME_EXIT, CaseResult, CompileStep, ModeRun, RunReport
 from popkit.model.tasks import Task
+from popkit.progress import Progress
 from popkit.run import proc
 from popkit.run import runner
 from popkit.run import sandbox
@@ -38,7 +39,6 @@ from popkit.run.executor import Executor
 AB_SCHEMA = "popkit/ab/2"
 DEFAULT_MAX_ROUNDS = 8
 DEFAULT_BUDGET_S = 60.0  # wall time after which no new ABBA block starts (never before the first look)
-Progress = Callable[[str], None]
 RunEval = Callable[..., ModeRun]  # runner.run_mode's signature
 
 # ------------------------------------------------------------------------------------ the A/B run

@@ -28,12 +28,13 @@ import os
 import platform
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from popkit.errors import EnvironmentProblem, ExitCode, PopkitError
 from popkit.machine import memo
 from popkit.machine import system
 from popkit.model.tasks import Task
+from popkit.progress import Progress
 from popkit.run import runner
 from popkit.run.executor import Executor
 from popkit.submission.source import Source
@@ -47,7 +48,6 @@ MIN_CALLS = 3
 VERDICTS = {"failed": ExitCode.FAILED, "compile_failed": ExitCode.COMPILE_FAILED, "crashed": ExitCode.CRASHED}
 CHECKED_CALLS = 3  # calls outside the loop per case (the checked call, the reference's, a fresh-seed check)
 
-Progress = Callable[[str], None]
 
 
 def work(case: Mapping[str, Any]) -> float:

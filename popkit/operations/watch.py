@@ -28,6 +28,7 @@ from popkit.model.results import RunReport
 from popkit.model.tasks import Task
 from popkit.operations import workflows
 from popkit.operations.filewatch import POLL_S, SaveWatcher
+from popkit.progress import Progress
 from popkit.run import runner
 from popkit.run import sandbox
 from popkit.run import warm
@@ -39,7 +40,6 @@ LABEL = "warm"  # the history's label of a watch verdict (its device reads `... 
 MODES = ("test", "benchmark")
 COMMANDS = {"test": "test", "benchmark": "bench"}
 
-Progress = Callable[[str], None]
 
 
 def warm_note(mode: str, harness: str) -> str:

@@ -25,6 +25,7 @@ from popkit.model import stats
 from popkit.model.contract import entry_points
 from popkit.model.results import CaseResult, RunReport
 from popkit.model.tasks import Task, resolve_task, shadowed_tasks, task_roots
+from popkit.progress import Progress
 from popkit.run import runner
 from popkit.run import sandbox
 from popkit.run.executor import Executor
@@ -33,7 +34,6 @@ from popkit.submission.source import Source, check_runnable, reference_submissio
 if TYPE_CHECKING:
     from popkit.distributed import scheduler as cluster
 
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)

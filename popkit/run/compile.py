@@ -21,7 +21,7 @@ import sys
 import time
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from popkit.machine import nvml
 from popkit.machine import system
@@ -46,6 +46,7 @@ from popkit.toolchain.hipcheck import detect_target, hip_checks
 from popkit.machine.system import (  # noqa: F401  (cuda_home_problem and toolchain are patched in tests)
     Toolchain, cuda_home_problem, default_extensions_root, toolchain, toolkit_for_builds,
 )
+from popkit.progress import Progress, timed
 
 DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_TEST_TIMEOUT_S = 180.0  # the protocol's default when no task is known
@@ -53,7 +54,6 @@ PRECOMPILE_TIMEOUT_S = 120.0  # the runner's compile pre-step (docs/protocol-not
 BUILD_SHARE_WARNING = 0.5  # warn when the cold build takes this share of test_timeout
 RECORD = "popkit-build.json"
 
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -210,7 +210,7 @@ def compile_submission(path: Path | str, *, task: str | None = None, roots: Sequ
             cold, log = {"ok": True, "seconds": record["cold_s"], "torch_import_s": record.get("torch_import_s")}, record.get("log", "")
         else:
             say(f"building {path.name} ({target}) in {build_dir} ...")
-            with runner.timed(say, f"building {path.name}"):
+            with timed(say, f"building {path.name}"):
                 cold, log = _import(ws, name, env, tools, target, timeout_s, build_dir)
         diagnostics = static + _diagnostics(cold, log, smap, build_dir, tools, names)
         if not cold["ok"]:

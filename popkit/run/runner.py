@@ -10,7 +10,6 @@ the processes run is the executor's business (executor.py, sandbox.py); this mod
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import secrets
@@ -20,7 +19,7 @@ import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from popkit.errors import TaskError
 from popkit.machine import runnable
@@ -29,6 +28,7 @@ from popkit.model import diagnostics
 from popkit.model.contract import entry_points
 from popkit.model.results import TIMEOUT_EXIT_CODE, CompileStep, ModeRun, RunReport, judge_physics
 from popkit.model.tasks import Task, scale_world_size
+from popkit.progress import Progress, live_of, timed
 from popkit.resources import data_dir
 from popkit.run import proc
 from popkit.run import protocol
@@ -42,7 +42,6 @@ from popkit.toolchain import prestep
 MULTI_GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
 PRECOMPILE_TIMEOUT_S = 120.0
 
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -117,12 +116,6 @@ def pre_step(ws: Workspace, content: bytes, options: RunOptions, progress: Progr
     return step, plan, tampered
 
 
-def timed(progress: Progress | None, label: str):
-    """The progress printer's elapsed-time spinner around a block (a build), when it has one (the CLI's does)."""
-    spinner = getattr(progress, "timed", None)
-    return spinner(label) if spinner is not None else contextlib.nullcontext()
-
-
 class LiveProgress:
     """Live progress of one child from its result pipe as it arrives: step, case i/N and its spec, elapsed.
 
@@ -135,7 +128,7 @@ class LiveProgress:
     LINE_LIMIT = 4096
 
     def __init__(self, progress: Progress | None, label: str, total: int = 0, kind: str = ""):
-        self._live = getattr(progress, "live", None)
+        self._live = live_of(progress)
         self.label, self.total, self.kind = label, total, kind
         self.start = time.monotonic()
         self.index, self.spec = -1, ""

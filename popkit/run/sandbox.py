@@ -36,7 +36,6 @@ from popkit.run import _sandbox
 from popkit.run import proc
 from popkit.run.executor import Executor, Isolation, Workspace
 from popkit.toolchain import buildcache
-from popkit.toolchain import buildcache
 from popkit.toolchain import prestep
 
 SANDBOX_SCRIPT = Path(_sandbox.__file__).resolve()

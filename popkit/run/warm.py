@@ -30,6 +30,7 @@ from pathlib import Path
 from popkit.model.contract import entry_points
 from popkit.model.results import CompileStep, ModeRun
 from popkit.model.tasks import Task
+from popkit.progress import Progress
 from popkit.run import proc
 from popkit.run import protocol
 from popkit.run import runner
@@ -40,7 +41,6 @@ IDLE_S = 3600.0  # a pair that gets no `go` within this many seconds ends; the n
 REFERENCE_NAMES = ("generate_input", "ref_kernel", "check_implementation")  # what popkit's harness calls
 JOIN_S = 15.0  # discard(): the process tree is gone within DEADLINE_POLL_S + 2 x KILL_GRACE_S
 
-Progress = runner.Progress
 
 
 def harness_for(task: Task) -> str:

@@ -41,6 +41,7 @@ from popkit.model import tunespec
 from popkit.model import tunetriton
 from popkit.model.results import CompileStep, RunReport
 from popkit.model.tasks import Task
+from popkit.progress import Progress, timed
 from popkit.resources import popkit_home
 from popkit.run import proc
 from popkit.run import runner
@@ -58,7 +59,6 @@ ENGINES = ("grid", "optuna")
 OPTUNA_HINT = "pip install 'popkit[tune]'"
 MAX_JOBS = 8  # parallel builds and checks by default (fewer on a machine with fewer CPUs)
 BUILD_TIMEOUT_S = 600.0  # one build of a grid (`popkit compile`'s default)
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def build_step(task: Task, path: Path, content: bytes, options: runner.RunOption
     pre-step that changed a task file ("" when none did)."""
     with sandbox.executor_for(options.isolation).workspace("popkit-tune-build-") as ws:
         ws.prepare(task, content, options.harness)
-        with runner.timed(progress, "build"):
+        with timed(progress, "build"):
             step = runner.precompile(ws, options, timeout_s=BUILD_TIMEOUT_S)
         tampered = ws.tampered("the compile pre-step")
     if step.build_failed:
