@@ -3,6 +3,7 @@ local Ray instance (12 runs against the same runs made one by one; Ctrl-C leaves
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -146,6 +147,8 @@ def test_an_unreachable_cluster_is_exit_11_naming_the_address():
     assert caught.value.exit_code == ExitCode.ENVIRONMENT
 
 
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None,
+                    reason="needs Ray: pip install 'popkit[ray]' (without it the CLI says so first; CI installs it)")
 def test_the_cli_says_an_unreachable_address_and_nothing_runs(cli):
     port = _closed_port()
     result = cli("bench", str(SUBS / "good.py"), "--task", str(DOUBLE), "--cluster", f"ray:127.0.0.1:{port}",
