@@ -398,7 +398,7 @@ def test_a_worker_that_cannot_load_popkit_is_a_parity_mismatch(tmp_path):
     pytest.importorskip("ray")
     (tmp_path / "popkit").mkdir()
     (tmp_path / "popkit" / "__init__.py").write_text("raise ImportError('not the popkit that sent the run')\n")
-    script = ("import logging, ray\nfrom pathlib import Path\nfrom popkit import cluster, runner\n"
+    script = ("import logging, ray\nfrom pathlib import Path\nfrom popkit.distributed import scheduler as cluster\nfrom popkit.run import runner\n"
               "from popkit.model.tasks import load_task\n"
               "ray.init(address='local', include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)\n"
               f"path = Path({str(SUBS / 'good.py')!r})\n"
