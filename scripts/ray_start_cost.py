@@ -27,7 +27,7 @@ import json, sys, time
 t0 = time.perf_counter()
 import ray
 t1 = time.perf_counter()
-from popkit import ray_session
+from popkit.distributed import ray_session
 with ray_session.connect(None, lambda _said: None, slots=int(sys.argv[1])):
     t2 = time.perf_counter()
     gpus = 1 if ray.cluster_resources().get("GPU") else 0

@@ -403,7 +403,7 @@ def test_isolation_none_never_reads_like_a_level():
 
 NOBODY_RUN = '''
 import os, sys
-from popkit import sandbox
+from popkit.run import sandbox
 assert not sandbox.unavailable(), sandbox.unavailable()
 with sandbox.SandboxExecutor().workspace() as ws:
     for folder in (ws.files, ws.cwd):

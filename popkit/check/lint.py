@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from popkit.check.hacks import hack_findings
+from popkit.check.precompile import predict_file
 from popkit.check.rules import EXTENSIONS, MAX_BYTES, RULES, finding
 from popkit.errors import SubmissionError
 from popkit.model import leaderboards
@@ -76,6 +77,8 @@ class LintReport:
     offered_gpus: tuple[str, ...] | None = None  # None: the leaderboard's problem set is not known locally
     findings: tuple[Diagnostic, ...] = ()
     guard: GuardVerdict | None = None
+    # the leaderboard's compile path for a Python file (check.precompile's prediction, as JSON); None otherwise
+    precompile: Mapping[str, Any] | None = None
     schema: str = CHECK_SCHEMA
 
     @property
@@ -96,6 +99,8 @@ class LintReport:
         data["findings"] = [f.to_json() for f in self.findings]
         data["guard"] = self.guard.to_json() if self.guard else None
         data["ok"] = self.ok
+        if self.precompile is None:
+            del data["precompile"]
         return data
 
     @classmethod
@@ -106,6 +111,7 @@ class LintReport:
                    offered_gpus=tuple(offered) if offered is not None else None,
                    findings=tuple(Diagnostic.from_json(f) for f in data.get("findings", ())),
                    guard=GuardVerdict.from_json(data["guard"]) if data.get("guard") else None,
+                   precompile=data.get("precompile"),
                    schema=data.get("schema", CHECK_SCHEMA))
 
 
@@ -420,8 +426,11 @@ def check_file(path: Path | str, *, leaderboard: str | None = None, gpu: str | N
                mode: str | None = None, roots: Sequence[Path] = (), guard: bool = True) -> LintReport:
     """`popkit check`: read the file once and run every rule on those bytes."""
     content = read_bytes(path)
-    return check_bytes(content, Path(path).name, leaderboard=leaderboard, gpu=gpu, mode=mode,
-                       resolve_gpus=True, roots=roots, guard=guard, path=str(path))
+    report = check_bytes(content, Path(path).name, leaderboard=leaderboard, gpu=gpu, mode=mode,
+                         resolve_gpus=True, roots=roots, guard=guard, path=str(path))
+    if Path(path).suffix != ".py":
+        return report
+    return replace(report, precompile=predict_file(Path(path), content=content).to_json())
 
 
 __all__ = ["GuardPattern", "GuardVerdict", "LintReport", "check_bytes", "check_file",

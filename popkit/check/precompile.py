@@ -367,10 +367,10 @@ def built_here(content: bytes, build_root: Path) -> tuple[Path, Mapping[str, Any
     return folder, data
 
 
-def predict_file(path: Path, build_root: Path | None = None) -> PrecompilePrediction:
+def predict_file(path: Path, build_root: Path | None = None, content: bytes | None = None) -> PrecompilePrediction:
     """predict() for a file, with the artifact sizes, the environment and the cold build time of the newest
     `popkit compile` of the same bytes (under popkit's build folder), when there is one."""
-    content = path.read_bytes()
+    content = path.read_bytes() if content is None else content
     text = content.decode("utf-8", "replace")
     found = built_here(content, build_root if build_root is not None else popkit_home() / "build")
     if found is None:

@@ -8,7 +8,6 @@ from typing import Annotated, List, Optional
 import typer
 
 from popkit.check import lint
-from popkit.check import precompile
 from popkit.cli.app import app, finite
 from popkit.errors import ExitCode, UsageError
 from popkit.ledger import history as ledger
@@ -60,14 +59,8 @@ def check(
     roots = task_roots(tasks_root or [])
     report = lint.check_file(submission, leaderboard=leaderboard, gpu=gpu, mode=mode, roots=roots, guard=guard)
     check_language_for(submission, report.leaderboard, roots)
-    view.show_check(report, json=json, compile_path=_compile_path(submission))
+    view.show_check(report, json=json)
     raise typer.Exit(int(ExitCode.OK if report.ok else ExitCode.REFUSED))
-
-
-def _compile_path(submission: Path):
-    """The leaderboard's compile path for a Python file (popkit.check.precompile), with the sizes of an extension
-    `popkit compile` built from these very bytes; None for other files."""
-    return precompile.predict_file(submission) if submission.suffix == ".py" else None
 
 
 @app.command()

@@ -52,10 +52,10 @@ def _check_lines(report: LintReport, guard_absent_note: bool = True) -> list[str
     return lines
 
 
-def show_check(report: LintReport, *, json: bool = False, compile_path=None) -> None:
-    """`compile_path`: a popkit.check.precompile.PrecompilePrediction, shown after the findings (`precompile` in --json)."""
+def show_check(report: LintReport, *, json: bool = False) -> None:
+    """The findings, then the leaderboard's compile path of a Python file (`precompile`)."""
     if json:
-        emit_json("check", {**report.to_json(), **({"precompile": compile_path.to_json()} if compile_path else {})})
+        emit_json("check", report.to_json())
         return
     con = console()
     target = [f"leaderboard {report.leaderboard or '?'}", f"GPU {report.gpu or '?'}"]
@@ -67,10 +67,11 @@ def show_check(report: LintReport, *, json: bool = False, compile_path=None) -> 
         con.print(f"[dim]GPU list of `{escape(report.leaderboard)}` not known locally: GPU not checked[/]")
     for line in _check_lines(report):
         con.print(line)
-    if compile_path is not None:
-        colour = {"compiled": "green", "skipped": "dim"}.get(compile_path.status, "yellow")
-        con.print(f"precompile: [{colour}]{compile_path.status}[/] · {escape(compile_path.reason)}")
-        con.print(f"[dim]the ranked run pays: {escape(compile_path.pays)}[/]")
+    if report.precompile is not None:
+        path = report.precompile
+        colour = {"compiled": "green", "skipped": "dim"}.get(path.get("status"), "yellow")
+        con.print(f"precompile: [{colour}]{path.get('status')}[/] · {escape(str(path.get('reason', '')))}")
+        con.print(f"[dim]the ranked run pays: {escape(str(path.get('pays', '')))}[/]")
     errors, warnings = len(report.errors), len(report.warnings)
     if errors:
         con.print(f"[bold red]REFUSED[/]: {_plural(errors, 'error')}, {_plural(warnings, 'warning')}"
