@@ -23,7 +23,7 @@ The planted slowdown is the same file plus one extra pass that multiplies a lead
 output by 1 in place (exact, so the checks still pass): SLOW_SHARE of the output's elements, about 2%
 of the kernel's bytes, plus one kernel launch; written into a temporary file, never into the repo.
 
-Pass criteria (issue 11): at most 4 of at least 40 self-comparison shape verdicts name a winner; the
+Pass criteria: at most 4 of at least 40 self-comparison shape verdicts name a winner; the
 slowdown is named in at least 90% of its shape verdicts at the large shapes (LARGE_ELEMENTS outputs
 and up); each speed A/B takes at most 60 s.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""GPU proof for HIP and the torch.library templates (issue 15), on one NVIDIA GPU.
+"""GPU proof for HIP and the torch.library templates, on one NVIDIA GPU.
 
 Run from the repository root with popkit installed (no network needed):
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The agent loop through `popkit mcp` on a GPU, against the CLI's verdicts and scores (issue 24).
+"""The agent loop through `popkit mcp` on a GPU, against the CLI's verdicts and scores.
 
 Run from the repository root on a CUDA machine with popkit and the MCP SDK importable (no network needed):
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Which timing audit catches work left on another queue at any share of calls, and what it costs (issue 20).
+"""Which timing audit catches work left on another queue at any share of calls, and what it costs.
 
 Run from the repository root on an NVIDIA GPU with popkit importable (no network needed):
 

@@ -17,7 +17,7 @@ written here (a missing task is skipped and said so). Per case, one `popkit test
   the end of the write to the arrival of the verdict's JSON line on the watch's stdout.
 
 Before every timed step the watch's next warm worker is ready, so its start-up never runs beside a timed
-step. The done criterion of popkit issue 25 is warm <= 0.5 x bare (median over the repeats), per case.
+step. The target is warm <= 0.5 x bare (median over the repeats), per case.
 
 Writes OUT/watch.json (after every case, so a cut-off run keeps what it measured) and OUT/watch.md (the
 table, naming the card) and prints the markdown last. `--budget-s` stops starting new cases after that
@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from bare_eval import bare_run  # noqa: E402
 
 BUNDLED = ("identity", "vectoradd", "grayscale", "vectorsum", "softmax", "matmul")
-TARGET = 0.5  # issue 25: save to verdict with --watch at most half the cold bare eval's test time
+TARGET = 0.5  # save to verdict with --watch at most half the cold bare eval's test time
 STEP_TIMEOUT_S = 300.0
 
 # Small PyTorch submissions for the public tasks, written for this script (not copied from the sets). Each

@@ -145,7 +145,7 @@ def test_exit_codes_are_the_clis(home):
 
 
 def test_scripts_import_popkit_only_through_the_api():
-    """scripts/ use popkit.api or the CLI's --json, never runner internals or private names (issue 21)."""
+    """scripts/ use popkit.api or the CLI's --json, never runner internals or private names."""
     import ast
 
     found = []

@@ -1,4 +1,4 @@
-"""A CPU-only torch (the README's quick start on a machine without a GPU) and CUDA builds (issue 25, item 3):
+"""A CPU-only torch (the README's quick start on a machine without a GPU) and CUDA builds:
 `test`, `compile` and `doctor` give one way out, the second venv of README.md, and doctor does not say
 "no problems" as if CUDA builds could work."""
 

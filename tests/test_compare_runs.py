@@ -1,4 +1,4 @@
-"""`popkit compare` (issue 25, item 4): identical bytes never get a winner, one mode on both sides (said in the
+"""`popkit compare`: identical bytes never get a winner, one mode on both sides (said in the
 table), devices compared without their run labels, and one run's numbers the same in history, show and compare."""
 
 from __future__ import annotations

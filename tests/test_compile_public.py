@@ -1,4 +1,4 @@
-"""popkit compile of files shaped like the public problem sets' examples (issue 25, item 2): `from task import
+"""popkit compile of files shaped like the public problem sets' examples: `from task import
 ...`, load_inline with cuda_sources, no `#!POPCORN` lines. They build as published with --task, the architecture
 is chosen and said when no GPU is here, and a failure inside torch's builder is one line with a hint.
 

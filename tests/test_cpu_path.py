@@ -1,4 +1,4 @@
-"""A task with a CPU path is never refused on a CPU machine (issue 20 item 8): its eval calls
+"""A task with a CPU path is never refused on a CPU machine: its eval calls
 `torch.cuda.synchronize()` only under `torch.cuda.is_available()`, and its utils.py picks the CPU there."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The smaller items of issue 25 (item 7): each message a newcomer met, asserted as it is now."""
+"""The smaller dead ends of a first hour: each message a newcomer met, asserted as it is now."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A newcomer's first hour on a CPU machine (issue 12): each dead end now stops early with what to do.
+"""A newcomer's first hour on a CPU machine: each dead end now stops early with what to do.
 
 Each test writes out the exact message the user sees.
 """

@@ -1,4 +1,4 @@
-"""What a run's text report says (issue 25, item 5): noise warnings name the right device and fold into one
+"""What a run's text report says: noise warnings name the right device and fold into one
 line, a speed-up over the reference has an interval, and a Python exception in the submission shows the line
 of the user's file it came from."""
 

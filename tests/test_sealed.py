@@ -1,4 +1,4 @@
-"""The sealed run (issue 20): attacks on popkit itself, under the sandbox and, where they can be closed
+"""The sealed run: attacks on popkit itself, under the sandbox and, where they can be closed
 without it, with no isolation. Each attack file (tests/adversarial/) says its class in its docstring."""
 
 from __future__ import annotations

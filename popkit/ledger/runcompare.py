@@ -1,6 +1,6 @@
 """`popkit compare RUN RUN`: two recorded runs, mode to mode, in the numbers history and show give them.
 
-What it promises (issue 25, item 4):
+What it promises:
 - one mode on both sides: leaderboard mode when both runs timed it, else benchmark mode; a run timing
   neither, or two runs with no mode in common, is refused. Leaderboard mode times a fresh input per call,
   so its means differ from benchmark mode's for the same file: mixing them named a winner between
