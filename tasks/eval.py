@@ -735,17 +735,8 @@ class Judge:
             self.torch.cuda.synchronize()
 
     def system(self) -> dict:
-        torch = self.torch
-        info = {"device": "cpu", "torch": torch.__version__, "cuda": torch.version.cuda or "",
-                "hip": getattr(torch.version, "hip", None) or "", "arch": ""}
-        if self.cuda:
-            props = torch.cuda.get_device_properties(torch.cuda.current_device())
-            info["device"] = props.name
-            if info["hip"]:
-                info["arch"] = str(getattr(props, "gcnArchName", "")).split(":")[0]
-            else:
-                info["arch"] = f"sm_{props.major}{props.minor}"
-        return info
+        """This process's own reading of the device and versions (Device.system), never the worker's word."""
+        return self.task.device.system()
 
     def pristine(self, case: dict) -> Any:
         key = format_spec(case)
