@@ -118,7 +118,15 @@ def main(argv: list[str] | None = None) -> int:
     honest = [ROOT / "submissions" / t / "cuda.py" for t in tasks] if args.only != "cheat" else []
     plan = [("side_stream", t, bench_argv(CHEAT, t, precompile=False)) for t in tasks if args.only != "honest"]
     plan += [("cuda.py", p.parent.name, bench_argv(p, p.parent.name)) for p in honest]
-    if args.dry_run:
+    return execute(args.out, "sealed", honest, plan, args.dry_run, summarize, markdown, expected,
+                   lambda row: row["class"])
+
+
+def execute(out: Path, stem: str, honest: list[Path], plan: list[tuple[str, str, list[str]]], dry_run: bool,
+            summarize, markdown, expected, describe) -> int:
+    """Build the honest files in parallel, then run every command of `plan` alone, writing OUT/<stem>.json after
+    each and OUT/<stem>.md at the end (gpu_sealed_verdict.py runs its own cheats through this too)."""
+    if dry_run:
         for p in honest:
             print(" ".join(compile_argv(p)))
         for _, _, command in plan:
@@ -127,14 +135,14 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     if not torch.cuda.is_available():
-        print("gpu_sealed: no CUDA GPU here (use --dry-run to see the commands)", file=sys.stderr)
+        print(f"{Path(sys.argv[0]).stem}: no CUDA GPU here (use --dry-run to see the commands)", file=sys.stderr)
         return 2
     device = torch.cuda.get_device_name()
-    args.out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
     results: dict = {"device": device, "builds": [], "rows": []}
 
     def save() -> None:
-        (args.out / "sealed.json").write_text(json.dumps(results, indent=1, default=str))
+        (out / f"{stem}.json").write_text(json.dumps(results, indent=1, default=str))
 
     with ThreadPoolExecutor(max_workers=6) as pool:  # builds only; every timed run below runs alone
         for path, (code, _, secs) in zip(honest, pool.map(lambda p: run_json(compile_argv(p)), honest)):
@@ -144,12 +152,11 @@ def main(argv: list[str] | None = None) -> int:
         row = summarize(label, task, *run_json(command))
         results["rows"].append(row)
         save()
-        print(f"[{time.strftime('%H:%M:%S')}] {task} {label}: {row['outcome']} {row['class']}", flush=True)
+        print(f"[{time.strftime('%H:%M:%S')}] {task} {label}: {row['outcome']} {describe(row)}", flush=True)
     text = markdown(results["rows"], device)
-    (args.out / "sealed.md").write_text(text)
+    (out / f"{stem}.md").write_text(text)
     print(text)
     return 0 if all(expected(r) for r in results["rows"]) else 1
-
 
 if __name__ == "__main__":
     sys.exit(main())

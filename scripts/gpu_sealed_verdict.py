@@ -19,14 +19,11 @@ an H100. `--dry-run` prints the commands without running anything (no GPU needed
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_sealed import TASKS, bench_argv, compile_argv, failure_class, run_json  # noqa: E402
+from gpu_sealed import TASKS, bench_argv, execute, failure_class  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CHEATS = ROOT / "submissions" / "cheats"
@@ -82,38 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     plan = [(name, "vectoradd", bench_argv(CHEATS / name, "vectoradd", precompile=False))
             for name in VERDICT_CHEATS if args.only != "honest"]
     plan += [("cuda.py", p.parent.name, bench_argv(p, p.parent.name)) for p in honest]
-    if args.dry_run:
-        for p in honest:
-            print(" ".join(compile_argv(p)))
-        for _, _, command in plan:
-            print(" ".join(command))
-        return 0
-    import torch
-
-    if not torch.cuda.is_available():
-        print("gpu_sealed_verdict: no CUDA GPU here (use --dry-run to see the commands)", file=sys.stderr)
-        return 2
-    device = torch.cuda.get_device_name()
-    args.out.mkdir(parents=True, exist_ok=True)
-    results: dict = {"device": device, "builds": [], "rows": []}
-
-    def save() -> None:
-        (args.out / "verdict.json").write_text(json.dumps(results, indent=1, default=str))
-
-    with ThreadPoolExecutor(max_workers=6) as pool:  # builds only; every timed run below runs alone
-        for path, (code, _, secs) in zip(honest, pool.map(lambda p: run_json(compile_argv(p)), honest)):
-            results["builds"].append({"file": str(path.relative_to(ROOT)), "exit_code": code, "seconds": secs})
-    save()
-    for label, task, command in plan:
-        row = summarize(label, task, *run_json(command))
-        results["rows"].append(row)
-        save()
-        print(f"[{time.strftime('%H:%M:%S')}] {task} {label}: {row['outcome']} {row['error'][:80]}", flush=True)
-    text = markdown(results["rows"], device)
-    (args.out / "verdict.md").write_text(text)
-    print(text)
-    return 0 if all(expected(r) for r in results["rows"]) else 1
-
+    return execute(args.out, "verdict", honest, plan, args.dry_run, summarize, markdown, expected,
+                   lambda row: row["error"][:80])
 
 if __name__ == "__main__":
     sys.exit(main())
