@@ -61,13 +61,25 @@ def user_dir(xdg_var: str, fallback: str, env: Mapping[str, str] | None = None) 
     return Path(base).expanduser()
 
 
-def write_cache_json(path: Path, data: Any) -> None:
-    """Replace the cache file `path` with `data` as JSON, whole or not at all (a temporary file per process and
-    thread, then a rename); a cache that cannot be written is left as it was: it only costs work next time."""
-    tmp = path.with_suffix(f".{os.getpid()}-{threading.get_ident()}.tmp")
+def replace_file(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Write `path` whole or not at all: a new file beside it (one per process and thread, never opened through a
+    link), renamed over it, so nothing is written through a link at either name. Raises OSError."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(data), encoding="utf-8")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         os.replace(tmp, path)
-    except OSError:
+    except BaseException:
         tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_cache_json(path: Path, data: Any) -> None:
+    """Replace the cache file `path` with `data` as JSON (replace_file); a cache that cannot be written is left as
+    it was: it only costs work next time."""
+    try:
+        replace_file(path, json.dumps(data).encode("utf-8"))
+    except OSError:
+        pass

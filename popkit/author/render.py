@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import os
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -32,7 +31,7 @@ from popkit.author.kernelspec import (  # noqa: F401  (re-exported: render is wh
 )
 from popkit.author.kernelspec import REDUCE_OPS
 from popkit.model.tunespec import Constraint
-from popkit.resources import data_dir
+from popkit.resources import data_dir, replace_file
 
 if TYPE_CHECKING:
     import jinja2
@@ -421,17 +420,7 @@ def write(rendered: Rendered, path: Path, force: bool = False) -> Written:
     path = Path(path)
     existed = path.exists()
     _check_output_path(path, force)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # a new file beside it, renamed over it: nothing is written through a link put there meanwhile
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(rendered.text)
-        os.replace(temp, path)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
+    replace_file(path, rendered.text.encode("utf-8"))  # nothing is written through a link put there meanwhile
     return Written(path=path, rendered=rendered, overwrote=existed)
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
@@ -26,6 +25,7 @@ from popkit.model import stats
 from popkit.model import tunespec
 from popkit.model.contract import entry_points
 from popkit.model.results import score_s
+from popkit.resources import replace_file
 from popkit.run import runner
 from popkit.tuning import freeze as tunefreeze
 from popkit.tuning.result import PER_SHAPE, ShapeChoice, Variant
@@ -471,10 +471,7 @@ class Race:
             return Written(check=report.outcome)
         else:
             check = report.outcome
-        output.parent.mkdir(parents=True, exist_ok=True)
-        tmp = output.with_name(f".{output.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(content)
-        os.replace(tmp, output)
+        replace_file(output, content)
         return Written(str(output), sha, check)
 
 
