@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from popkit.errors import TaskError
+from popkit.machine import gpulock
 from popkit.machine import runnable
 from popkit.machine import system
 from popkit.model import diagnostics
@@ -189,9 +190,11 @@ def run_mode(ws: Workspace, main: str, mode: str, cases: Sequence[Mapping[str, A
     watch = None
     if progress is not None:
         watch = LiveProgress(progress, label or mode, len(cases), protocol.case_kind(mode))
-    done = ws.run(options.python, main, [mode, name], child_env(options, **extra), timeout_s,
-                  result_fd_env=convention.result_fd_env, watch=watch,
-                  inputs={convention.key_fd_env: key.encode()} if key else None)
+    env = child_env(options, **extra)
+    with gpulock.timing(mode, ws.executor.env(env), gpu_count, waiting=progress):
+        done = ws.run(options.python, main, [mode, name], env, timeout_s,
+                      result_fd_env=convention.result_fd_env, watch=watch,
+                      inputs={convention.key_fd_env: key.encode()} if key else None)
     return decode_mode(done, mode, len(cases), timeout_s=timeout_s, convention=convention, key=key, seed=seed)
 
 

@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from popkit.machine import gpulock
 from popkit.model.contract import entry_points
 from popkit.model.results import CompileStep, ModeRun
 from popkit.model.tasks import Task
@@ -212,13 +213,15 @@ class WarmPair:
         line = json.dumps({"mode": self.mode, "cases": protocol.render_cases(self.cases), "key": key})
         progress(self.mode)
         self._watch.live = runner.LiveProgress(progress, self.mode, len(self.cases), protocol.case_kind(self.mode))
-        self._go_at = time.monotonic()
-        try:
-            os.write(self._control, f"go {line}\n".encode())
-        except OSError:  # the eval is gone: its verdict (crashed) comes from what it left
-            pass
-        self._close_control()
-        self._thread.join()
+        env = ws.executor.env(runner.child_env(self.options, **protocol.POPKIT_HARNESS.env(None, None)))
+        with gpulock.timing(self.mode, env, waiting=progress):  # a timed mode: one timed eval per GPU
+            self._go_at = time.monotonic()
+            try:
+                os.write(self._control, f"go {line}\n".encode())
+            except OSError:  # the eval is gone: its verdict (crashed) comes from what it left
+                pass
+            self._close_control()
+            self._thread.join()
         seconds = time.monotonic() - self._go_at
         run = self._decode(key, seconds)
         tampered = ws.tampered(f"the {protocol.where(run)} mode")

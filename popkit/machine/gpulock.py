@@ -1,0 +1,114 @@
+"""One timed eval per GPU at a time, across every popkit process on this machine.
+
+The leaderboard times one submission per GPU. Two timed evals sharing a GPU time-slice it: each call waits for
+the other's work, its event time and the trusted clock's witness both grow by milliseconds, and the harness
+then fails honest kernels as `time forged` or `unsynchronized work` (eight evals on one H100 did exactly that).
+So a timed mode (benchmark, leaderboard, profile) holds an OS lock per GPU it runs on for the eval's life; a
+second timed eval on that GPU waits for it. The kernel drops the lock when its holder dies, so a killed run
+blocks nobody. Test mode takes no lock: it judges outputs, not times.
+
+The locks live in one folder of the machine's temporary directory (not a user's HOME, which tests and users
+point elsewhere), shared by every user: a lock file is opened read-only (flock needs no write access), never
+through a link. Where the folder cannot be used, the eval runs unlocked, as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import stat
+import time
+from pathlib import Path
+from typing import Callable, Iterator, Mapping
+
+from popkit.errors import EnvironmentProblem
+from popkit.machine import nvml, system
+
+TIMED_MODES = frozenset({"benchmark", "leaderboard", "profile"})
+LOCK_DIR = Path("/tmp/popkit-gpu-locks")
+WAIT_S = 1800.0  # every holder is an eval with its own timeout; a wait this long means a stuck holder
+POLL_S = 0.25
+
+
+def gpus_of(env: Mapping[str, str], gpu_count: int | None = None) -> list[str]:
+    """The GPUs a process started with `env` runs on, as lock names: the first visible one (torch's cuda:0), or
+    the first `gpu_count` for a multi-GPU task. Driver indices where the visible-devices variable maps to them,
+    else its own entries; [] where no GPU is visible."""
+    if system.gpu_devices_visible(env) is False:
+        return []
+    want = max(1, gpu_count or 1)
+    nvidia = env.get("CUDA_VISIBLE_DEVICES")
+    count = system.gpu_count()
+    if Path("/dev/kfd").exists() and not Path("/dev/nvidia0").exists():
+        raw = env.get("HIP_VISIBLE_DEVICES") or env.get("ROCR_VISIBLE_DEVICES") or nvidia
+        entries = [e.strip() for e in raw.split(",") if e.strip()] if raw else [str(i) for i in range(want)]
+        return [f"amd-{e}" for e in entries[:want]]
+    indices = nvml.visible_indices(nvidia, count) if count else None
+    if indices is not None:
+        return [f"nvidia-{i}" for i in indices[:want]]
+    entries = [e.strip() for e in (nvidia or "").split(",") if e.strip()] or [str(i) for i in range(want)]
+    return [f"nvidia-{e}" for e in entries[:want]]
+
+
+def _open(name: str, folder: Path) -> int | None:
+    """A descriptor on the lock file `name` in `folder`, made if missing; None where that cannot be done."""
+    try:
+        folder.mkdir(mode=0o777, exist_ok=True)
+        info = folder.lstat()
+        if not stat.S_ISDIR(info.st_mode):
+            return None
+        if info.st_uid == os.getuid() and stat.S_IMODE(info.st_mode) != 0o1777:
+            os.chmod(folder, 0o1777)  # every user's evals share it; the sticky bit keeps each one's files its own
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+        return os.open(folder / f"{safe}.lock", os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError:
+        return None
+
+
+@contextlib.contextmanager
+def timing(mode: str, env: Mapping[str, str], gpu_count: int | None = None, *,
+           waiting: Callable[[str], None] | None = None, folder: Path | None = None,
+           wait_s: float = WAIT_S) -> Iterator[list[str]]:
+    """Hold the lock of every GPU a `mode` eval under `env` times on, for the `with` block; yields the locked
+    names ([] for test mode, a CPU run, or where locking is not possible). `waiting` hears once that another
+    run holds one. Raises EnvironmentProblem after `wait_s` of waiting."""
+    held: list[int] = []
+    names: list[str] = []
+    try:
+        if mode in TIMED_MODES:
+            for name in sorted(gpus_of(env, gpu_count)):  # one order for every process: no deadlock
+                fd = _open(name, LOCK_DIR if folder is None else folder)
+                if fd is None:
+                    continue
+                _acquire(fd, name, waiting, wait_s)
+                held.append(fd)
+                names.append(name)
+        yield names
+    finally:
+        for fd in held:
+            os.close(fd)  # closing drops the lock
+
+
+def _acquire(fd: int, name: str, waiting: Callable[[str], None] | None, wait_s: float) -> None:
+    deadline = time.monotonic() + wait_s
+    told = False
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass
+        except OSError:
+            return  # a file system without locks: run unlocked
+        if not told and waiting is not None:
+            waiting(f"waiting for GPU {name}: another popkit eval is timing on it")
+            told = True
+        if time.monotonic() > deadline:
+            os.close(fd)
+            raise EnvironmentProblem(f"GPU {name}: another popkit eval has held it for {wait_s:.0f} s",
+                                     f"find the process holding {LOCK_DIR}/{name}.lock (fuser), or stop it")
+        time.sleep(POLL_S)
+
+
+__all__ = ["timing", "gpus_of", "TIMED_MODES", "LOCK_DIR"]

@@ -1,0 +1,129 @@
+"""One timed eval per GPU: the lock a timed mode holds, which GPUs it names, and that a second waits."""
+
+import fcntl
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from popkit.errors import EnvironmentProblem
+from popkit.machine import gpulock, system
+
+
+@pytest.fixture
+def nvidia(monkeypatch):
+    """A machine with four NVIDIA GPUs, as the device nodes say."""
+    monkeypatch.setattr(system, "gpu_devices_visible", lambda env=None: env.get("CUDA_VISIBLE_DEVICES") != "")
+    monkeypatch.setattr(system, "gpu_count", lambda: 4)
+    monkeypatch.setattr(gpulock.Path, "exists", lambda self: str(self) == "/dev/nvidia0")
+
+
+def test_a_run_locks_the_first_gpu_it_sees(nvidia):
+    assert gpulock.gpus_of({}) == ["nvidia-0"]
+    assert gpulock.gpus_of({"CUDA_VISIBLE_DEVICES": "2,3"}) == ["nvidia-2"]
+    assert gpulock.gpus_of({"CUDA_VISIBLE_DEVICES": "2,3"}, gpu_count=2) == ["nvidia-2", "nvidia-3"]
+
+
+def test_no_visible_gpu_locks_nothing(nvidia):
+    assert gpulock.gpus_of({"CUDA_VISIBLE_DEVICES": ""}) == []
+
+
+def test_a_gpu_named_by_uuid_is_locked_under_that_name(nvidia):
+    assert gpulock.gpus_of({"CUDA_VISIBLE_DEVICES": "GPU-1234abcd"}) == ["nvidia-GPU-1234abcd"]
+
+
+def test_test_mode_takes_no_lock(nvidia, tmp_path):
+    with gpulock.timing("test", {}, folder=tmp_path) as held:
+        assert held == []
+    assert list(tmp_path.iterdir()) == []
+
+
+def _holder(path):
+    """Another process holding the lock file at `path` until its stdin closes."""
+    code = ("import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDONLY | os.O_CREAT, 0o644); "
+            "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(path)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_a_timed_eval_waits_while_another_holds_its_gpu(nvidia, tmp_path):
+    holder = _holder(tmp_path / "nvidia-0.lock")
+    heard = []
+    try:
+        with pytest.raises(EnvironmentProblem, match="nvidia-0: another popkit eval has held it"):
+            with gpulock.timing("leaderboard", {}, folder=tmp_path, waiting=heard.append, wait_s=0.6):
+                pass
+        assert heard == ["waiting for GPU nvidia-0: another popkit eval is timing on it"]
+    finally:
+        holder.stdin.close()
+        holder.wait()
+    with gpulock.timing("benchmark", {}, folder=tmp_path, wait_s=5) as held:  # the holder died: the lock is free
+        assert held == ["nvidia-0"]
+        fd = os.open(tmp_path / "nvidia-0.lock", os.O_RDONLY)
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(fd)
+
+
+def test_the_lock_is_released_when_the_block_ends(nvidia, tmp_path):
+    with gpulock.timing("profile", {"CUDA_VISIBLE_DEVICES": "1"}, folder=tmp_path):
+        pass
+    fd = os.open(tmp_path / "nvidia-1.lock", os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.close(fd)
+
+
+def test_a_link_planted_at_a_lock_name_is_not_followed(nvidia, tmp_path):
+    victim = tmp_path / "victim"
+    folder = tmp_path / "locks"
+    folder.mkdir()
+    (folder / "nvidia-0.lock").symlink_to(victim)
+    with gpulock.timing("leaderboard", {}, folder=folder) as held:
+        assert held == []  # not lockable: the eval runs unlocked rather than through the link
+    assert not victim.exists()
+
+
+def test_run_mode_holds_the_gpu_lock_while_the_eval_runs(nvidia, tmp_path, monkeypatch):
+    """The runner's one place that starts an eval takes the lock for a timed mode."""
+    from popkit.run import runner
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    class FakeExecutor:
+        def env(self, env):
+            return dict(env)
+
+    class FakeWorkspace:
+        executor = FakeExecutor()
+        files = tmp_path
+
+        def write_cases(self, name, text):
+            pass
+
+        def run(self, *args, **kwargs):
+            fd = os.open(tmp_path / "nvidia-0.lock", os.O_RDONLY)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                seen["locked"] = False
+            except BlockingIOError:
+                seen["locked"] = True
+            finally:
+                os.close(fd)
+            raise Stop
+
+    monkeypatch.setattr(gpulock, "LOCK_DIR", tmp_path)
+    with pytest.raises(Stop):
+        runner.run_mode(FakeWorkspace(), "eval.py", "leaderboard", [{"size": 1}], timeout_s=5,
+                        options=runner.RunOptions())
+    assert seen == {"locked": True}
