@@ -121,7 +121,7 @@ def test_the_eval_interpreter_being_this_one_is_asked_without_a_process(monkeypa
     def no_process(*args, **kwargs):
         raise AssertionError(f"a process was started: {args}")
 
-    monkeypatch.setattr(runnable.subprocess, "run", no_process)
+    monkeypatch.setattr(runnable.sysmod.subprocess, "run", no_process)
     names = ["json", "yaml", "typer", "popkit_no_such_package"]
     assert runnable.missing_packages(sys.executable, names) == {"popkit_no_such_package"}
 

@@ -20,6 +20,7 @@ from popkit.errors import PopcornError, PopkitError
 from popkit.ledger import popcorn
 from popkit.machine import system
 from popkit.machine.cputorch import CANNOT_BUILD, SECOND_VENV
+from popkit.run import sandbox
 from popkit.toolchain import hipbuild
 from popkit.toolchain.locks import find_locks, lock_state
 
@@ -75,7 +76,7 @@ def nvcc_version(nvcc: str) -> str | None:
 def doctor(python: str | None = None) -> DoctorReport:
     """Check what building and running kernels needs; each problem carries its fix."""
     python = python or sys.executable
-    info = system.probe_torch(python, 90.0, extended=True)
+    info = system.probe_torch(python, 90.0, extended=True, scripts=sandbox.scripts(sandbox.executor_for()))
     checks = [Check("python", "ok" if info.get("python") else "problem", info.get("python") or "unknown",
                     "" if info.get("python") else info.get("error", ""))]
     checks += _torch_checks(info)

@@ -405,20 +405,25 @@ def probe_and_preflight(task: Task, options: RunOptions, system: Mapping[str, An
                         executor: Executor | None = None, start: bool = True) -> "SystemProbe | None":
     """The system probe to run beside the runs (none when `system` is given; started now, or with `start`
     False by its start() or first result()), after stopping here (exit 11) when the task cannot run on this
-    machine (runnable.preflight); both see the environment the evals get."""
-    env = (executor or Executor()).env(child_env(options))
-    probe = SystemProbe(options.python, env, start=start) if system is None else None
+    machine (runnable.preflight); both see the environment the evals get, and run what they must run of the
+    evals' interpreter in the evals' sandbox (sandbox.scripts)."""
+    executor = executor or sandbox.executor_for(options.isolation)
+    env = executor.env(child_env(options))
+    probe = SystemProbe(options.python, env, start=start, executor=executor) if system is None else None
     runnable.preflight(task, options.python, lambda: system if system is not None else probe.result(), env=env,
-                       harness=options.harness)
+                       harness=options.harness, scripts=sandbox.scripts(executor))
     return probe
 
 
 class SystemProbe:
     """Probes the eval's interpreter and environment on a thread while the runs go on (system.probe: tens of
-    milliseconds from the driver, or seconds where it must import torch), from start() or the first result()."""
+    milliseconds from the driver, or seconds where it must import torch), from start() or the first result();
+    a script it needs runs as the evals do, in `executor`'s sandbox (sandbox.scripts)."""
 
-    def __init__(self, python: str, env: Mapping[str, str] | None = None, start: bool = True):
+    def __init__(self, python: str, env: Mapping[str, str] | None = None, start: bool = True,
+                 executor: Executor | None = None):
         self._result: dict[str, Any] = {}
+        self._scripts = sandbox.scripts(executor) if executor is not None else system.plain
         self._thread = threading.Thread(target=self._run, args=(python, env), daemon=True)
         self._lock = threading.Lock()
         if start:
@@ -431,7 +436,7 @@ class SystemProbe:
 
     def _run(self, python: str, env: Mapping[str, str] | None) -> None:
         try:
-            self._result = dict(system.probe(python, env=env))
+            self._result = dict(system.probe(python, env=env, scripts=self._scripts))
         except Exception as exc:  # the report still stands without a system line
             self._result = {"error": f"{type(exc).__name__}: {exc}"}
 
