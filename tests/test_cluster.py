@@ -587,6 +587,16 @@ def test_run_jobs_starts_a_local_instance_with_those_slots_and_a_cluster_with_it
     assert seen == [(None, 2), ("10.0.0.5:6379", None)]
 
 
+def test_a_local_instance_lives_in_tmpdir_unless_rays_socket_paths_would_not_fit_there(monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", "/tmp")
+    assert ray_local.parent_folder() == "/tmp"
+    fits = "/" + "x" * (ray_local.SOCKET_PATH_MAX - ray_local.SOCKET_TAIL - 1)
+    monkeypatch.setattr(tempfile, "tempdir", fits)
+    assert ray_local.parent_folder() == fits
+    monkeypatch.setattr(tempfile, "tempdir", fits + "x")  # a socket path one byte too long
+    assert ray_local.parent_folder() == "/tmp"
+
+
 def _fake_head(monkeypatch, tmp_path, slots_seen: list | None = None) -> None:
     """ray_local.started without Ray: an empty folder, as the real one gives (its own tests start Ray)."""
 

@@ -9,7 +9,8 @@ tree when popkit's pipe to it closes (popkit ends the block, or the kernel close
 removes the instance's folder. popkit then joins the head as a driver (`ray.init(address=...)`), which starts no
 process.
 
-Everything of the instance lives in that folder: a fresh one in TMPDIR, mode 0700, every process in it started
+Everything of the instance lives in that folder: a fresh one in TMPDIR (in /tmp where TMPDIR is too long for
+Ray's socket paths), mode 0700, every process in it started
 with umask 077: Ray's temp_dir (sessions, logs, sockets), the TMPDIR of the instance's processes (the workers'
 runs make their working folders there), an empty working folder (Ray puts a process's folder on every worker's
 import path) and the instance's token. Ray's token authentication stays on, with a fresh token for the
@@ -37,6 +38,9 @@ from popkit.run import proc
 START_TIMEOUT_S = 180.0  # `ray start` takes 3-7 s; a machine busy compiling may take much longer
 STOP_WAIT_S = _watchdog.KILL_WAIT_S * 6  # the watchdog kills the tree (2 s at most) and removes the folder
 AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_TOKEN")
+SOCKET_PATH_MAX = 107  # a unix socket's path, less its final NUL
+# The longest socket path Ray makes below the folder's parent (a session name holds a date, a time and a pid)
+SOCKET_TAIL = len("/popkit-ray-XXXXXXXX/r/session_YYYY-MM-DD_HH-MM-SS_UUUUUU_PPPPPPP/sockets/plasma_store")
 _TOKEN: list[str] = []  # one token per popkit process: Ray may keep the first one it read for the process's life
 
 
@@ -79,8 +83,15 @@ def auth_env(folder: Path) -> dict[str, str]:
     return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(folder / "token")}
 
 
+def parent_folder() -> str:
+    """Where the instance's folder goes: TMPDIR, or /tmp where Ray's socket paths below TMPDIR would be longer than
+    a unix socket's path may be (TMPDIR longer than 21 characters)."""
+    temp = tempfile.gettempdir()
+    return temp if len(temp) + SOCKET_TAIL <= SOCKET_PATH_MAX else "/tmp"
+
+
 def _make_folder() -> Path:
-    folder = Path(tempfile.mkdtemp(prefix="popkit-ray-"))  # 0700
+    folder = Path(tempfile.mkdtemp(prefix="popkit-ray-", dir=parent_folder()))  # 0700
     for name in ("tmp", "cwd", "r"):
         (folder / name).mkdir(mode=0o700)
     fd = os.open(folder / "token", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
