@@ -601,9 +601,10 @@ def _fake_head(monkeypatch, tmp_path, slots_seen: list | None = None) -> None:
     """ray_local.started without Ray: an empty folder, as the real one gives (its own tests start Ray)."""
 
     @contextlib.contextmanager
-    def started(slots, _store_bytes, _config):
+    def started(slots, _store_bytes, _config, meanwhile=lambda: None):
         if slots_seen is not None:
             slots_seen.append(slots)
+        meanwhile()
         folder = Path(tempfile.mkdtemp(dir=tmp_path))
         (folder / "cwd").mkdir()
         try:

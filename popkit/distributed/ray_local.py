@@ -29,7 +29,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Iterator, Mapping
+from typing import IO, Any, Callable, Iterator, Mapping
 
 from popkit.errors import EnvironmentProblem
 from popkit.run import _watchdog
@@ -118,8 +118,10 @@ def _tail(log: IO[bytes]) -> str:
 
 
 @contextlib.contextmanager
-def started(slots: int | None, object_store_bytes: int, config: Mapping[str, Any]) -> Iterator[Head]:
+def started(slots: int | None, object_store_bytes: int, config: Mapping[str, Any],
+            meanwhile: Callable[[], None] = lambda: None) -> Iterator[Head]:
     """A local instance for the block; when the block ends (or popkit dies) its processes and folder are gone.
+    `meanwhile` runs while the head starts (the driver's own `import ray`, a second of its own).
 
     Raises EnvironmentProblem (exit 11) with Ray's own last word when the head does not start."""
     folder = _make_folder()
@@ -142,6 +144,7 @@ def started(slots: int | None, object_store_bytes: int, config: Mapping[str, Any
         for fd in (lifeline_r, status_w):
             os.close(fd)
     try:
+        meanwhile()
         yield Head(_wait_for_address(folder, reaper, log), folder, folder / "cwd")
     finally:
         os.close(lifeline_w)  # the watchdog kills the instance's whole tree, then removes the folder

@@ -14,6 +14,7 @@ import os
 import signal
 import socket
 import stat
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
@@ -115,10 +116,10 @@ def connect(address: str | None, progress: Progress, slots: int | None = None) -
     each importing Ray beside the first evals; its processes and its folder are gone when the block ends, or when
     popkit dies. A process already connected (a library caller ran ray.init) keeps its connection, before and after.
     """
-    ray = import_ray()
-    if ray.is_initialized():
+    loaded = sys.modules.get("ray")
+    if loaded is not None and loaded.is_initialized():
         with _signals_named():
-            yield Session(ray, "this process's Ray connection", embedded=False)
+            yield Session(loaded, "this process's Ray connection", embedded=False)
         return
     if address is not None:
         check_reachable(address)
@@ -127,6 +128,7 @@ def connect(address: str | None, progress: Progress, slots: int | None = None) -
 
     options: dict[str, Any] = dict(logging_level=logging.ERROR, log_to_driver=False)
     if address is not None:
+        ray = import_ray()
         options.update(include_dashboard=False, runtime_env={"env_vars": WORKER_ENV})
         with proc.WorkDir("popkit-ray-") as empty:  # removed by its guard too, when popkit dies
             _init(ray, address, options, str(empty), local=False)
@@ -137,7 +139,10 @@ def connect(address: str | None, progress: Progress, slots: int | None = None) -
                 _shutdown(ray)
         return
     cpus = None if slots is None else max(1, min(os.cpu_count() or 1, slots))
-    with ray_local.started(cpus, OBJECT_STORE_BYTES, LOCAL_CONFIG) as head, ray_local.driver_auth(head):
+    imported: list = []  # Ray, imported here while the head starts
+    with ray_local.started(cpus, OBJECT_STORE_BYTES, LOCAL_CONFIG, lambda: imported.append(import_ray())) as head, \
+            ray_local.driver_auth(head):
+        ray = imported[0]
         _init(ray, head.address, options, str(head.cwd), local=True)
         try:
             with _signals_named():
