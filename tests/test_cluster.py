@@ -31,7 +31,7 @@ from popkit.model.results import ModeRun, RunReport
 from popkit.model.tasks import load_task, resolve_task
 from popkit.run import runner
 from popkit.views import cluster as view
-from test_adversarial import ATTACKS, assert_nothing_left, attack_env, recorded, wait_until
+from test_adversarial import ATTACKS, alive, assert_nothing_left, attack_env, recorded, wait_until
 from test_nvml import H100, FakeNvml
 
 ROOT = Path(popkit.__file__).resolve().parent.parent
@@ -595,6 +595,29 @@ def test_a_local_instance_lives_in_tmpdir_unless_rays_socket_paths_would_not_fit
     assert ray_local.parent_folder() == fits
     monkeypatch.setattr(tempfile, "tempdir", fits + "x")  # a socket path one byte too long
     assert ray_local.parent_folder() == "/tmp"
+
+
+def test_a_head_that_fails_or_never_answers_is_exit_11_and_leaves_nothing(monkeypatch, tmp_path):
+    """Without Ray: a head that exits saying why, and one that never writes its address (its child too)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    pids = tmp_path / "pids"
+    fails = [sys.executable, "-c", "import sys; print('starting'); print('RuntimeError: no GCS here'); sys.exit(3)"]
+    hangs = [sys.executable, "-c", f"import os, subprocess, time; child = subprocess.Popen(['sleep', '600']); "
+             f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}'); time.sleep(600)"]
+    monkeypatch.setattr(ray_local, "head_argv", lambda *_args: fails)
+    with pytest.raises(EnvironmentProblem, match="cannot start a local Ray instance: RuntimeError: no GCS here"):
+        with ray_local.started(1, 2**20, {}):
+            pass
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(ray_local, "head_argv", lambda *_args: hangs)
+    monkeypatch.setattr(ray_local, "START_TIMEOUT_S", 2.0)
+    with pytest.raises(EnvironmentProblem, match="its head did not answer within 2 s"):
+        with ray_local.started(1, 2**20, {}):
+            pass
+    head, child = map(int, pids.read_text().split())
+    pids.unlink()
+    assert list(tmp_path.iterdir()) == []
+    assert wait_until(lambda: not alive(head) and not alive(child), 5)
 
 
 def _fake_head(monkeypatch, tmp_path, slots_seen: list | None = None) -> None:
