@@ -15,6 +15,7 @@ import pytest
 
 from popkit.machine import system
 from popkit.model.tasks import load_task
+from popkit.operations import doctor
 from popkit.run import runner
 from popkit.run import sandbox
 
@@ -59,10 +60,23 @@ def test_the_system_probe_runs_the_evals_interpreter_in_the_sandbox(tmp_path):
     assert list(home.iterdir()) == []
 
 
+@pytest.mark.slow
+@needs_sandbox
+def test_doctor_runs_the_interpreter_it_checks_in_the_sandbox(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    python = wrapper(tmp_path, sys.executable)
+    report = doctor.doctor(str(python))
+    assert report.system.get("python") == "%d.%d.%d" % sys.version_info[:3], report.system
+    assert list(home.iterdir()) == []
+
+
 NOBODY_PROBE = '''
 import os, sys
 from pathlib import Path
 from popkit.model.tasks import load_task
+from popkit.operations import doctor
 from popkit.run import runner, sandbox
 assert not sandbox.unavailable(), sandbox.unavailable()
 options = runner.RunOptions(python=sys.argv[1], env={"HOME": sys.argv[2]}, precompile=False)

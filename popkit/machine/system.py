@@ -272,9 +272,10 @@ if root is not None:
 print(json.dumps(out))
 """
 
-def toolchain(python: str = sys.executable, timeout_s: float = 30.0) -> Toolchain:
+def toolchain(python: str = sys.executable, timeout_s: float = 30.0, scripts: Scripts = plain) -> Toolchain:
+    """`python`'s torch and the build tools beside it; `scripts` runs the script that reads torch's files in it."""
     try:
-        out = subprocess.run([python, "-c", _TOOLCHAIN_SCRIPT], capture_output=True, text=True, timeout=timeout_s)
+        out = scripts(python, _TOOLCHAIN_SCRIPT, [], os.environ, timeout_s)
         info = json.loads(out.stdout.strip().splitlines()[-1])
     except (OSError, subprocess.SubprocessError, ValueError, IndexError):
         raise EnvironmentProblem(f"cannot run {python} to inspect its torch",
