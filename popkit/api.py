@@ -45,6 +45,7 @@ from popkit.operations import risk as risks
 from popkit.operations import workflows
 from popkit.run import compile as compiler
 from popkit.run import proc
+from popkit.run import sandbox
 from popkit.toolchain import hiponcuda
 from popkit.tuning import workflow as tuner
 from popkit.documents import (HistoryList, RunDetail, TaskChecks, TaskDetail, TaskList, document,
@@ -99,8 +100,9 @@ def tasks(*, roots: Roots = (), check: bool = False, python: Optional[str] = Non
     if not check:
         return TaskList(found, tuple(skipped))
     python = python or sys.executable
-    probed = system.probe(python)
-    return TaskChecks(found, tuple(runnable.check_tasks(found, python, probed)), probed, tuple(skipped))
+    scripts = sandbox.scripts_for()  # the evals' interpreter runs as the evals do
+    probed = system.probe(python, scripts=scripts)
+    return TaskChecks(found, tuple(runnable.check_tasks(found, python, probed, scripts)), probed, tuple(skipped))
 
 
 def task_show(name: str, *, roots: Roots = ()) -> TaskDetail:

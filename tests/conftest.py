@@ -88,7 +88,8 @@ def cli(monkeypatch, tmp_path, cli_env):
     for name, value in cli_env.items():
         monkeypatch.setenv(name, value)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("popkit.machine.system.probe", lambda python=None, timeout=60.0, env=None: {"device": "cpu", "torch": "x"})
+    monkeypatch.setattr("popkit.machine.system.probe",
+                        lambda python=None, timeout=60.0, env=None, scripts=None: {"device": "cpu", "torch": "x"})
 
     def invoke(*args: str):
         return CliRunner().invoke(app, list(args))

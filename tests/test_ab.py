@@ -356,7 +356,7 @@ def test_run_ab_for_real_with_a_wrong_b(tmp_path):
 
 @pytest.fixture
 def cli_env(cli_env, monkeypatch):
-    monkeypatch.setattr("popkit.machine.system.probe", lambda python=None, timeout=60.0, env=None: SYSTEM)
+    monkeypatch.setattr("popkit.machine.system.probe", lambda python=None, timeout=60.0, env=None, scripts=None: SYSTEM)
     return {**cli_env, "POPKIT_WIDTH": "200"}
 
 

@@ -76,7 +76,8 @@ def home(monkeypatch, tmp_path):
     (tmp_path / "tmp").mkdir()
     monkeypatch.setattr("tempfile.tempdir", None)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("popkit.machine.system.probe", lambda python=None, timeout=60.0, env=None: {"device": "cpu"})
+    monkeypatch.setattr("popkit.machine.system.probe",
+                        lambda python=None, timeout=60.0, env=None, scripts=None: {"device": "cpu"})
     return tmp_path
 
 

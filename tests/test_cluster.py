@@ -3,13 +3,16 @@ local Ray instance (12 runs against the same runs made one by one; Ctrl-C leaves
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import uuid
 from dataclasses import replace
 from pathlib import Path
@@ -19,6 +22,7 @@ import pytest
 import popkit
 from popkit.distributed import bundle
 from popkit.distributed import parity
+from popkit.distributed import ray_local
 from popkit.distributed import ray_session
 from popkit.distributed import scheduler as cluster
 from popkit.errors import EnvironmentProblem, ExitCode, UsageError
@@ -27,7 +31,7 @@ from popkit.model.results import ModeRun, RunReport
 from popkit.model.tasks import load_task, resolve_task
 from popkit.run import runner
 from popkit.views import cluster as view
-from test_adversarial import ATTACKS, assert_nothing_left, attack_env, recorded, wait_until
+from test_adversarial import ATTACKS, alive, assert_nothing_left, attack_env, recorded, wait_until
 from test_nvml import H100, FakeNvml
 
 ROOT = Path(popkit.__file__).resolve().parent.parent
@@ -372,6 +376,81 @@ def test_ctrl_c_cancels_every_run_and_leaves_no_ray_or_popkit_process(tmp_path, 
     assert_nothing_left(log)
 
 
+def _tree(root: int) -> dict[int, bytes]:
+    """Every process below `root`, each with its start time (so a reused pid is not taken for it)."""
+    children: dict[int, list[int]] = {}
+    starts: dict[int, bytes] = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry))
+        starts[int(entry)] = fields[19]
+    found, todo = {}, [root]
+    while todo:
+        for pid in children.get(todo.pop(), ()):
+            found[pid] = starts[pid]
+            todo.append(pid)
+    return found
+
+
+def _still_alive(processes: dict[int, bytes]) -> list[str]:
+    left = []
+    for pid, start in processes.items():
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                command = f.read().replace(b"\0", b" ")[:60].decode(errors="replace")
+        except OSError:
+            continue
+        if fields[19] == start and fields[0] != b"Z":
+            left.append(f"{pid} {command}")
+    return left
+
+
+@pytest.mark.slow
+def test_sigkill_of_popkit_leaves_no_process_of_its_local_ray_instance_and_no_file(tmp_path):
+    """The class: what a local instance starts and writes outliving popkit, which runs no handler when it is
+    killed (Ray's agents lived on for minutes, its session folder stayed in TMPDIR, its token went to ~/.ray)."""
+    pytest.importorskip("ray")
+    home = tmp_path / "home"
+    home.mkdir()
+    temp = Path(tempfile.mkdtemp(prefix="pk-", dir="/tmp"))  # short: Ray's socket paths must fit 107 bytes
+    mark = f"popkit-test-{uuid.uuid4().hex}"
+    log = tmp_path / "attack.log"
+    env = _with_this_popkit({**os.environ, **attack_env(log), "HOME": str(home), "TMPDIR": str(temp),
+                             "POPKIT_HOME": str(tmp_path / "popkit-home"), "POPKIT_TEST_MARK": mark,
+                             "POPKIT_CACHE_DIR": str(tmp_path / "cache"),
+                             "POPKIT_ISOLATION": "none"})  # the attack logs outside the workspace
+    escape = str(ATTACKS / "escape.py")  # a detached grandchild, and a kernel that never returns
+    try:
+        popkit_ = subprocess.Popen([sys.executable, "-m", "popkit", "test", escape, escape, "--task", str(DOUBLE),
+                                    "--no-precompile", "--no-history", "--cluster", "ray"], env=env, cwd=tmp_path,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            assert wait_until(lambda: len(recorded(log)) >= 2, 120), popkit_.stderr.read1().decode()
+            started = _tree(popkit_.pid)
+            during = sorted(p.name for p in temp.iterdir())
+            popkit_.kill()
+            popkit_.wait(30)
+        finally:
+            if popkit_.poll() is None:
+                popkit_.kill()
+            popkit_.stderr.close()
+        assert any(name.startswith("popkit-ray-") for name in during), during  # the instance lived in TMPDIR
+        assert len(started) > 5, started  # the watchdog, Ray's head, GCS, raylet, agents, workers, evals
+        assert wait_until(lambda: not _still_alive(started) and not _marked(mark), 20), \
+            (_still_alive(started), _marked(mark))
+        assert_nothing_left(log)  # the runs' evals and their detached grandchildren too
+        assert wait_until(lambda: not list(temp.iterdir()), 20), sorted(temp.rglob("*"))[:20]
+        assert not (home / ".ray").exists()
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+
+
 @pytest.mark.slow
 def test_a_popkit_planted_in_the_folder_of_the_call_is_not_what_the_workers_run(tmp_path):
     """The class: files in the folder popkit runs from (Ray puts it first on every worker's import path). The
@@ -508,6 +587,57 @@ def test_run_jobs_starts_a_local_instance_with_those_slots_and_a_cluster_with_it
     assert seen == [(None, 2), ("10.0.0.5:6379", None)]
 
 
+def test_a_local_instance_lives_in_tmpdir_unless_rays_socket_paths_would_not_fit_there(monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", "/tmp")
+    assert ray_local.parent_folder() == "/tmp"
+    fits = "/" + "x" * (ray_local.SOCKET_PATH_MAX - ray_local.SOCKET_TAIL - 1)
+    monkeypatch.setattr(tempfile, "tempdir", fits)
+    assert ray_local.parent_folder() == fits
+    monkeypatch.setattr(tempfile, "tempdir", fits + "x")  # a socket path one byte too long
+    assert ray_local.parent_folder() == "/tmp"
+
+
+def test_a_head_that_fails_or_never_answers_is_exit_11_and_leaves_nothing(monkeypatch, tmp_path):
+    """Without Ray: a head that exits saying why, and one that never writes its address (its child too)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    pids = tmp_path / "pids"
+    fails = [sys.executable, "-c", "import sys; print('starting'); print('RuntimeError: no GCS here'); sys.exit(3)"]
+    hangs = [sys.executable, "-c", f"import os, subprocess, time; child = subprocess.Popen(['sleep', '600']); "
+             f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}'); time.sleep(600)"]
+    monkeypatch.setattr(ray_local, "head_argv", lambda *_args: fails)
+    with pytest.raises(EnvironmentProblem, match="cannot start a local Ray instance: RuntimeError: no GCS here"):
+        with ray_local.started(1, 2**20, {}):
+            pass
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(ray_local, "head_argv", lambda *_args: hangs)
+    monkeypatch.setattr(ray_local, "START_TIMEOUT_S", 2.0)
+    with pytest.raises(EnvironmentProblem, match="its head did not answer within 2 s"):
+        with ray_local.started(1, 2**20, {}):
+            pass
+    head, child = map(int, pids.read_text().split())
+    pids.unlink()
+    assert list(tmp_path.iterdir()) == []
+    assert wait_until(lambda: not alive(head) and not alive(child), 5)
+
+
+def _fake_head(monkeypatch, tmp_path, slots_seen: list | None = None) -> None:
+    """ray_local.started without Ray: an empty folder, as the real one gives (its own tests start Ray)."""
+
+    @contextlib.contextmanager
+    def started(slots, _store_bytes, _config, meanwhile=lambda: None):
+        if slots_seen is not None:
+            slots_seen.append(slots)
+        meanwhile()
+        folder = Path(tempfile.mkdtemp(dir=tmp_path))
+        (folder / "cwd").mkdir()
+        try:
+            yield ray_local.Head("127.0.0.1:1", folder, folder / "cwd")
+        finally:
+            shutil.rmtree(folder)
+
+    monkeypatch.setattr(ray_session.ray_local, "started", started)
+
+
 def test_ray_starts_from_an_empty_folder_of_its_own_and_the_caller_stays_where_it_was(monkeypatch, tmp_path):
     """Ray puts the caller's current folder first on every worker's import path: it must not be the user's."""
     seen = []
@@ -518,26 +648,31 @@ def test_ray_starts_from_an_empty_folder_of_its_own_and_the_caller_stays_where_i
         shutdown = staticmethod(lambda **kw: None)
 
     monkeypatch.setattr(ray_session, "import_ray", lambda: FakeRay)
-    monkeypatch.chdir(tmp_path)
-    with ray_session.connect(None, lambda _msg: None):
-        assert os.getcwd() == str(tmp_path)
-        (folder, listed), = seen
-        assert folder != str(tmp_path) and listed == [] and Path(folder).is_dir()  # the instance runs there
-    assert not Path(folder).exists() and os.getcwd() == str(tmp_path)
+    monkeypatch.setattr(ray_session, "check_reachable", lambda address: None)
+    _fake_head(monkeypatch, tmp_path)
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    for address in (None, "10.0.0.5:6379"):
+        with ray_session.connect(address, lambda _msg: None):
+            assert os.getcwd() == str(here)
+            folder, listed = seen.pop()
+            assert folder != str(here) and listed == [] and Path(folder).is_dir()  # the instance runs there
+        assert not Path(folder).exists() and os.getcwd() == str(here)
 
     def refused(**_kw):
         raise ConnectionError("no raylet")
 
     monkeypatch.setattr(FakeRay, "init", staticmethod(refused))
-    with pytest.raises(EnvironmentProblem, match="cannot start a local Ray instance: no raylet"):
+    with pytest.raises(EnvironmentProblem, match="cannot join the local Ray instance popkit started: no raylet"):
         with ray_session.connect(None, lambda _msg: None):
             pass
-    assert os.getcwd() == str(tmp_path)
+    assert os.getcwd() == str(here)
 
 
-def test_a_local_instance_offers_no_more_cpu_slots_than_there_are_runs(monkeypatch):
+def test_a_local_instance_offers_no_more_cpu_slots_than_there_are_runs(monkeypatch, tmp_path):
     """Ray starts a worker process per CPU slot of a local instance; a cluster joined keeps its own."""
-    inits = []
+    inits, slots_seen = [], []
 
     class FakeRay:
         is_initialized = staticmethod(lambda: False)
@@ -547,10 +682,13 @@ def test_a_local_instance_offers_no_more_cpu_slots_than_there_are_runs(monkeypat
     monkeypatch.setattr(ray_session, "import_ray", lambda: FakeRay)
     monkeypatch.setattr(ray_session, "check_reachable", lambda address: None)
     monkeypatch.setattr(ray_session.os, "cpu_count", lambda: 32)
+    _fake_head(monkeypatch, tmp_path, slots_seen)
     for address, slots in ((None, 8), (None, 64), (None, None), ("10.0.0.5:6379", 8)):
         with ray_session.connect(address, lambda _msg: None, slots=slots):
             pass
-    assert [kw.get("num_cpus") for kw in inits] == [8, 32, None, None]
+    assert slots_seen == [8, 32, None]
+    assert [kw["address"] for kw in inits] == ["127.0.0.1:1"] * 3 + ["10.0.0.5:6379"]
+    assert all("num_cpus" not in kw for kw in inits)  # a driver joining the head it started says nothing of slots
 
 
 def test_rays_auth_token_is_made_private_without_following_a_link(tmp_path):

@@ -45,7 +45,7 @@ def _env(monkeypatch, tmp_path):
 
 
 def fake_probe(monkeypatch, **changes):
-    monkeypatch.setattr(system, "probe_torch", lambda python, timeout, extended: {**INFO, **changes})
+    monkeypatch.setattr(system, "probe_torch", lambda python, timeout, extended, scripts=None: {**INFO, **changes})
 
 
 def by_name(report) -> dict:
@@ -211,17 +211,14 @@ def test_doctor_finds_popcorn_by_the_rules_submit_uses(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_the_background_probe_yields_the_cpu_to_the_eval(monkeypatch):
-    import subprocess
-
+def test_the_background_probe_yields_the_cpu_to_the_eval():
     seen = {}
-    real = subprocess.run
 
-    def spy(argv, **kwargs):
-        seen[tuple(argv[3:])] = kwargs.get("preexec_fn")
-        return real(argv, **kwargs)
+    def niceness(python, script, args, env, timeout):  # the probe's script, saying its priority at the end
+        done = system.plain(python, script + "\nprint('niceness', os.nice(0))", args, env, timeout)
+        seen[tuple(args)] = int(done.stdout.split("niceness")[-1])
+        return done
 
-    monkeypatch.setattr(subprocess, "run", spy)
-    system.probe_torch(sys.executable, 60, extended=False)
-    system.probe_torch(sys.executable, 60, extended=True)
-    assert seen[()] is system._lower_priority and seen[("extended",)] is None
+    system.probe_torch(sys.executable, 60, extended=False, scripts=niceness)
+    system.probe_torch(sys.executable, 60, extended=True, scripts=niceness)
+    assert seen[()] == min(19, os.nice(0) + 10) and seen[("extended",)] == os.nice(0)

@@ -56,8 +56,9 @@ def test_a_hip_file_without_a_gpu_says_what_hip_needs():
 
 
 def test_tasks_check_says_for_which_kind_of_file(cli, monkeypatch):
-    monkeypatch.setattr("popkit.machine.system.probe", lambda python=None, timeout=60.0: {"device": "cpu", "gpu_count": 0})
-    monkeypatch.setattr(runnable, "missing_packages", lambda python, names, timeout=30.0, env=None: set())
+    monkeypatch.setattr("popkit.machine.system.probe",
+                        lambda python=None, timeout=60.0, env=None, scripts=None: {"device": "cpu", "gpu_count": 0})
+    monkeypatch.setattr(runnable, "missing_packages", lambda python, names, timeout=30.0, env=None, scripts=None: set())
     result = cli("tasks", "--check")
     assert result.exit_code == 0, result.output
     header = next(line for line in result.output.splitlines() if "PyTorch file" in line)

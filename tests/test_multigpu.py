@@ -61,7 +61,8 @@ def test_the_cli_marks_a_scaled_run_in_the_report_json_and_history(monkeypatch, 
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("POPKIT_HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("popkit.machine.system.probe", lambda python=None, timeout=60.0: ONE_GPU)
+    monkeypatch.setattr("popkit.machine.system.probe",
+                        lambda python=None, timeout=60.0, env=None, scripts=None: ONE_GPU)
     result = CliRunner().invoke(app, ["bench", str(GOOD), "--task", str(MULTI), "--world-size", "1"])
     assert result.exit_code == 0, result.output
     assert "not leaderboard-faithful" in result.output

@@ -32,7 +32,8 @@ def custom_kernel(data):
 def cli(cli, monkeypatch):
     monkeypatch.setenv("POPKIT_WIDTH", "200")
     monkeypatch.delenv("POPKIT_ASSUME_GPU", raising=False)
-    monkeypatch.setattr("popkit.machine.system.probe", lambda python=None, timeout=60.0, env=None: {"device": "cpu"})
+    monkeypatch.setattr("popkit.machine.system.probe",
+                        lambda python=None, timeout=60.0, env=None, scripts=None: {"device": "cpu"})
     monkeypatch.setattr("popkit.machine.system.has_gpu", lambda: False)
     return cli
 

@@ -124,7 +124,8 @@ def test_another_interpreter_always_runs_the_pre_step(env):
 def test_cli_prints_the_skip_line(env, monkeypatch):
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("POPKIT_WIDTH", "120")
-    monkeypatch.setattr("popkit.machine.system.probe", lambda python=None, timeout=60.0: {"device": "cpu"})
+    monkeypatch.setattr("popkit.machine.system.probe",
+                        lambda python=None, timeout=60.0, env=None, scripts=None: {"device": "cpu"})
     path = env / "mine.py"
     path.write_text(FAKE_BUILD)
     args = ["test", str(path), "--task", str(FIX / "tasks" / "double"), "--no-history"]

@@ -90,8 +90,9 @@ def test_a_run_that_cannot_work_stops_before_it_starts(tmp_path, monkeypatch):
 def test_tasks_check_lists_every_task_with_its_reasons(monkeypatch, tmp_path):
     monkeypatch.setenv("POPKIT_WIDTH", "200")
     monkeypatch.setenv("NO_COLOR", "1")
-    monkeypatch.setattr("popkit.machine.system.probe", lambda python=None, timeout=60.0: H100)
-    monkeypatch.setattr(runnable, "missing_packages", lambda python, names, timeout=30.0: {"aiter"} & set(names))
+    monkeypatch.setattr("popkit.machine.system.probe", lambda python=None, timeout=60.0, env=None, scripts=None: H100)
+    monkeypatch.setattr(runnable, "missing_packages",
+                        lambda python, names, timeout=30.0, env=None, scripts=None: {"aiter"} & set(names))
     result = CliRunner().invoke(app, ["tasks", "--check", "--tasks-root", str(NEEDS_SET), "--json"])
     assert result.exit_code == 0, result.output
     rows = {r["leaderboard"]: r for r in json.loads(result.stdout)["tasks"]}
@@ -121,7 +122,7 @@ def test_the_eval_interpreter_being_this_one_is_asked_without_a_process(monkeypa
     def no_process(*args, **kwargs):
         raise AssertionError(f"a process was started: {args}")
 
-    monkeypatch.setattr(runnable.subprocess, "run", no_process)
+    monkeypatch.setattr(runnable.sysmod.subprocess, "run", no_process)
     names = ["json", "yaml", "typer", "popkit_no_such_package"]
     assert runnable.missing_packages(sys.executable, names) == {"popkit_no_such_package"}
 

@@ -19,7 +19,8 @@ NO_GPU_SYSTEM = {"device": "cpu", "gpu_count": 0}
 
 @pytest.fixture(autouse=True)
 def _no_probe(monkeypatch):
-    monkeypatch.setattr("popkit.machine.system.probe", lambda python=None, timeout=60.0: NO_GPU_SYSTEM)
+    monkeypatch.setattr("popkit.machine.system.probe", lambda python=None, timeout=60.0, env=None, scripts=None:
+                        NO_GPU_SYSTEM)
 
 
 @pytest.mark.slow

@@ -21,6 +21,7 @@ from popkit.model.contract import entry_points
 from popkit.model.tasks import MAX_TIMEOUT_S, list_tasks, resolve_task, task_roots
 from popkit.operations import requests
 from popkit.operations import workflows
+from popkit.run import sandbox
 from popkit.run.protocol import MAX_SECRET_RUNS, MAX_SECRET_SEED, random_secret_seeds
 from popkit.submission.source import Source, validate_submission
 from popkit.views import common, pictures
@@ -366,8 +367,9 @@ def tasks_list(
         return
     view.show_skipped(skipped)
     python = python or sys.executable
-    probed = system.probe(python)
-    view.show_task_check(tasks, runnable.check_tasks(tasks, python, probed), probed, json=json)
+    scripts = sandbox.scripts_for()  # the evals' interpreter runs as the evals do
+    probed = system.probe(python, scripts=scripts)
+    view.show_task_check(tasks, runnable.check_tasks(tasks, python, probed, scripts), probed, json=json)
 
 
 @tasks_app.command("show")

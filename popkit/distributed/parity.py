@@ -42,10 +42,11 @@ def popkit_identity() -> str:
     return f"{__version__}+{h.hexdigest()[:12]}"
 
 
-def facts(python: str, env: Mapping[str, str]) -> dict[str, Any]:
-    """This machine as `python` sees it under `env` (system.probe), with the NVIDIA driver's version and
-    popkit's identity. Never raises: what cannot be learned is None (system.probe's `error` says why)."""
-    found = dict(system.probe(python, env=env))
+def facts(python: str, env: Mapping[str, str], scripts: system.Scripts = system.plain) -> dict[str, Any]:
+    """This machine as `python` sees it under `env` (system.probe, its scripts run by `scripts`), with the NVIDIA
+    driver's version and popkit's identity. Never raises: what cannot be learned is None (system.probe's `error`
+    says why)."""
+    found = dict(system.probe(python, env=env, scripts=scripts))
     found["driver"] = nvml.system_driver_version()
     found["popkit"] = popkit_identity()
     return found

@@ -1,10 +1,10 @@
 """Ray for popkit: a local instance started for one call, or a running cluster joined (popkit/distributed/scheduler.py).
 
-`connect(None)` starts a local Ray instance (Ray's own head, the API of a cluster) and shuts it down when the
-block ends; `connect(ADDRESS)` joins a running cluster, after a TCP connection to it answered within 5 s (Ray
-alone retries for minutes), and only disconnects. Ray is optional: it is imported inside functions only, and
-its absence is exit 11 with the line that installs it. So is logging, which only a cluster run uses (every
-command of the CLI imports this module).
+`connect(None)` starts a local Ray instance (Ray's own head, the API of a cluster; popkit/distributed/ray_local.py:
+nothing of it outlives popkit) and stops it when the block ends; `connect(ADDRESS)` joins a running cluster, after
+a TCP connection to it answered within 5 s (Ray alone retries for minutes), and only disconnects. Ray is optional:
+it is imported inside functions only, and its absence is exit 11 with the line that installs it. So is logging,
+which only a cluster run uses (every command of the CLI imports this module).
 """
 
 from __future__ import annotations
@@ -14,13 +14,15 @@ import os
 import signal
 import socket
 import stat
-import tempfile
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from popkit.distributed import ray_local
 from popkit.errors import EnvironmentProblem, Interrupted, UsageError
 from popkit.progress import Progress
+from popkit.run import proc
 
 INSTALL = "pip install 'popkit[ray]'"
 CONNECT_TIMEOUT_S = 5.0  # a TCP connect to a cluster's address; Ray itself would retry for minutes
@@ -109,33 +111,42 @@ def _shutdown(ray: Any) -> None:
 def connect(address: str | None, progress: Progress, slots: int | None = None) -> Iterator[Session]:
     """Ray for the block: a local instance (address None) or the cluster at `address`; disconnected after.
 
-    A local instance offers at most `slots` CPU slots (the runs that can go at once, cluster.local_slots), and
-    never more than the cores: Ray starts a worker process per slot as it starts, each importing Ray beside the
-    first evals. A process already connected (a library caller ran ray.init) keeps its connection, before and
-    after.
+    A local instance (popkit/distributed/ray_local.py) offers at most `slots` CPU slots (the runs that can go at
+    once, cluster.local_slots), and never more than the cores: Ray starts a worker process per slot as it starts,
+    each importing Ray beside the first evals; its processes and its folder are gone when the block ends, or when
+    popkit dies. A process already connected (a library caller ran ray.init) keeps its connection, before and after.
     """
-    ray = import_ray()
-    if ray.is_initialized():
+    loaded = sys.modules.get("ray")
+    if loaded is not None and loaded.is_initialized():
         with _signals_named():
-            yield Session(ray, "this process's Ray connection", embedded=False)
+            yield Session(loaded, "this process's Ray connection", embedded=False)
         return
     if address is not None:
         check_reachable(address)
     progress("starting a local Ray instance" if address is None else f"joining the Ray cluster at {address}")
     import logging
 
-    options: dict[str, Any] = dict(include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
-    if address is None:
-        options.update(object_store_memory=OBJECT_STORE_BYTES, _system_config=LOCAL_CONFIG)
-        if slots is not None:
-            options["num_cpus"] = max(1, min(os.cpu_count() or 1, slots))
-    else:
-        options.update(runtime_env={"env_vars": WORKER_ENV})
-    with tempfile.TemporaryDirectory(prefix="popkit-ray-") as empty:  # outlives the instance, which runs there
-        _init(ray, address, options, empty)
+    options: dict[str, Any] = dict(logging_level=logging.ERROR, log_to_driver=False)
+    if address is not None:
+        ray = import_ray()
+        options.update(include_dashboard=False, runtime_env={"env_vars": WORKER_ENV})
+        with proc.WorkDir("popkit-ray-") as empty:  # removed by its guard too, when popkit dies
+            _init(ray, address, options, str(empty), local=False)
+            try:
+                with _signals_named():
+                    yield Session(ray, address, embedded=False)
+            finally:
+                _shutdown(ray)
+        return
+    cpus = None if slots is None else max(1, min(os.cpu_count() or 1, slots))
+    imported: list = []  # Ray, imported here while the head starts
+    with ray_local.started(cpus, OBJECT_STORE_BYTES, LOCAL_CONFIG, lambda: imported.append(import_ray())) as head, \
+            ray_local.driver_auth(head):
+        ray = imported[0]
+        _init(ray, head.address, options, str(head.cwd), local=True)
         try:
             with _signals_named():
-                yield Session(ray, address or "local", embedded=address is None)
+                yield Session(ray, "local", embedded=True)
         finally:
             _shutdown(ray)
 
@@ -159,23 +170,23 @@ def private_token(path: Path) -> bool:
     return True
 
 
-def _init(ray: Any, address: str | None, options: Mapping[str, Any], folder: str) -> None:
+def _init(ray: Any, address: str, options: Mapping[str, Any], folder: str, local: bool) -> None:
     """ray.init from `folder`, an empty one: Ray puts the current folder of the process that calls it first on
-    the import path of every worker, and a local instance's processes run in it. Called from the folder of the
-    submissions, a worker would import `popkit`, or any module, from there before its own (a checkout of another
-    popkit, a `json.py` beside the submissions). What Ray raises is exit 11, naming the address."""
+    the import path of every worker. Called from the folder of the submissions, a worker would import `popkit`, or
+    any module, from there before its own (a checkout of another popkit, a `json.py` beside the submissions). What
+    Ray raises is exit 11, naming the address (or the local instance)."""
     saved, here = _stop_handlers(), os.getcwd()
     try:
         os.chdir(folder)
-        ray.init(address=address or "local", **options)
-        private_token(Path(os.path.expanduser("~")) / ".ray" / "auth_token")
+        ray.init(address=address, **options)
+        if not local:
+            private_token(Path(os.path.expanduser("~")) / ".ray" / "auth_token")
     except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError...: each is "cannot"
         _shutdown(ray)
         detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        if address is None:
-            raise EnvironmentProblem(f"cannot start a local Ray instance: {detail}",
-                                     "`ray start --head` shows Ray's own error; /tmp/ray/session_latest/logs has "
-                                     "its logs") from None
+        if local:
+            raise EnvironmentProblem(f"cannot join the local Ray instance popkit started: {detail}",
+                                     "`ray start --head` shows Ray's own error") from None
         raise EnvironmentProblem(f"cannot join the Ray cluster at {address}: {detail}",
                                  "`ray status` on the head says whether it runs; a cluster with token authentication "
                                  "(Ray's default) needs RAY_AUTH_MODE=token and its token here (the head's "

@@ -23,6 +23,7 @@ from popkit.errors import PopkitError
 from popkit.measure import ab
 from popkit.model.tasks import Task
 from popkit.run import runner
+from popkit.run import sandbox
 from popkit.toolchain import prestep
 
 
@@ -82,7 +83,11 @@ def _as_a_local_run() -> Iterator[None]:
 
 def _run_here(bundle: bundles.Bundle, files: bundles.TaskFiles, where: Mapping[str, Any]) -> dict[str, Any]:
     options = replace(bundle.options, python=bundle.options.python or sys.executable)
-    found = parity.facts(options.python, runner.child_env(options))
+    try:  # the interpreter runs as the run's evals will: in the sandbox, where one is in force
+        scripts = sandbox.scripts_for(options.isolation)
+    except PopkitError as exc:
+        return {"worker": Worker(**where).to_json(), "error": exc.to_json()}
+    found = parity.facts(options.python, runner.child_env(options), scripts)
     worker = Worker(**where, facts=found)
     out: dict[str, Any] = {"worker": worker.to_json()}
     refused = parity.refusal(found, bundle.popkit, bundle.require_gpu)

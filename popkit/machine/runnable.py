@@ -18,7 +18,6 @@ import ast
 import functools
 import json
 import os
-import subprocess
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -370,12 +369,13 @@ _FIND_SCRIPT = "import importlib.util, json, sys; print(json.dumps([m for m in s
 
 
 def missing_packages(python: str, names: Iterable[str], timeout: float = 30.0,
-                     env: Mapping[str, str] | None = None) -> set[str]:
+                     env: Mapping[str, str] | None = None, scripts: sysmod.Scripts = sysmod.plain) -> set[str]:
     """Top-level import names the interpreter `python` cannot find (find_spec only: nothing is imported).
 
     `env` is the eval's environment (default: this one). When the eval runs this very interpreter with
     the same path settings, this process answers (system.find_here, without the folder popkit started from:
-    the eval's is its own working directory): no interpreter start-up before a run.
+    the eval's is its own working directory): no interpreter start-up before a run. Else `scripts` runs a
+    script in `python` (in the sandbox, where popkit runs one).
     """
     names = sorted(set(names))
     if not names:
@@ -384,18 +384,17 @@ def missing_packages(python: str, names: Iterable[str], timeout: float = 30.0,
     if sysmod.answers_here(python, env):
         return {name for name in names if sysmod.find_here(name) is None}
     try:
-        done = subprocess.run([python, "-c", _FIND_SCRIPT, *names], capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL, env=env)
-        return set(json.loads(done.stdout.strip().splitlines()[-1]))
-    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        return set(json.loads(scripts(python, _FIND_SCRIPT, names, env, timeout).stdout.strip().splitlines()[-1]))
+    except (OSError, ValueError, IndexError):
         return set()  # unknown: the run itself will tell
 
 
 def machine(python: str | None = None, packages: Iterable[str] = (),
-            system: Mapping[str, Any] | None = None) -> Machine:
+            system: Mapping[str, Any] | None = None, scripts: sysmod.Scripts = sysmod.plain) -> Machine:
+    """This machine as `python` sees it; `scripts` runs what must run in that interpreter (system.Scripts)."""
     python = python or sys.executable
-    return Machine.from_probe(system if system is not None else sysmod.probe(python),
-                              missing_packages(python, packages))
+    return Machine.from_probe(system if system is not None else sysmod.probe(python, scripts=scripts),
+                              missing_packages(python, packages, scripts=scripts))
 
 
 # ------------------------------------------------------------------------------ the verdict
@@ -448,11 +447,11 @@ def notes(need: Needs, here: Machine) -> list[str]:
     return []
 
 
-def check_tasks(tasks: Sequence[Task], python: str | None = None, system: Mapping[str, Any] | None = None
-                ) -> list[Verdict]:
+def check_tasks(tasks: Sequence[Task], python: str | None = None, system: Mapping[str, Any] | None = None,
+                scripts: sysmod.Scripts = sysmod.plain) -> list[Verdict]:
     """One verdict per task, with one probe of the machine for all of them."""
     found = [(t, needs(t)) for t in tasks]
-    here = machine(python, {name for _, n in found for name, _ in n.packages}, system)
+    here = machine(python, {name for _, n in found for name, _ in n.packages}, system, scripts)
     out = []
     for task, need in found:
         reasons = blockers(need, here)
@@ -473,7 +472,8 @@ def gpu_devices_visible() -> bool | None:
 
 
 def preflight(task: Task, python: str, system: Callable[[], Mapping[str, Any]],
-              world_size: int | None = None, env: Mapping[str, str] | None = None, harness: str = "task") -> None:
+              world_size: int | None = None, env: Mapping[str, str] | None = None, harness: str = "task",
+              scripts: sysmod.Scripts = sysmod.plain) -> None:
     """Raise EnvironmentProblem (exit 11) when the task cannot run here, before anything starts.
 
     Packages cost a find_spec in the eval's interpreter (`env`: its environment), answered here when it is
@@ -488,7 +488,8 @@ def preflight(task: Task, python: str, system: Callable[[], Mapping[str, Any]],
     else:
         # Only "is there a GPU" matters here: a vendor of "unknown" never conflicts (need.vendor is empty).
         here = Machine(vendor="" if gpu_devices_visible() is False else "unknown", device="a GPU")
-    here = replace(here, missing=frozenset(missing_packages(python, [n for n, _ in need.packages], env=env)))
+    here = replace(here, missing=frozenset(missing_packages(python, [n for n, _ in need.packages], env=env,
+                                                            scripts=scripts)))
     reasons = blockers(need, here, world_size)
     if reasons:
         more = f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else ""

@@ -17,7 +17,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from popkit.errors import EnvironmentProblem
 from popkit.machine import nvml
@@ -41,10 +41,15 @@ if spec is not None and spec.origin:
 """
 
 _PROBE_SCRIPT = r"""
-import json, platform, sys
+import json, os, platform, sys
 out = {"python": platform.python_version(), "platform": platform.platform(), "torch": None, "cuda": None,
        "hip": None, "device": "cpu", "arch": None, "gpu_count": 0, "memory": None}
 extended = len(sys.argv) > 1 and sys.argv[1] == "extended"
+if not extended:  # beside an eval (runner.SystemProbe): its torch import yields the CPU to the eval's
+    try:
+        os.nice(10)
+    except OSError:
+        pass
 if extended:
     try:
         import numpy
@@ -74,7 +79,35 @@ print(json.dumps(out))
 """
 
 
-def probe(python: str | None = None, timeout: float = 60.0, env: Mapping[str, str] | None = None) -> dict:
+@dataclass(frozen=True)
+class Ran:
+    """How a script ended: its exit code, what it printed, whether its timeout ended it."""
+
+    code: int
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+
+
+# Runs `python` on a script's text with its arguments, under an environment, within a timeout (seconds); raises
+# OSError when `python` cannot be executed. `plain` runs it as a child of popkit; popkit.run.sandbox.scripts in
+# the sandbox an eval would get, so that whatever the interpreter runs at its start (a wrapper named as Python,
+# a `.pth` file) reaches nothing of the user.
+Scripts = Callable[[str, str, Sequence[str], Mapping[str, str], float], Ran]
+
+
+def plain(python: str, script: str, args: Sequence[str], env: Mapping[str, str], timeout: float) -> Ran:
+    """`python -c SCRIPT ARGS...` as a child of popkit (Scripts)."""
+    try:
+        done = subprocess.run([python, "-c", script, *args], capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL, env=dict(env))
+    except subprocess.TimeoutExpired:
+        return Ran(-9, "", "", timed_out=True)
+    return Ran(done.returncode, done.stdout, done.stderr)
+
+
+def probe(python: str | None = None, timeout: float = 60.0, env: Mapping[str, str] | None = None,
+          scripts: Scripts = plain) -> dict:
     """{python, platform, torch, cuda, hip, device ('cpu' or the GPU's name), arch, gpu_count, memory (bytes)}.
 
     What that interpreter (default: this one) would see under `env` (default: this process's environment):
@@ -82,12 +115,14 @@ def probe(python: str | None = None, timeout: float = 60.0, env: Mapping[str, st
     path settings, `answers_here`; else by a tiny script in it), the NVIDIA GPUs from the driver
     (popkit.machine.nvml), in a fraction of a second and without a CUDA context. Where the driver cannot answer as
     torch would (an AMD or HIP build, GPUs named by UUID, mixed models, a driver older than torch's CUDA, no
-    torch), a tiny script imports torch in that interpreter instead (seconds). `timeout` bounds each script.
+    torch), a tiny script imports torch in that interpreter instead (seconds). `timeout` bounds each script, and
+    `scripts` runs it (in the sandbox, where popkit runs one: popkit.run.sandbox.scripts).
     Never raises: what could not be learned is None, and "error" says why.
     """
     python = python or sys.executable
     env = os.environ if env is None else env
-    return _probe_without_torch(python, timeout, env) or probe_torch(python, timeout, extended=False, env=env)
+    return (_probe_without_torch(python, timeout, env, scripts)
+            or probe_torch(python, timeout, extended=False, env=env, scripts=scripts))
 
 
 _FACTS_SCRIPT = r"""
@@ -106,15 +141,13 @@ def _major(version: str) -> int:
         return 1 << 30  # unreadable: never older than the driver's, so torch is asked
 
 
-def _probe_without_torch(python: str, timeout: float, env: Mapping[str, str]) -> dict | None:
+def _probe_without_torch(python: str, timeout: float, env: Mapping[str, str], scripts: Scripts) -> dict | None:
     """probe()'s answer from torch's version file and NVML; None where only importing torch can tell."""
     try:
         if answers_here(python, env):
             facts = facts_here()
         else:
-            done = subprocess.run([python, "-c", _FACTS_SCRIPT], capture_output=True, text=True, timeout=timeout,
-                                  stdin=subprocess.DEVNULL, env=dict(env))
-            facts = json.loads(done.stdout.strip().splitlines()[-1])
+            facts = json.loads(scripts(python, _FACTS_SCRIPT, [], env, timeout).stdout.strip().splitlines()[-1])
     except (OSError, ValueError, IndexError, subprocess.SubprocessError):
         return None
     if not isinstance(facts, dict) or facts.get("error") or not facts.get("torch") or facts.get("hip"):
@@ -184,33 +217,25 @@ def find_here(name: str, first: str | None = None) -> importlib.machinery.Module
     return None
 
 
-BACKGROUND_NICE = 10
-
-
-def _lower_priority() -> None:
-    os.nice(BACKGROUND_NICE)
-
-
-def probe_torch(python: str, timeout: float, extended: bool, env: Mapping[str, str] | None = None) -> dict:
+def probe_torch(python: str, timeout: float, extended: bool, env: Mapping[str, str] | None = None,
+                scripts: Scripts = plain) -> dict:
+    """What importing torch in `python` tells (probe's keys; `extended`: doctor's more, and at full priority:
+    the plain probe runs beside an eval, at a lower one)."""
     empty: dict[str, Any] = {k: None for k in PROBE_KEYS}
     empty.update(device="cpu", gpu_count=0)
     try:
-        # The plain probe runs beside an eval (beside.SystemProbe): at a lower priority, its torch import
-        # yields the CPU to the eval's on a busy machine. Doctor's extended probe runs alone.
-        done = subprocess.run([python, "-c", _PROBE_SCRIPT] + (["extended"] if extended else []),
-                              capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
-                              preexec_fn=None if extended else _lower_priority,
-                              env=None if env is None else dict(env))
-    except subprocess.TimeoutExpired:
-        return {**empty, "error": f"{python} did not answer within {timeout:.0f} s"}
+        done = scripts(python, _PROBE_SCRIPT, ["extended"] if extended else [],
+                       os.environ if env is None else env, timeout)
     except (OSError, ValueError) as exc:
         return {**empty, "error": f"cannot run {python}: {exc}"}
+    if done.timed_out:
+        return {**empty, "error": f"{python} did not answer within {timeout:.0f} s"}
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     try:
         data = json.loads(lines[-1])
     except (IndexError, ValueError):
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return {**empty, "error": f"{python} exited with code {done.returncode}: {tail}"}
+        return {**empty, "error": f"{python} exited with code {done.code}: {tail}"}
     return {**empty, **data} if isinstance(data, dict) else {**empty, "error": "unexpected probe output"}
 
 
@@ -247,9 +272,10 @@ if root is not None:
 print(json.dumps(out))
 """
 
-def toolchain(python: str = sys.executable, timeout_s: float = 30.0) -> Toolchain:
+def toolchain(python: str = sys.executable, timeout_s: float = 30.0, scripts: Scripts = plain) -> Toolchain:
+    """`python`'s torch and the build tools beside it; `scripts` runs the script that reads torch's files in it."""
     try:
-        out = subprocess.run([python, "-c", _TOOLCHAIN_SCRIPT], capture_output=True, text=True, timeout=timeout_s)
+        out = scripts(python, _TOOLCHAIN_SCRIPT, [], os.environ, timeout_s)
         info = json.loads(out.stdout.strip().splitlines()[-1])
     except (OSError, subprocess.SubprocessError, ValueError, IndexError):
         raise EnvironmentProblem(f"cannot run {python} to inspect its torch",

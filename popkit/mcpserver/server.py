@@ -63,7 +63,8 @@ def allowed_pythons(environ: Mapping[str, str] | None = None) -> set[str]:
 
 def check_python(arguments: Mapping[str, Any], allowed: set[str]) -> None:
     """UsageError unless the call's `python` (when given) is on the server's allow-list: the program named there
-    runs as the server's user, for the system probe, doctor and `tasks check` outside any eval."""
+    runs for every eval, the system probe, doctor and `tasks check` (in the sandbox where one is in force, as the
+    server's user where none is)."""
     python = arguments.get("python")
     if python is None:
         return

@@ -20,6 +20,7 @@ from popkit.errors import PopcornError, PopkitError
 from popkit.ledger import popcorn
 from popkit.machine import system
 from popkit.machine.cputorch import CANNOT_BUILD, SECOND_VENV
+from popkit.run import sandbox
 from popkit.toolchain import hipbuild
 from popkit.toolchain.locks import find_locks, lock_state
 
@@ -75,7 +76,8 @@ def nvcc_version(nvcc: str) -> str | None:
 def doctor(python: str | None = None) -> DoctorReport:
     """Check what building and running kernels needs; each problem carries its fix."""
     python = python or sys.executable
-    info = system.probe_torch(python, 90.0, extended=True)
+    scripts = sandbox.scripts_for()  # the interpreter runs as the evals run it
+    info = system.probe_torch(python, 90.0, extended=True, scripts=scripts)
     checks = [Check("python", "ok" if info.get("python") else "problem", info.get("python") or "unknown",
                     "" if info.get("python") else info.get("error", ""))]
     checks += _torch_checks(info)
@@ -84,7 +86,7 @@ def doctor(python: str | None = None) -> DoctorReport:
     checks += _tool_checks(info)
     checks += _hip_device_checks(info)
     checks += _popcorn_checks()
-    checks += _cache_checks(info, python)
+    checks += _cache_checks(info, python, scripts)
     return DoctorReport(checks=tuple(checks), system={k: info.get(k) for k in system.PROBE_KEYS})
 
 
@@ -214,12 +216,12 @@ def _popcorn_checks() -> list[Check]:
     return out
 
 
-def _cache_checks(info: Mapping[str, Any], python: str) -> list[Check]:
+def _cache_checks(info: Mapping[str, Any], python: str, scripts: system.Scripts = system.plain) -> list[Check]:
     """Old builds in torch's default extension folder: loaded by a newer torch they fail with `undefined symbol`."""
     if not (info.get("cuda") or info.get("hip")) or not info.get("torch_dir"):
         return []
     try:
-        tools = system.toolchain(python)
+        tools = system.toolchain(python, scripts=scripts)
     except PopkitError:  # the checks above already report a broken interpreter
         return []
     root = system.default_extensions_root(tools)

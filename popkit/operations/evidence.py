@@ -30,11 +30,11 @@ from typing import Any, Callable, Mapping
 from popkit import __version__
 from popkit.errors import EnvironmentProblem, ExitCode, PopkitError, TaskError, UsageError
 from popkit.machine import nvml
-from popkit.machine import system
 from popkit.measure import shapes
 from popkit.model.results import CaseResult, RunReport
 from popkit.model.tasks import SUBMISSION_SOURCE, Task
 from popkit.operations import workflows
+from popkit.run import sandbox
 from popkit.run.runner import RunOptions
 from popkit.submission.source import Source
 
@@ -230,7 +230,7 @@ def verify(path: Path, *, tolerance: float = DEFAULT_TOLERANCE, task: str | None
                         "verify with the task files the evidence was made with (--task DIR)")
     options = RunOptions(harness=doc["run"]["harness"], secret_seeds=tuple(doc["run"]["secret_seeds"]),
                          world_size=doc["run"].get("world_size"), **({"python": python} if python else {}))
-    probe = system.probe(options.python)
+    probe = sandbox.probe(options.python, isolation=options.isolation)
     recorded_gpu, here_gpu = doc["machine"].get("gpu"), probe.get("device")
     if recorded_gpu != here_gpu:
         raise EnvironmentProblem(f"{path}: recorded on {recorded_gpu}, this machine has {here_gpu}: the timings "

@@ -13,6 +13,11 @@ popkit runs it as a script (`python -I -S _watchdog.py ...`), so it works with a
     _watchdog.py guard LIFELINE_FD DIR
         Waits for EOF on LIFELINE_FD (popkit finished or died) and then removes DIR, unless popkit
         wrote `keep` on the pipe first.
+
+    _watchdog.py own STATUS_FD LIFELINE_FD DIR -- ARGV...
+        `run`, then removes DIR once the whole tree is gone: a tree that writes only into a folder of
+        its own (a local Ray instance, popkit/distributed/ray_local.py) leaves nothing behind, in that
+        order, whether popkit stopped it or died.
 """
 
 from __future__ import annotations
@@ -217,20 +222,31 @@ def guard(lifeline_fd: int, directory: str) -> int:
         said += chunk
     if b"keep" in said:
         return 0
+    remove(directory)
+    return 0
+
+
+def remove(directory: str) -> bool:
+    """force_remove, tried again for a while: the runs' watchdogs may still be stopping writers."""
     deadline = time.monotonic() + KILL_WAIT_S * 5
     while not force_remove(directory) and time.monotonic() < deadline:
-        time.sleep(0.05)  # the runs' watchdogs may still be stopping writers
-    return 0
+        time.sleep(0.05)
+    return not os.path.lexists(directory)
 
 
 def main(args: list[str]) -> int:
     if len(args) >= 5 and args[0] == "run" and args[3] == "--":
         return run(int(args[1]), int(args[2]), args[4:])
+    if len(args) >= 6 and args[0] == "own" and args[4] == "--":
+        run(int(args[1]), int(args[2]), args[5:])
+        remove(args[3])
+        return 0
     if len(args) == 3 and args[0] == "guard":
         for sig in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP):  # signals are popkit's to handle
             _signal.signal(sig, _signal.SIG_IGN)
         return guard(int(args[1]), args[2])
-    print("usage: _watchdog.py run STATUS_FD LIFELINE_FD -- ARGV... | guard LIFELINE_FD DIR", file=sys.stderr)
+    print("usage: _watchdog.py run STATUS_FD LIFELINE_FD -- ARGV... | guard LIFELINE_FD DIR | "
+          "own STATUS_FD LIFELINE_FD DIR -- ARGV...", file=sys.stderr)
     return 2
 
 

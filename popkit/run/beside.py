@@ -11,6 +11,8 @@ from typing import Any, Mapping
 from popkit.machine import system
 from popkit.progress import Progress, live_of
 from popkit.run import protocol
+from popkit.run import sandbox
+from popkit.run.executor import Executor
 
 
 class LiveProgress:
@@ -66,10 +68,13 @@ class LiveProgress:
 
 class SystemProbe:
     """Probes the eval's interpreter and environment on a thread while the runs go on (system.probe: tens of
-    milliseconds from the driver, or seconds where it must import torch), from start() or the first result()."""
+    milliseconds from the driver, or seconds where it must import torch), from start() or the first result();
+    a script it needs runs as the evals do, in `executor`'s sandbox (sandbox.scripts)."""
 
-    def __init__(self, python: str, env: Mapping[str, str] | None = None, start: bool = True):
+    def __init__(self, python: str, env: Mapping[str, str] | None = None, start: bool = True,
+                 executor: Executor | None = None):
         self._result: dict[str, Any] = {}
+        self._scripts = sandbox.scripts(executor) if executor is not None else system.plain
         self._thread = threading.Thread(target=self._run, args=(python, env), daemon=True)
         self._lock = threading.Lock()
         if start:
@@ -82,7 +87,7 @@ class SystemProbe:
 
     def _run(self, python: str, env: Mapping[str, str] | None) -> None:
         try:
-            self._result = dict(system.probe(python, env=env))
+            self._result = dict(system.probe(python, env=env, scripts=self._scripts))
         except Exception as exc:  # the report still stands without a system line
             self._result = {"error": f"{type(exc).__name__}: {exc}"}
 

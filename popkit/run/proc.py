@@ -55,7 +55,7 @@ def _protect_self() -> None:
 _PROTECTED: list[bool] = []
 
 
-def _watchdog_argv(*args: str) -> list[str]:
+def watchdog_argv(*args: str) -> list[str]:
     return [sys.executable or "python3", "-I", "-S", str(WATCHDOG), *args]
 
 
@@ -154,7 +154,7 @@ def run(argv: Sequence[str], cwd: Path | str | None, env: Mapping[str, str], tim
     passed += given
     try:
         watchdog = subprocess.Popen(
-            _watchdog_argv("run", str(status_w), str(passed[1]), "--", *argv), cwd=cwd, env=env,
+            watchdog_argv("run", str(status_w), str(passed[1]), "--", *argv), cwd=cwd, env=env,
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=passed)
     except BaseException:
         for fd in (status_r, result_r):
@@ -306,7 +306,7 @@ class WorkDir:
         self.keep = keep
         read, self._write = os.pipe()
         try:
-            self._guard = subprocess.Popen(_watchdog_argv("guard", str(read), str(self.path)),
+            self._guard = subprocess.Popen(watchdog_argv("guard", str(read), str(self.path)),
                                            stdin=subprocess.DEVNULL, pass_fds=[read])
         finally:
             os.close(read)

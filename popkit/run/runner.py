@@ -483,11 +483,13 @@ def probe_and_preflight(task: Task, options: RunOptions, system: Mapping[str, An
                         executor: Executor | None = None, start: bool = True) -> "SystemProbe | None":
     """The system probe to run beside the runs (none when `system` is given; started now, or with `start`
     False by its start() or first result()), after stopping here (exit 11) when the task cannot run on this
-    machine (runnable.preflight); both see the environment the evals get."""
-    env = (executor or Executor()).env(child_env(options))
-    probe = SystemProbe(options.python, env, start=start) if system is None else None
+    machine (runnable.preflight); both see the environment the evals get, and run what they must run of the
+    evals' interpreter in the evals' sandbox (sandbox.scripts)."""
+    executor = executor or sandbox.executor_for(options.isolation)
+    env = executor.env(child_env(options))
+    probe = SystemProbe(options.python, env, start=start, executor=executor) if system is None else None
     runnable.preflight(task, options.python, lambda: system if system is not None else probe.result(), env=env,
-                       harness=options.harness)
+                       harness=options.harness, scripts=sandbox.scripts(executor))
     return probe
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from popkit.errors import EnvironmentProblem, UsageError
+from popkit.machine import system
 from popkit.resources import data_dir, popkit_home
 from popkit.run import _sandbox
 from popkit.run import proc
@@ -297,6 +298,43 @@ def executor_for(isolation: str = "auto", gpu: str | None = None) -> Executor:
     plain = Executor(gpu)
     plain.isolation = Isolation("none", reason)
     return plain
+
+
+SCRIPT_NAME = "_popkit_probe.py"
+
+
+def scripts(executor: Executor) -> system.Scripts:
+    """system.Scripts through `executor`: each script runs as an eval's process does, in a workspace of its own
+    under popkit's watchdog, in the sandbox where `executor` is one (HOME empty, nothing of the user, no network):
+    what the interpreter runs at its start (a wrapper named as Python, a `.pth` file) reaches only that. Without
+    the sandbox, a plain child of popkit (system.plain), as before."""
+    if not executor.isolation.isolated:
+        return system.plain
+
+    def run(python: str, script: str, args: Sequence[str], env: Mapping[str, str], timeout: float) -> system.Ran:
+        with executor.workspace("popkit-probe-") as ws:
+            for folder in {ws.files, ws.cwd}:
+                folder.mkdir(parents=True, exist_ok=True)
+            ws.add(SCRIPT_NAME, script.encode())
+            try:
+                done = ws.run(python, SCRIPT_NAME, list(args), env, timeout)
+            except EnvironmentProblem as exc:  # the sandbox could not start: the script says so, as a failure
+                return system.Ran(_sandbox.SETUP_EXIT, "", exc.message)
+        return system.Ran(done.code, done.stdout, done.stderr, done.timed_out)
+
+    return run
+
+
+def scripts_for(isolation: str = "auto") -> system.Scripts:
+    """scripts() through the executor an eval of `isolation` gets: the one way popkit's doors run the evals'
+    interpreter to learn facts about it."""
+    return scripts(executor_for(isolation))
+
+
+def probe(python: str | None = None, env: Mapping[str, str] | None = None, isolation: str = "auto") -> dict:
+    """system.probe, its scripts run as an eval of `isolation` would run (in the sandbox where one is in force;
+    `require` where none can be is exit 11, as the run's would be)."""
+    return system.probe(python, env=env, scripts=scripts_for(isolation))
 
 
 def signal_from(code: int, stderr: str) -> tuple[int, str]:

@@ -34,7 +34,6 @@ from typing import Any, Callable, Mapping, Sequence
 
 from popkit.errors import EnvironmentProblem, SubmissionError, UsageError
 from popkit.ledger import history
-from popkit.machine import system
 from popkit.measure import ab
 from popkit.measure import sizing
 from popkit.model import tunespec
@@ -457,7 +456,7 @@ def run_tune(task: Task, submission: Path | str, output: Path | str, options: ru
     incumbent_content = content if against_path is None else runner.RunSession(task, against_path, "test",
                                                                                options).side.data
     started = datetime.now(timezone.utc)
-    sysinfo = system.probe(options.python, env=session.env())
+    sysinfo = sandbox.probe(options.python, env=session.env(), isolation=options.isolation)
     with proc.WorkDir("popkit-tune-", keep=options.keep_workdir) as root:
         tuner = Tuner(task, path, content, spec, options, settings, backend or Backend(), say, clock, root, sysinfo,
                       incumbent, incumbent_content, devices)
