@@ -28,7 +28,7 @@ from popkit.errors import EnvironmentProblem
 from popkit.machine import memo
 from popkit.machine import system as sysmod
 from popkit.model.tasks import SUBMISSION_SOURCE, Task
-from popkit.resources import data_dir
+from popkit.resources import harness_paths
 
 GiB = 1024**3
 # Import name -> what pip installs it as, where they differ (or where it is not on PyPI at all).
@@ -113,7 +113,7 @@ def _files(task: Task, harness: str = "task") -> dict[str, bytes]:
              if f.source != SUBMISSION_SOURCE and f.name.endswith(".py")}
     if harness == "popkit":
         paths.pop(task.main, None)
-        paths["popkit_eval.py"] = data_dir("tasks") / "eval.py"
+        paths.update(harness_paths("popkit_eval.py"))
     found = {}
     for name, path in paths.items():
         try:
