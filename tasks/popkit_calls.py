@@ -14,7 +14,8 @@ import time
 from typing import Any, Callable
 
 from popkit_protocol import FRESH_SEED_STEP, with_seed_offset
-from popkit_shared import CaseFailure, Device, Layout, ReferenceTask, byte_view, clone_data, exception_failure, flatten_tensors, output_type_problem, same_bits, shares_storage
+from popkit_shared import (CaseFailure, Device, Layout, ReferenceTask, byte_view, clone_data, exception_failure,
+                           flatten_tensors, output_type_problem, same_bits, shares_storage)
 
 
 class Tripwires:
@@ -54,12 +55,8 @@ _TIMER_NAMES = {
     # the trace audit's profiler (TraceAudit)
     "torch.autograd": ("_prepare_profiler", "_enable_profiler", "_disable_profiler", "_profiler_enabled"),
 }
-
-
 _CHECK_TORCH = ("allclose", "isclose", "equal", "isnan", "isinf", "isfinite", "abs", "sum", "all", "any", "where",
                 "nonzero", "sign", "zeros_like", "clone", "eq", "ne", "le", "lt", "ge", "gt", "sub", "maximum")
-
-
 _CHECK_TENSOR = ("clone", "copy_", "to", "cpu", "float", "double", "detach", "contiguous", "view", "reshape", "abs",
                  "sum", "all", "any", "item", "tolist", "numel", "isnan", "isinf", "eq", "ne", "equal", "allclose",
                  "isclose", "nonzero", "sign", "__sub__", "__rsub__", "__add__", "__mul__", "__eq__", "__ne__",

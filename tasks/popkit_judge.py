@@ -13,21 +13,14 @@ import traceback
 from typing import Any
 
 from popkit_protocol import FRESH_SEED_STEP, MAX_REMEMBERED_OUTPUTS, format_spec, us, with_seed_offset
-from popkit_shared import Device, ReferenceTask, clone_data, first_line, flatten_tensors, normalize_verdict, poisoned_fraction
+from popkit_shared import (Device, ReferenceTask, clone_data, first_line, flatten_tensors, normalize_verdict,
+                           poisoned_fraction)
 
 
 CHECKED_CALLS = ((0, 0xFF), (0, 0x7F), (FRESH_SEED_STEP, 0xFF))  # a case's checked calls: (seed offset, poison)
-
-
 MAX_OUTPUT_BYTES = 1 << 36  # a description of more bytes than this is not an output
-
-
 FORGE_MIN_NS = {"cpu": 250_000.0, "cuda": 1_000_000.0}  # unexplained time per call always tolerated
-
-
 FORGE_OVERHEAD_CAP_NS = 1_000_000.0  # the empty call's overhead is credited up to this much
-
-
 EMPTY_CALLS = 5  # empty calls that measure the per-call overhead of a timed case
 
 

@@ -18,101 +18,56 @@ from typing import Any, Callable
 
 
 MODES = ("test", "benchmark", "leaderboard", "profile")
-
-
 EXIT_OK, EXIT_USAGE, EXIT_CUDA, EXIT_NO_FD, EXIT_FAILED, EXIT_BAD_CASES = 0, 2, 110, 111, 112, 113
 
-
 WALL_LIMIT_NS = 120e9  # a case's timing loop ends after 120 s of wall time
-
-
 CONVERGED_REL_ERR = 0.001  # ... or when err/mean falls below this
-
-
 MIN_RUNS = 3  # no stop rule applies before this many timed calls
-
-
 LEADERBOARD_SEED_STEP = 13  # leaderboard mode: each timed call regenerates with seed + 13 (cumulative)
-
-
 # Trust: offsets that never meet the leaderboard's seed + 13k sequence, so no input is ever seen twice.
 FRESH_SEED_STEP = 7  # the fresh-seed check of every case
-
-
 WARMUP_SEED_STEP = 1009  # the warm-up on the first case
-
-
 FLUSH_MIN_BYTES = 256 * 1024 * 1024  # L2 flush buffer: max(2 x L2, 256 MiB)
-
-
 PROFILE_WARMUP_CALLS, PROFILE_CALLS = 2, 5
-
-
 MAX_REPLY_BYTES = 16 * 1024 * 1024  # a longer message on the worker channel is foreign bytes
-
-
 MAX_GO_BYTES = 16 * 1024 * 1024  # a warm start's `go` line (it carries the cases file's text)
-
-
 WARM_READY_LINE = "popkit.warm: ready"  # the one line a warm start writes before `go` (outside the HMAC)
-
-
 # A warm start generates the inputs of its cases ahead of `go` up to this many bytes in all; the rest are
 # generated when the run asks for them, as in a cold start.
 PRELOAD_BYTES = 1 << 30
-
-
 MAX_REMEMBERED_OUTPUTS = 100_000  # fingerprints kept to name a replayed output
-
-
 # Unsynchronized work (docs/design.md, "Work that outlives the end event"): an honest call leaves the device
 # idle once its end event completed, so timing a device-wide synchronize then costs only the call itself
 # (3-10 µs on an H100; tens on ROCm). 50 µs is well above that and below any escaped work worth having.
 DRAIN_MARGIN_NS = 50_000
-
-
 # Host stalls (the eval descheduled inside those few µs) lengthen some measurements: on an H100 VM an honest
 # CUDA example drained late on 21 of 100 calls of one case (docs/benchmarks.md); a cheat lengthens every call
 # it cheats on (88-100 of 100 there). A case fails when at least this many calls, and half of them, drained late.
 # (The share is the drain rule's hole: a cheat on fewer calls passes. The trace audit below has no share.)
 DRAIN_MIN_CALLS, DRAIN_MIN_SHARE = 3, 0.5
-
-
 # The timing audit that judges unsynchronized work (POPKIT_TIMING_AUDIT, a measurement switch): `trace` reads
 # GPU timestamps of every timed call from the profiler (CUPTI on NVIDIA, roctracer on ROCm) and fails a case
 # when any call's GPU work ended after its end event; `drain` is the host-clock share rule above; `off` judges
 # nothing (the drain is still measured). Where the trace audit's self-test fails (no usable GPU trace) the drain
 # rule judges instead, and the pipe says so (trust.audit, trust.audit_note).
 AUDIT_RULES = ("trace", "drain", "off")
-
-
 DEFAULT_AUDIT = "trace"
-
-
 # A call's GPU work may end at most this long after its end event. The end event's GPU time is exact to a few
 # microseconds when its start was queued while the L2 flush still ran (the start event then completes when the
 # flush does): on an H100 honest calls measured -0.3 to 1.8 µs past it, a fork-join call 3.8 µs once. The margin
 # covers that with room to spare; a cheat that escapes by less gains less than what the tracer adds to its own
 # wait and launch on another queue (15 µs and more on that H100).
 TRACE_MARGIN_NS = 10_000
-
-
 # The start event counts as queued in time when the host had queued it this long before the flush could end.
 ON_TIME_SLACK_NS = 2_000
-
-
 # The harness's marker kernel: torch.cuda._sleep, launched on the timed queue around every timed call (before the
 # flush, after the end event, after the drain). Honest code has no reason to launch it.
 MARKER_KERNEL = "spin_kernel"
-
-
 # The marker before the flush spins this many GPU cycles (about 100 µs at 2 GHz), so the start event is queued
 # while the GPU still works through it and the flush even when the host is slow to queue the flush (40-100 µs
 # with the tracer on, against the H100's 81 µs flush): the end event's exact time then applies to nearly
 # every call. It runs before the start event: no timed call includes it.
 LEAD_SPIN_CYCLES = 200_000
-
-
 # The trace audit's self-test leaves this many GPU cycles of spinning on another queue (5 ms at 2 GHz).
 SELF_TEST_CYCLES = 10_000_000
 
@@ -131,11 +86,11 @@ BUDGETS = {
     "leaderboard": (Budget(100, 0.01e9), Budget(100, 30e9)),
 }
 
-
 TRUST_CHECKS = ("clone-inputs", "output-buffer-poison", "freed-memory-poison", "double-run", "fresh-seed",
                 "input-mutation", "output-aliasing", "output-type", "recheck-timed", "benchmark-shapes",
                 "tripwires", "threads", "device-sync", "unsynchronized-work", "mode-probe", "pipe-guard",
                 "trusted-verdict", "time-witness", "worker-seal")
+
 
 
 class CasesError(Exception):
@@ -261,6 +216,8 @@ def inputs_ahead(mode: str, cases: list[dict[str, Any]], trust: bool) -> list[di
 def escape_value(value: Any) -> str:
     """A pipe value on one line: newlines become the two characters `\\n`."""
     return str(value).replace("\r\n", "\n").replace("\r", "\n").replace("\n", "\\n")
+
+
 
 
 @dataclass(frozen=True)

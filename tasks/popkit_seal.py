@@ -39,11 +39,7 @@ def die_with_parent() -> None:
 # The worker's seccomp filter: system calls that reach another process's memory, refused with EPERM.
 _REFUSED_CALLS = {"x86_64": (101, 310, 311),  # ptrace, process_vm_readv, process_vm_writev
                   "aarch64": (117, 270, 271)}
-
-
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
-
-
 CAP_SYS_PTRACE = 19
 
 

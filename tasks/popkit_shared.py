@@ -13,7 +13,8 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from popkit_protocol import FLUSH_MIN_BYTES, LEAD_SPIN_CYCLES, PRELOAD_BYTES, format_spec, measure_drain, with_seed_offset
+from popkit_protocol import (FLUSH_MIN_BYTES, LEAD_SPIN_CYCLES, PRELOAD_BYTES, format_spec, measure_drain,
+                             with_seed_offset)
 
 
 class CaseFailure(Exception):

@@ -14,7 +14,8 @@ import sys
 from typing import Any
 
 from popkit_calls import Caller, Checker
-from popkit_protocol import GpuRecord, LEADERBOARD_SEED_STEP, PROFILE_CALLS, PROFILE_WARMUP_CALLS, SELF_TEST_CYCLES, TRACE_MARGIN_NS, TraceError, audit_trace, with_seed_offset
+from popkit_protocol import (GpuRecord, LEADERBOARD_SEED_STEP, PROFILE_CALLS, PROFILE_WARMUP_CALLS, SELF_TEST_CYCLES,
+                             TRACE_MARGIN_NS, TraceError, audit_trace, with_seed_offset)
 from popkit_shared import CaseFailure, Device, ReferenceTask, clone_data, first_line, flatten_tensors
 
 

@@ -21,7 +21,12 @@ import traceback
 from typing import Any, Callable
 
 from popkit_judge import EMPTY_CALLS, Judge, forged_time
-from popkit_protocol import AUDIT_RULES, BUDGETS, Budget, CallAudit, CasesError, DEFAULT_AUDIT, EXIT_BAD_CASES, EXIT_CUDA, EXIT_FAILED, EXIT_NO_FD, EXIT_OK, EXIT_USAGE, LEADERBOARD_SEED_STEP, LoopResult, MAX_GO_BYTES, MAX_REPLY_BYTES, MODES, Stats, TRUST_CHECKS, WARMUP_SEED_STEP, WARM_READY_LINE, apply_secret_seed, escape_value, format_number, format_spec, parse_cases, read_cases, summarize, timing_loop, unsynchronized_trace, unsynchronized_work, with_seed_offset
+from popkit_protocol import (AUDIT_RULES, BUDGETS, Budget, CallAudit, CasesError, DEFAULT_AUDIT, EXIT_BAD_CASES,
+                             EXIT_CUDA, EXIT_FAILED, EXIT_NO_FD, EXIT_OK, EXIT_USAGE, LEADERBOARD_SEED_STEP,
+                             LoopResult, MAX_GO_BYTES, MAX_REPLY_BYTES, MODES, Stats, TRUST_CHECKS, WARMUP_SEED_STEP,
+                             WARM_READY_LINE, apply_secret_seed, escape_value, format_number, format_spec,
+                             parse_cases, read_cases, summarize, timing_loop, unsynchronized_trace,
+                             unsynchronized_work, with_seed_offset)
 from popkit_seal import make_non_dumpable
 from popkit_shared import first_line
 
@@ -629,5 +634,5 @@ def main(worker_entry: Callable, argv: list[str] | None = None) -> int:
     if control is not None:
         return warm_main(worker_entry, fd, control, mode, cases, trust, secret, audit)
     outputs = output_buffer() if trust else None
-    return run_session(ResultPipe(fd, pipe_key), WorkerLink(worker_entry, worker_settings(trust, audit, outputs)), mode, cases,
-                       trust, audit=audit, outputs=outputs)
+    link = WorkerLink(worker_entry, worker_settings(trust, audit, outputs))
+    return run_session(ResultPipe(fd, pipe_key), link, mode, cases, trust, audit=audit, outputs=outputs)
