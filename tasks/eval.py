@@ -50,7 +50,9 @@ after its end event; nan without GPU work), benchmark.I.kernel_ns|gap_ns|launche
 GPU time its own work kept a queue busy, idle time inside its span, its activities; the worker's trace),
 benchmark.I.late_starts (calls judged against the end marker
 alone), benchmark.I.audit_samples (event times of a case the timing audit failed), system.device|torch|cuda|
-hip|arch, trust.checks, trust.audit (the timing audit that judged: trace, drain, off) and trust.audit_note.
+hip|arch, system.copy_bandwidth (the CPU, timed modes, trust on: bytes/s of the trusted side's best copy,
+the CPU's physics floor), trust.checks, trust.audit (the timing audit that judged: trace, drain, off) and
+trust.audit_note.
 Newlines in values are written as the two characters `\\n`.
 
 Process layout (docs/sealed-run.md): this process, the trusted side, holds the pipe, imports the task's

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 import traceback
 from typing import Any
 
@@ -22,6 +23,11 @@ MAX_OUTPUT_BYTES = 1 << 36  # a description of more bytes than this is not an ou
 FORGE_MIN_NS = {"cpu": 250_000.0, "cuda": 1_000_000.0}  # unexplained time per call always tolerated
 FORGE_OVERHEAD_CAP_NS = 1_000_000.0  # the empty call's overhead is credited up to this much
 EMPTY_CALLS = 5  # empty calls that measure the per-call overhead of a timed case
+# The CPU's copy bandwidth, measured once per timed run on the trusted side (Judge.copy_bandwidth): the best of
+# COPY_REPEATS copies at each size, sizes a core's caches hold (the fastest a kernel's bytes can move; larger
+# sizes only copy slower). popkit fails a CPU case implying more than a margin over it (model/results.py).
+COPY_SIZES = (256 << 10, 2 << 20)
+COPY_REPEATS = 20
 
 
 class Judge:
@@ -56,6 +62,20 @@ class Judge:
     def system(self) -> dict:
         """This process's own reading of the device and versions (Device.system), never the worker's word."""
         return self.task.device.system()
+
+    def copy_bandwidth(self) -> float:
+        """The CPU's best copy bandwidth in bytes moved per second (each byte read once and written once), by this
+        process's own clock: the CPU's physics floor, which a time the worker reports cannot beat."""
+        torch, best = self.torch, 0.0
+        for size in COPY_SIZES:
+            source = torch.ones(size, dtype=torch.uint8)
+            target = torch.empty_like(source)
+            target.copy_(source)  # the pages touched, the caches warm
+            for _ in range(COPY_REPEATS):
+                start = time.perf_counter_ns()
+                target.copy_(source)
+                best = max(best, 2 * size * 1e9 / max(time.perf_counter_ns() - start, 1))
+        return best
 
     def pristine(self, case: dict) -> Any:
         key = format_spec(case)

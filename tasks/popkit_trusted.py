@@ -174,6 +174,8 @@ class Session:
         for key in ("device", "torch", "cuda", "hip", "arch"):
             value = system.get(key, "") if isinstance(system, dict) else ""
             self.pipe.write(f"system.{key}", value if isinstance(value, str) else "")
+        if self.judge is not None and not self.judge.cuda and self.mode in BUDGETS:
+            self.pipe.write("system.copy_bandwidth", f"{self.judge.copy_bandwidth():.0f}")
         self.pipe.write("trust.checks", ",".join(TRUST_CHECKS) if self.trust else "")
         if self.judge is not None:
             # The trusted side decides: a CPU has no device queues to audit; the worker may only report that
