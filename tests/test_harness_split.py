@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from popkit.check import lint
 from popkit.errors import TaskError
 from popkit.model.tasks import load_task
 from popkit.resources import HARNESS_ENTRY, HARNESS_MODULES, harness_paths
@@ -179,3 +180,14 @@ def test_bundled_tasks_list_every_module():
         task = load_task(yml.parent)
         names = {f.name for f in task.files}
         assert names >= {HARNESS_ENTRY, *HARNESS_MODULES}, yml
+
+
+@pytest.mark.parametrize("name", [n[:-3] for n in HARNESS_MODULES])
+def test_importing_a_harness_module_or_loading_it_by_path_is_a_lint_error(name):
+    """`popkit check` knows every module of the harness as the evaluator: importing one, and loading one of its
+    files by path, are errors."""
+    ok = "\n\ndef custom_kernel(data):\n    return data\n"
+    for source, rule in ((f"import {name}\n", "harness-import"),
+                         (f"import runpy\ng = runpy.run_path('/tmp/x/' + '{name}.py')\n", "load-by-path")):
+        report = lint.check_bytes((source + ok).encode(), "sub.py", guard=False)
+        assert (rule, "error") in {(f.rule, f.severity) for f in report.findings}, (source, report.findings)
