@@ -191,3 +191,20 @@ def test_importing_a_harness_module_or_loading_it_by_path_is_a_lint_error(name):
                          (f"import runpy\ng = runpy.run_path('/tmp/x/' + '{name}.py')\n", "load-by-path")):
         report = lint.check_bytes((source + ok).encode(), "sub.py", guard=False)
         assert (rule, "error") in {(f.rule, f.severity) for f in report.findings}, (source, report.findings)
+
+
+@pytest.mark.slow
+def test_the_spawned_worker_holds_only_its_sides_modules(tmp_path):
+    """Through the real chain (runner, eval.py, the spawned worker): the submission, imported in the worker, sees
+    the worker side's modules and none of the trusted side's."""
+    from test_verdict import errors_of, run
+
+    spy = tmp_path / "spy.py"
+    spy.write_text("import sys\n\nsys.stderr.write('harness modules: ' + ','.join(sorted(m for m in sys.modules "
+                   "if m.startswith('popkit_'))) + '\\n')\n\n\ndef custom_kernel(data):\n    a, b = data\n"
+                   "    return a + b\n")
+    result = run(str(spy), "test", tmp_path)
+    assert result.exit_code == 0, errors_of(result)
+    line = next(x for x in result.stderr.splitlines() if x.startswith("harness modules: "))
+    seen = set(line.split(": ", 1)[1].split(","))
+    assert seen >= WORKER_ONLY and not seen & TRUSTED_ONLY, seen
