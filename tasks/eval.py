@@ -116,8 +116,8 @@ Trust checks (on unless POPKIT_TRUST=0; each failure names its class in the case
 
 What this cannot stop (docs/sealed-run.md): Python or native code in the worker can rewrite the worker's side
 of the harness (its checks are defence in depth; the verdict is this process's), and lower its reported
-times within forged_time's tolerance; a process running as root can reopen the pipe; grandchild processes
-that detach from the process group outlive the check.
+times within forged_time's tolerance and above the physics floor; a process running as root can reopen the
+pipe; grandchild processes that detach from the process group outlive the check.
 """
 
 import os
