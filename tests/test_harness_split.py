@@ -17,6 +17,7 @@ import pytest
 
 from popkit.check import lint
 from popkit.errors import TaskError
+from popkit.machine import runnable
 from popkit.model.tasks import load_task
 from popkit.resources import HARNESS_ENTRY, HARNESS_MODULES, harness_paths
 from popkit.run.executor import POPKIT_EVAL_NAME, Executor
@@ -208,3 +209,12 @@ def test_the_spawned_worker_holds_only_its_sides_modules(tmp_path):
     line = next(x for x in result.stderr.splitlines() if x.startswith("harness modules: "))
     seen = set(line.split(": ", 1)[1].split(","))
     assert seen >= WORKER_ONLY and not seen & TRUSTED_ONLY, seen
+
+
+@pytest.mark.parametrize("harness", ["task", "popkit"])
+def test_the_static_reading_of_a_task_sees_the_harness_modules_as_its_own(tmp_path, harness):
+    """What a task needs is read from the files that run: the harness's modules are among them (not packages to
+    install), whether the task lists them or not."""
+    task = load_task(_task(tmp_path))
+    needs = runnable.needs(task, harness)
+    assert not [name for name, _ in needs.packages if name.startswith("popkit_")], needs.packages
