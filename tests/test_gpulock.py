@@ -34,10 +34,33 @@ def test_a_gpu_named_by_uuid_is_locked_under_that_name(nvidia):
     assert gpulock.gpus_of({"CUDA_VISIBLE_DEVICES": "GPU-1234abcd"}) == ["nvidia-GPU-1234abcd"]
 
 
-def test_test_mode_takes_no_lock(nvidia, tmp_path):
-    with gpulock.timing("test", {}, folder=tmp_path) as held:
-        assert held == []
-    assert list(tmp_path.iterdir()) == []
+def test_tests_share_a_gpu_with_tests(nvidia, tmp_path):
+    with gpulock.timing("test", {}, folder=tmp_path) as first:
+        with gpulock.timing("test", {}, folder=tmp_path, wait_s=0.5) as second:
+            assert first == second == ["nvidia-0"]
+
+
+def test_a_test_waits_for_a_timed_run_and_a_timed_run_for_a_test(nvidia, tmp_path):
+    with gpulock.timing("leaderboard", {}, folder=tmp_path):
+        with pytest.raises(EnvironmentProblem):
+            with gpulock.timing("test", {}, folder=tmp_path, wait_s=0.5):
+                pass
+    with gpulock.timing("test", {}, folder=tmp_path):
+        with pytest.raises(EnvironmentProblem):
+            with gpulock.timing("benchmark", {}, folder=tmp_path, wait_s=0.5):
+                pass
+
+
+def test_a_waiting_timed_run_holds_back_later_tests(nvidia, tmp_path):
+    """The gate: a timed run waiting behind tests is not starved by tests that start after it."""
+    gate = os.open(tmp_path / "nvidia-0.gate.lock", os.O_RDONLY | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(gate, fcntl.LOCK_EX)  # what a waiting timed run holds
+        with pytest.raises(EnvironmentProblem):
+            with gpulock.timing("test", {}, folder=tmp_path, wait_s=0.5):
+                pass
+    finally:
+        os.close(gate)
 
 
 def _holder(path):
@@ -57,7 +80,7 @@ def test_a_timed_eval_waits_while_another_holds_its_gpu(nvidia, tmp_path):
         with pytest.raises(EnvironmentProblem, match="nvidia-0: another popkit eval has held it"):
             with gpulock.timing("leaderboard", {}, folder=tmp_path, waiting=heard.append, wait_s=0.6):
                 pass
-        assert heard == ["waiting for GPU nvidia-0: another popkit eval is timing on it"]
+        assert heard == ["waiting for GPU nvidia-0: another popkit eval is using it"]
     finally:
         holder.stdin.close()
         holder.wait()

@@ -12,6 +12,7 @@ import pytest
 
 from popkit.run import proc
 from popkit.run import runner
+from popkit.run.beside import LiveProgress
 from popkit.views.common import ProgressPrinter
 
 
@@ -31,7 +32,7 @@ class Recorder:
 
 def test_live_progress_reads_the_case_from_the_pipe_as_it_arrives():
     rec = Recorder()
-    watch = runner.LiveProgress(rec, "test", total=5, kind="test")
+    watch = LiveProgress(rec, "test", total=5, kind="test")
     watch(b"")
     assert rec.live_calls[-1][0] == "test · 5 cases · 0 s"
     watch(b"test-count: 5\ntest.0.spec: size: 127; se")  # a line cut in two by the pipe

@@ -22,7 +22,6 @@ from popkit.distributed import parity
 from popkit.errors import PopkitError
 from popkit.measure import ab
 from popkit.model.tasks import Task
-from popkit.run import proc
 from popkit.run import runner
 from popkit.toolchain import prestep
 
@@ -101,14 +100,10 @@ def _run_here(bundle: bundles.Bundle, files: bundles.TaskFiles, where: Mapping[s
 
 
 def _run_ab(bundle: bundles.Bundle, task: Task, options: runner.RunOptions, found: Mapping[str, Any]) -> ab.ABReport:
-    """ab.run_ab on this worker: it reads both sides from files, so they are written under their own names."""
-    with proc.WorkDir("popkit-ab-files-") as folder:
-        paths = []
-        for side, (given, content) in zip(ab.SIDES, bundle.submissions):
-            path = folder / side / (Path(given).name or "submission.py")
-            path.parent.mkdir()
-            path.write_bytes(content)
-            paths.append(path)
-        report = ab.run_ab(task, paths[0], paths[1], options, max_rounds=bundle.max_rounds,
-                           budget_s=bundle.budget_s, system=found)
-    return replace(report, a_path=bundle.submissions[0][0], b_path=bundle.submissions[1][0])
+    """ab.run_ab on this worker: the A/B's run session takes both sides' bytes as the bundle carries them, each
+    under its own name (its language is read from it)."""
+    (a, a_bytes), (b, b_bytes) = bundle.submissions
+    report = ab.run_ab(task, Path(a) if Path(a).name else Path("submission.py"),
+                       Path(b) if Path(b).name else Path("submission.py"), options, max_rounds=bundle.max_rounds,
+                       budget_s=bundle.budget_s, system=found, contents={"A": a_bytes, "B": b_bytes})
+    return replace(report, a_path=a, b_path=b)

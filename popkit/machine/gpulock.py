@@ -3,9 +3,11 @@
 The leaderboard times one submission per GPU. Two timed evals sharing a GPU time-slice it: each call waits for
 the other's work, its event time and the trusted clock's witness both grow by milliseconds, and the harness
 then fails honest kernels as `time forged` or `unsynchronized work` (eight evals on one H100 did exactly that).
-So a timed mode (benchmark, leaderboard, profile) holds an OS lock per GPU it runs on for the eval's life; a
-second timed eval on that GPU waits for it. The kernel drops the lock when its holder dies, so a killed run
-blocks nobody. Test mode takes no lock: it judges outputs, not times.
+So a timed mode (benchmark, leaderboard, profile) holds an OS lock per GPU it runs on, exclusively, for the
+eval's life; test mode holds it shared (its kernels would time-slice a timed run's calls, and the trace audit
+fails a call 10 µs late), so tests run beside tests but never beside a timed run. A timed eval that waits
+passes a gate first that later tests queue behind, so a stream of tests cannot starve it. The kernel drops a
+lock when its holder dies, so a killed run blocks nobody.
 
 The locks live in one folder of the machine's temporary directory (not a user's HOME, which tests and users
 point elsewhere), shared by every user: a lock file is opened read-only (flock needs no write access), never
@@ -70,42 +72,61 @@ def _open(name: str, folder: Path) -> int | None:
 def timing(mode: str, env: Mapping[str, str], gpu_count: int | None = None, *,
            waiting: Callable[[str], None] | None = None, folder: Path | None = None,
            wait_s: float = WAIT_S) -> Iterator[list[str]]:
-    """Hold the lock of every GPU a `mode` eval under `env` times on, for the `with` block; yields the locked
-    names ([] for test mode, a CPU run, or where locking is not possible). `waiting` hears once that another
-    run holds one. Raises EnvironmentProblem after `wait_s` of waiting."""
+    """Hold the lock of every GPU a `mode` eval under `env` runs on, for the `with` block: exclusively for a
+    timed mode, shared otherwise. Yields the locked names ([] on a CPU, or where locking is not possible).
+    `waiting` hears once that another run holds one. Raises EnvironmentProblem after `wait_s` of waiting."""
+    folder = LOCK_DIR if folder is None else folder
+    timed = mode in TIMED_MODES
+    deadline = time.monotonic() + wait_s
     held: list[int] = []
     names: list[str] = []
     try:
-        if mode in TIMED_MODES:
-            for name in sorted(gpus_of(env, gpu_count)):  # one order for every process: no deadlock
-                fd = _open(name, LOCK_DIR if folder is None else folder)
-                if fd is None:
-                    continue
-                _acquire(fd, name, waiting, wait_s)
-                held.append(fd)
-                names.append(name)
+        for name in sorted(gpus_of(env, gpu_count)):  # one order for every process: no deadlock
+            gate, fd = _open(f"{name}.gate", folder), _open(name, folder)
+            if fd is None or gate is None:
+                for unused in (gate, fd):
+                    if unused is not None:
+                        os.close(unused)
+                continue
+            try:
+                _acquire(gate, name, fcntl.LOCK_EX, waiting, deadline, wait_s)
+                if timed:  # hold the gate while waiting: tests that come later queue behind this run
+                    _acquire(fd, name, fcntl.LOCK_EX, waiting, deadline, wait_s)
+                else:
+                    os.close(gate)
+                    gate = None
+                    _acquire(fd, name, fcntl.LOCK_SH, waiting, deadline, wait_s)
+            except BaseException:
+                os.close(fd)
+                raise
+            finally:
+                if gate is not None:
+                    os.close(gate)
+            held.append(fd)
+            names.append(name)
+            waiting = None  # said once
         yield names
     finally:
         for fd in held:
             os.close(fd)  # closing drops the lock
 
 
-def _acquire(fd: int, name: str, waiting: Callable[[str], None] | None, wait_s: float) -> None:
-    deadline = time.monotonic() + wait_s
+def _acquire(fd: int, name: str, how: int, waiting: Callable[[str], None] | None, deadline: float,
+             wait_s: float) -> None:
     told = False
     while True:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, how | fcntl.LOCK_NB)
             return
         except BlockingIOError:
             pass
         except OSError:
             return  # a file system without locks: run unlocked
         if not told and waiting is not None:
-            waiting(f"waiting for GPU {name}: another popkit eval is timing on it")
+            waiting(f"waiting for GPU {name}: another popkit eval is timing on it" if how == fcntl.LOCK_SH else
+                    f"waiting for GPU {name}: another popkit eval is using it")
             told = True
         if time.monotonic() > deadline:
-            os.close(fd)
             raise EnvironmentProblem(f"GPU {name}: another popkit eval has held it for {wait_s:.0f} s",
                                      f"find the process holding {LOCK_DIR}/{name}.lock (fuser), or stop it")
         time.sleep(POLL_S)

@@ -3,8 +3,9 @@
 The parent samples it (NVML, popkit/machine/nvml.py: no torch, no CUDA context) on a thread every INTERVAL_S
 while a child runs, and keeps a summary: the highest SM clock seen (the clock the work ran at; the
 GPU idles at a lower one between processes), the lowest, the memory clock, the highest temperature and
-power, and the throttle reasons the driver gave. Where there is no NVML (a CPU machine, an AMD GPU)
-there is no state and nothing is recorded.
+power, and the throttle reasons the driver gave. On an AMD GPU the amdgpu driver's sysfs files give the
+same readings, without throttle reasons (popkit/machine/amdgpu.py). On a CPU there is no state and nothing is
+recorded.
 
 An A/B whose arms ran at different clocks, or under thermal or hardware throttling, measured the GPU
 as much as the code: `held` says so, and the A/B then names no winner (abrounds.Series.held).
@@ -14,9 +15,11 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from pathlib import Path
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+from popkit.machine import amdgpu
 from popkit.machine import nvml
 from popkit.model import stats
 
@@ -65,47 +68,59 @@ def summarize(readings: Sequence[nvml.Reading]) -> GpuState | None:
 
 class Sampler:
     """`with Sampler(env) as s: ...` samples the first GPU a child under `env` sees; `s.state` afterwards
-    (None without NVML, or where CUDA_VISIBLE_DEVICES names no index NVML maps). `load` opens NVML (tests)."""
+    (None without NVML or the amdgpu driver's files, or where the visible-devices variable names a GPU in a
+    form not mapped). `load` opens NVML and `amd_root` is the drm sysfs folder (tests)."""
 
-    def __init__(self, env: Mapping[str, str], load: Callable[[], Any] | None = None, interval_s: float = INTERVAL_S):
-        self.env, self.interval_s = env, interval_s
+    def __init__(self, env: Mapping[str, str], load: Callable[[], Any] | None = None, interval_s: float = INTERVAL_S,
+                 amd_root: Path = amdgpu.SYSFS):
+        self.env, self.interval_s, self.amd_root = env, interval_s, amd_root
         self.load = load or (lambda: ctypes.CDLL(nvml.LIBRARY))
         self.state: GpuState | None = None
         self._readings: list[nvml.Reading] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._lib: Any = None
+        self._close: Callable[[], None] = lambda: None
 
-    def __enter__(self) -> "Sampler":
+    def _nvidia(self) -> Callable[[], nvml.Reading] | None:
         try:
             lib = self.load()
             if lib.nvmlInit_v2() != 0:
-                return self
+                return None
             count = ctypes.c_uint()
             indices = nvml.visible_indices(self.env.get("CUDA_VISIBLE_DEVICES"), count.value) \
                 if lib.nvmlDeviceGetCount_v2(ctypes.byref(count)) == 0 else None
             if not indices:
                 lib.nvmlShutdown()
-                return self
+                return None
             device = nvml.handle(lib, indices[0])
         except (OSError, AttributeError):
+            return None
+        self._close = lib.nvmlShutdown
+        return lambda: nvml.read(lib, device)
+
+    def _amd(self) -> Callable[[], nvml.Reading] | None:
+        card = amdgpu.visible_card(self.env, self.amd_root)
+        return None if card is None else (lambda: amdgpu.read(card))
+
+    def __enter__(self) -> "Sampler":
+        read = self._nvidia() or self._amd()
+        if read is None:
             return self
-        self._lib = lib
-        self._readings.append(nvml.read(lib, device))
-        self._thread = threading.Thread(target=self._poll, args=(device,), daemon=True)
+        self._readings.append(read())
+        self._thread = threading.Thread(target=self._poll, args=(read,), daemon=True)
         self._thread.start()
         return self
 
-    def _poll(self, device: ctypes.c_void_p) -> None:
+    def _poll(self, read: Callable[[], nvml.Reading]) -> None:
         while not self._stop.wait(self.interval_s):
-            self._readings.append(nvml.read(self._lib, device))
+            self._readings.append(read())
 
     def __exit__(self, *exc: object) -> None:
         if self._thread is None:
             return
         self._stop.set()
         self._thread.join()
-        self._lib.nvmlShutdown()
+        self._close()
         self.state = summarize(self._readings)
 
 

@@ -195,7 +195,7 @@ def probe_torch(python: str, timeout: float, extended: bool, env: Mapping[str, s
     empty: dict[str, Any] = {k: None for k in PROBE_KEYS}
     empty.update(device="cpu", gpu_count=0)
     try:
-        # The plain probe runs beside an eval (runner.SystemProbe): at a lower priority, its torch import
+        # The plain probe runs beside an eval (beside.SystemProbe): at a lower priority, its torch import
         # yields the CPU to the eval's on a busy machine. Doctor's extended probe runs alone.
         done = subprocess.run([python, "-c", _PROBE_SCRIPT] + (["extended"] if extended else []),
                               capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,

@@ -31,15 +31,13 @@ from popkit.model import stats
 from popkit.model.results import OUTCOME_EXIT, CaseResult, CompileStep, ModeRun, RunReport
 from popkit.model.tasks import Task
 from popkit.progress import Progress
-from popkit.run import proc
 from popkit.run import runner
-from popkit.run import sandbox
 from popkit.run.executor import Executor
 
 AB_SCHEMA = "popkit/ab/2"
 DEFAULT_MAX_ROUNDS = 8
 DEFAULT_BUDGET_S = 60.0  # wall time after which no new ABBA block starts (never before the first look)
-RunEval = Callable[..., ModeRun]  # runner.run_mode's signature
+RunEval = Callable[..., ModeRun]  # runner.run_mode's signature (a session's `run_eval`)
 
 # ------------------------------------------------------------------------------------ the A/B run
 
@@ -133,8 +131,8 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: runner.R
            sampler: Callable[[Mapping[str, str]], gpustate.Sampler] | None = None) -> ABReport:
     """Compare A and B in counterbalanced rounds until settled, out of rounds or out of budget (module doc).
 
-    Both sides are set up as runner.run_submission sets up one (`runner.set_up`), their pre-steps in
-    parallel since nothing is timed yet. One discarded eval of A (`warmup`) takes the first-process
+    Both sides are one run session's (runner.RunSession), set up as runner.run_submission sets up one, their
+    pre-steps in parallel since nothing is timed yet. One discarded eval of A (`warmup`) takes the first-process
     slowdown seen on an idle GPU. A new ABBA block starts only while `budget_s` (0: none) is not
     expected to run out, and never before the first look. The A/B stops at the first eval that does
     not pass; the report names the side and keeps that run. `run_eval` replaces runner.run_mode
@@ -145,51 +143,32 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: runner.R
     """
     options = options or runner.RunOptions()
     progress = progress or (lambda _msg: None)
-    run_eval = run_eval or runner.run_mode
     cases = task.cases_for("benchmark")
     if not cases:
         raise TaskError(f"{task.yml}: no `benchmarks` to compare on", "add benchmark cases to task.yml")
     state = Rounds(cases, task.ranking_by, max_rounds)
-    paths = {"A": Path(a_path), "B": Path(b_path)}
-    contents = {side: runner.checked_submission(task, p, "benchmark", options, (contents or {}).get(side))
-                for side, p in paths.items()}
-    executor = executor or sandbox.executor_for(options.isolation)
-    for content in contents.values():
-        options = runner.with_toolkit(options, content, progress)
+    session = runner.RunSession(task, {"A": Path(a_path), "B": Path(b_path)}, "benchmark", options, content=contents,
+                                executor=executor, system=system, progress=progress, run_eval=run_eval)
     started, t0 = datetime.now(timezone.utc), clock()
-    probe = runner.probe_and_preflight(task, options, system, executor)
     failed_side, failure, compile_failure, stopped = "", None, None, "max_rounds"
     eval_s: list[float] = []
     gpu: list[dict[str, Any]] = []
     sampler = sampler or gpustate.Sampler
-    watch_env = runner.child_env(options)
-    with proc.WorkDir("popkit-ab-", keep=options.keep_workdir) as root:
-        if options.keep_workdir:
-            progress(f"working directories kept: {root}")
-        from concurrent.futures import ThreadPoolExecutor  # here: it brings logging, which few runs need
-
-        with ThreadPoolExecutor(2) as pool:  # both pre-steps at once: nothing is timed yet
-            jobs = {side: pool.submit(runner.set_up, task, paths[side], contents[side],
-                                      executor.new_workspace(root / side), options, progress, side)
-                    for side in SIDES}
-            dirs = {side: job.result() for side, job in jobs.items()}
-        failed_side = next((side for side in SIDES if dirs[side].build_failed), "")
+    watch_env = session.env()
+    with session:
+        failed_side = next((side for side in SIDES if session.sides[side].build_failed), "")
         if failed_side:
-            compile_failure, stopped = dirs[failed_side].precompile, "failed"
+            compile_failure, stopped = session.sides[failed_side].precompile, "failed"
             state.mark_failed(failed_side, "compile_failed")
-        gpu_count = runner.eval_gpu_count(task, system, probe)
 
         def evaluate(side: str, shapes: Sequence[Mapping[str, Any]], name: str) -> ModeRun:
-            run = run_eval(dirs[side].workspace, dirs[side].main, "benchmark", shapes, options=options, gpu_count=gpu_count,
-                           timeout_s=task.timeout_for("benchmark"), cases_name=name)
-            tampered = dirs[side].tampered or dirs[side].workspace.tampered(f"the benchmark mode of side {side}")
-            return replace(run, outcome="failed", summary=tampered) if tampered else run
+            return session.run("benchmark", shapes, side=side, cases_name=name, live=False)
 
         if warmup and not failed_side:  # its timings are not used, so the system probe may still run beside it
             progress("warm-up eval of A (not counted)")
             evaluate("A", cases, "ab-warmup.txt")  # a failure shows again in round 1, where it counts
-        if probe is not None:
-            probe.result()  # its CUDA context must not be opened while a candidate is timed
+        if session.probe is not None:
+            session.probe.result()  # its CUDA context must not be opened while a candidate is timed
         while not failed_side:
             if not state.active:
                 stopped = "settled" if state.all_settled() else "max_rounds"
@@ -219,15 +198,16 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: runner.R
                 state.add(runs)
     held = gpustate.held(*[[gpustate.GpuState.from_json(g) for g in gpu if g["side"] == side] for side in SIDES])
     shapes_out, score = state.final(held)
-    return ABReport(task=task.name, a_path=str(paths["A"]), b_path=str(paths["B"]),
-                    a_sha256=hashlib.sha256(contents["A"]).hexdigest(),
-                    b_sha256=hashlib.sha256(contents["B"]).hexdigest(), harness=options.harness,
+    a, b = session.sides["A"], session.sides["B"]
+    return ABReport(task=task.name, a_path=str(a.path), b_path=str(b.path), a_sha256=hashlib.sha256(a.data).hexdigest(),
+                    b_sha256=hashlib.sha256(b.data).hexdigest(), harness=options.harness,
                     ranking_by=task.ranking_by, statistic=state.statistic or "mean", max_rounds=max_rounds,
                     budget_s=budget_s, rounds=state.done, stopped=stopped,
                     started_at=started.isoformat(timespec="seconds"), duration_s=clock() - t0, shapes=shapes_out,
-                    score=score, system=probe.result() if probe else dict(system or {}), failed_side=failed_side,
+                    score=score, system=session.probe.result() if session.probe else dict(system or {}),
+                    failed_side=failed_side,
                     failure=failure, compile_failure=compile_failure, eval_s=tuple(eval_s),
-                    isolation=executor.isolation.to_json(), gpu=tuple(gpu), held=held)
+                    isolation=session.executor.isolation.to_json(), gpu=tuple(gpu), held=held)
 
 
 def side_report(report: ABReport, side: str, task: Task) -> RunReport | None:

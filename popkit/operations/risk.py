@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -21,8 +21,7 @@ from popkit.machine import nvml
 from popkit.model.tasks import SUBMISSION_SOURCE, Task
 from popkit.run import protocol
 from popkit.run.executor import Executor
-from popkit.run.runner import RunOptions, child_env, with_toolkit
-from popkit.run.sandbox import executor_for
+from popkit.run.runner import RunOptions, RunSession
 from popkit.submission.source import Source
 
 HIGH_MARGIN = 0.9  # a case at 90% of its tolerance or more: a secret seed may well tip it over
@@ -171,16 +170,18 @@ def assess(task: Task, source: Source, options: RunOptions, *, repeats: int = 3,
     with_benchmarks = gpu_visible() if benchmarks is None else benchmarks
     planned = plan_cases(task, benchmarks=with_benchmarks, secret_seeds=secret_seeds)
     plan = json.dumps({"repeats": repeats, "cases": [case for case, _ in planned]})
-    options = with_toolkit(options, source.content, progress)
-    env = child_env(options)
+    # The run's session: the toolkit, the executor and the task's own files (risk's script calls the submission
+    # itself, so no eval of any harness runs).
+    session = RunSession(task, source.path, "test", replace(options, harness="task"), content=source.content,
+                         progress=progress, check=False)
+    options, env, executor = session.options, session.env(), session.executor
     timeout_s = task.test_timeout + task.benchmark_timeout
-    executor = executor_for(options.isolation)
-    with executor.workspace(prefix="popkit-risk-") as ws:
-        ws.prepare(task, source.content)
-        ws.add(RUN_SCRIPT, (_CHILDREN / "run_submission.py").read_bytes())
+    with session.opened("popkit-risk-", preflight=False, set_up=False):
+        session.place()
+        ws = session.workspace
         ws.write_cases(PLAN, plan)
         progress(f"running {len(planned)} cases x {repeats} calls ({executor.isolation.level})")
-        done = ws.run(options.python, RUN_SCRIPT, [PLAN, OUT], env, timeout_s)
+        done = session.script(RUN_SCRIPT, (_CHILDREN / "run_submission.py").read_bytes(), [PLAN, OUT], timeout_s)
         notes = [line for line in [ws.tampered("popkit risk's run")] if line]
         if done.timed_out or done.code != 0:
             tail = " / ".join((done.stderr.strip() or done.stdout.strip()).splitlines()[-3:])

@@ -155,7 +155,8 @@ def set_up(request: workflows.Request, progress: Progress, note: Progress) -> Se
     task, skipped = sizing.fit(task, source, replace(request, options=options), executor, progress)
     # What this machine cannot run is refused as a cold run of the same request refuses it (the task's own
     # eval's needs: popkit's harness has a CPU path, which would hide a task's GPU-only reference).
-    system = runner.probe_and_preflight(task, request.options, None, executor).result()
+    system = runner.RunSession(task, source.path, request.mode, request.options, content=source.content,
+                               executor=executor, check=False).preflight()
     notes = (warm_note(request.mode, harness),) + tuple(request.notes)
     return Setup(source, task, options, executor, system, skipped, total, notes, entry_points(task, harness))
 
@@ -202,7 +203,8 @@ class Watch:
 
     def _new_pair(self) -> warm.WarmPair:
         s = self.setup
-        return warm.WarmPair(s.task, self.request.mode, self.latest, s.options, s.executor)
+        return warm.WarmPair(s.task, self.request.mode, self.latest, s.options, s.executor, path=s.source.path,
+                             system=s.system)
 
     def judge(self, index: int, trigger: str, content: bytes, saved_at: float, noticed: float) -> Verdict:
         """One verdict on `content`. A pair that judged is discarded and a fresh one started (in the background)."""
@@ -214,7 +216,7 @@ class Watch:
         ready, warmup = pair.ready, pair.warmup_s
         base = dict(index=index, trigger=trigger, submission=str(path), sha256=source.sha256, saved_at=saved_at,
                     ready_at_save=ready, warmup_s=warmup, harness=s.options.harness, note=s.notes[0])
-        try:  # runner.checked_submission's checks, the task's names read once
+        try:  # the checks of a run session's bytes, the task's names read once
             data = validate_submission(path, content, s.names)
             check_runnable(s.task, path, data, self.request.mode)
         except PopkitError as exc:  # bytes a cold run would refuse before running: the pair stays warm
@@ -228,10 +230,7 @@ class Watch:
             base.update(ready_at_save=False, warmup_s=None)
         pair.discard()
         self.pair = None
-        make = runner.reporter(s.task, path, data, self.request.mode, s.options, started, noticed, s.system, None,
-                               (), s.executor)
-        report = make(None, (), (), "") if result is None else make(result.precompile, result.runs, (),
-                                                                      result.precompile_skipped)
+        report = pair.session.report(() if result is None else result.runs, started=started, t0=noticed)
         report = workflows.with_notes(report, s.notes, s.skipped, s.total_shapes)
         warning = workflows.keep(report, data, self.request.record)
         verdict = Verdict(**base, seconds=time.time() - saved_at, report=report, warning=warning)

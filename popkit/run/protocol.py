@@ -18,8 +18,9 @@ from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 from popkit.errors import UsageError
-from popkit.model.results import COMPILE_MARKERS, CaseResult, ModeRun
+from popkit.model.results import COMPILE_MARKERS, TIMEOUT_EXIT_CODE, CaseResult, ModeRun, judge_physics
 from popkit.model.tasks import MODES
+from popkit.run import proc
 
 # The statistics the leaderboard's evals write per benchmark case (`benchmark.I.<name>`), in nanoseconds
 # but `runs`. tests/test_protocol.py pins this tuple to what tasks/eval.py writes.
@@ -328,3 +329,22 @@ def judge(run: ModeRun, cases_given: int, pipe_problem: str = "") -> ModeRun:
             outcome, summary = "failed", (f"check failed: {where(run)} wrote `check: pass` with {results} {kind} "
                                           f"result(s) for its {cases_given} case(s): a pass no case result backs")
     return replace(run, outcome=outcome, summary=summary)
+def decode_mode(done: proc.Finished, mode: str, cases: int, *, timeout_s: float, convention: EvalConvention,
+                key: str = "", seed: int | None = None, seconds: float | None = None) -> ModeRun:
+    """The ModeRun of a finished eval of `cases` cases: its pipe (checked against `key`'s closing record when
+    the eval is sealed), decoded and judged. `seconds` replaces the process's own time (a warm start's run is
+    timed from its `go`)."""
+    pipe, pipe_problem = sealed_pipe(done.pipe, key) if key else (done.pipe, "")
+    if done.pipe_overflow:
+        pipe_problem = f"result pipe: the eval wrote more than {proc.PIPE_BYTES // 2**20} MiB on it"
+    raw = parse_pipe(pipe.decode("utf-8", "replace"), first_wins=convention.first_wins)
+    run = ModeRun(mode=mode, secret=seed is not None, seed=seed,
+                  exit_code=TIMEOUT_EXIT_CODE if done.timed_out else done.code,
+                  duration_s=done.seconds if seconds is None else seconds,
+                  timeout_s=timeout_s, timed_out=done.timed_out, check=raw.get("check"),
+                  tests=decode_cases(raw, "test", cases),
+                  benchmarks=decode_cases(raw, "benchmark", cases), raw=raw,
+                  stdout=done.stdout, stderr=done.stderr)
+    return judge(judge_physics(run), cases, pipe_problem)
+
+

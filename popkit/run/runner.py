@@ -10,16 +10,17 @@ the processes run is the executor's business (executor.py, sandbox.py); this mod
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import os
 import secrets
 import sys
-import threading
 import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from popkit.errors import TaskError
 from popkit.machine import gpulock
@@ -27,15 +28,16 @@ from popkit.machine import runnable
 from popkit.machine import system
 from popkit.model import diagnostics
 from popkit.model.contract import entry_points
-from popkit.model.results import TIMEOUT_EXIT_CODE, CompileStep, ModeRun, RunReport, judge_physics
+from popkit.model.results import TIMEOUT_EXIT_CODE, CompileStep, ModeRun, RunReport
 from popkit.model.tasks import Task, scale_world_size
-from popkit.progress import Progress, live_of, timed
+from popkit.progress import Progress, timed
 from popkit.resources import HARNESS_ENTRY, harness_paths
 from popkit.run import proc
 from popkit.run import protocol
 from popkit.run import sandbox
 from popkit.run.executor import POPKIT_EVAL_NAME, Executor, Workspace
-from popkit.run.protocol import EvalConvention, chain_modes
+from popkit.run.beside import LiveProgress, SystemProbe
+from popkit.run.protocol import EvalConvention, chain_modes, decode_mode
 from popkit.submission.source import check_runnable, needs_gpu, read_submission, validate_submission
 from popkit.toolchain import prestep
 
@@ -117,56 +119,6 @@ def pre_step(ws: Workspace, content: bytes, options: RunOptions, progress: Progr
     return step, plan, tampered
 
 
-class LiveProgress:
-    """Live progress of one child from its result pipe as it arrives: step, case i/N and its spec, elapsed.
-
-    Calls `progress.live(text, key)` when the progress printer has one (the CLI's does); `key` changes
-    when the step or case does, so a printer for pipes can write a line per case, not per second. Only the
-    bytes after the last newline are kept between chunks, and at most LINE_LIMIT of them: a huge line costs
-    one scan of each chunk, never a rebuild per chunk (the thread that reads also enforces the timeout).
-    """
-
-    LINE_LIMIT = 4096
-
-    def __init__(self, progress: Progress | None, label: str, total: int = 0, kind: str = ""):
-        self._live = live_of(progress)
-        self.label, self.total, self.kind = label, total, kind
-        self.start = time.monotonic()
-        self.index, self.spec = -1, ""
-        self._partial = bytearray()
-
-    def __call__(self, data: bytes) -> None:
-        if self._live is None:
-            return
-        if data:
-            cut = data.rfind(b"\n")
-            if cut < 0:
-                if len(self._partial) < self.LINE_LIMIT:
-                    self._partial += data[:self.LINE_LIMIT - len(self._partial)]
-            else:
-                lines = bytes(self._partial) + data[:cut]
-                self._partial = bytearray(data[cut + 1:cut + 1 + self.LINE_LIMIT])
-                for line in lines.split(b"\n"):
-                    self._see(line[:self.LINE_LIMIT].decode("utf-8", "replace"))
-        self._live(self.text(), f"{self.label}/{self.index}")
-
-    def _see(self, line: str) -> None:
-        pair = protocol.pipe_pair(line)
-        if pair is None:
-            return
-        parts = pair[0].split(".")
-        if len(parts) == 3 and parts[0] == self.kind and parts[1].isdigit() and parts[2] == "spec":
-            self.index, self.spec = int(parts[1]), pair[1]
-
-    def text(self) -> str:
-        elapsed = f"{time.monotonic() - self.start:.0f} s"
-        if self.index >= 0:
-            of = f"/{self.total}" if self.total else ""
-            return f"{self.label} · case {self.index + 1}{of}: {self.spec} · {elapsed}"
-        cases = f" · {self.total} case{'s' if self.total != 1 else ''}" if self.total else ""
-        return f"{self.label}{cases} · {elapsed}"
-
-
 def convention_of(ws: Workspace, main: str) -> EvalConvention:
     """popkit's harness (sealed record, first value wins) or a leaderboard eval, by the file that runs."""
     return protocol.POPKIT_HARNESS if is_popkit_harness(ws.files / main) else protocol.LEADERBOARD
@@ -198,25 +150,6 @@ def run_mode(ws: Workspace, main: str, mode: str, cases: Sequence[Mapping[str, A
     return decode_mode(done, mode, len(cases), timeout_s=timeout_s, convention=convention, key=key, seed=seed)
 
 
-def decode_mode(done: proc.Finished, mode: str, cases: int, *, timeout_s: float, convention: EvalConvention,
-                key: str = "", seed: int | None = None, seconds: float | None = None) -> ModeRun:
-    """The ModeRun of a finished eval of `cases` cases: its pipe (checked against `key`'s closing record when
-    the eval is sealed), decoded and judged. `seconds` replaces the process's own time (a warm start's run is
-    timed from its `go`)."""
-    pipe, pipe_problem = protocol.sealed_pipe(done.pipe, key) if key else (done.pipe, "")
-    if done.pipe_overflow:
-        pipe_problem = f"result pipe: the eval wrote more than {proc.PIPE_BYTES // 2**20} MiB on it"
-    raw = protocol.parse_pipe(pipe.decode("utf-8", "replace"), first_wins=convention.first_wins)
-    run = ModeRun(mode=mode, secret=seed is not None, seed=seed,
-                  exit_code=TIMEOUT_EXIT_CODE if done.timed_out else done.code,
-                  duration_s=done.seconds if seconds is None else seconds,
-                  timeout_s=timeout_s, timed_out=done.timed_out, check=raw.get("check"),
-                  tests=protocol.decode_cases(raw, "test", cases),
-                  benchmarks=protocol.decode_cases(raw, "benchmark", cases), raw=raw,
-                  stdout=done.stdout, stderr=done.stderr)
-    return protocol.judge(judge_physics(run), cases, pipe_problem)
-
-
 _HARNESS_BYTES: list[bytes] = []
 
 
@@ -230,42 +163,7 @@ def is_popkit_harness(path: Path) -> bool:
         return False
 
 
-# ------------------------------------------------------------------------------------- the chain
-
-
-def run_chain(task: Task, prepared: "Prepared", mode: str, options: RunOptions, seed: int | None,
-              gpu_count: int | None, progress: Progress, probe: "SystemProbe | None" = None) -> list[ModeRun]:
-    """One chain of modes; after each, the workspace is checked and put right (harness tampering fails it)."""
-    ws, main, runs = prepared.workspace, prepared.main, []
-
-    def checked(run: ModeRun) -> ModeRun:
-        tampered = ws.tampered(f"the {protocol.where(run)} mode")
-        return replace(run, outcome="failed", summary=tampered) if tampered else run
-
-    for step in chain_modes(mode, options.chain):
-        if step != "test" and probe is not None:
-            # The probe may import torch and open a CUDA context; nothing but the submission may touch the GPU
-            # while it is timed.
-            probe.result()
-        if step == "profile":  # profile runs once per benchmark line
-            cases = task.cases_for(step)
-            for i, case in enumerate(cases):
-                label = f"{step} {i + 1}/{len(cases)}"
-                progress(label)
-                runs.append(checked(run_mode(ws, main, step, [case], timeout_s=task.timeout_for(step),
-                                             options=options, seed=seed, gpu_count=gpu_count, cases_name=f"profile-{i}.txt",
-                                             progress=progress, label=label)))
-                if runs[-1].summary.startswith("harness tampering"):
-                    break
-            continue
-        label = f"{step}" + (f" (secret seed {seed})" if seed is not None else "")
-        progress(label)
-        run = checked(run_mode(ws, main, step, task.cases_for(step), timeout_s=task.timeout_for(step),
-                               options=options, seed=seed, gpu_count=gpu_count, progress=progress, label=label))
-        runs.append(run)
-        if run.outcome != "passed":
-            break
-    return runs
+# ------------------------------------------------------------------------------------- the session
 
 
 def checked_submission(task: Task, submission: Path, mode: str, options: RunOptions,
@@ -279,13 +177,16 @@ def checked_submission(task: Task, submission: Path, mode: str, options: RunOpti
     return data
 
 
-@dataclass(frozen=True)
-class Prepared:
-    """A workspace ready for evals: the task's files, the eval to run, the pre-step's result."""
+@dataclass
+class Side:
+    """One submission of a session: its bytes, its workspace, and what setting it up gave."""
 
-    workspace: Workspace
-    main: str
-    precompile: CompileStep | None
+    name: str  # "" in a session of one submission; "A" or "B" in an A/B's
+    path: Path
+    data: bytes
+    workspace: Workspace | None = None
+    main: str = ""  # the eval that runs (the task's, or popkit's harness in its place)
+    precompile: CompileStep | None = None
     skipped: str = ""  # why the pre-step did not run, if it did not (prestep.Decision.reason)
     tampered: str = ""  # the pre-step changed a task file or planted a module (put right since)
 
@@ -294,106 +195,280 @@ class Prepared:
         return self.precompile is not None and self.precompile.build_failed
 
 
-def set_up(task: Task, submission: Path, data: bytes, ws: Workspace, options: RunOptions,
-           progress: Progress, side: str = "") -> Prepared:
-    """Steps 1 and 2 of the protocol: the task's files flat in the workspace, then the compile pre-step.
+class RunSession:
+    """One task's run of a submission (or of an A/B's two), prepared once: what ab, warm, tune and the cluster
+    share with `run_submission` (docs/design.md, "The run session").
 
-    When the extension did not build, the pre-step's compiler messages are placed at lines of the
-    submission (`compile_diagnostics`). `side` names the candidate of an A/B in the progress line.
+    Made from (task, submission, mode, options): the bytes checked as a run checks them (`check` False: the caller
+    did, or runs bytes it made, a tune variant's), the CUDA toolkit found for a CUDA build (with_toolkit), the
+    executor chosen (default: sandbox.executor_for the isolation), a multi-GPU task's cases scaled to
+    options.world_size. `submission` maps side names to paths for an A/B ({"A": a, "B": b}, `content` likewise).
+
+    `with session:` stops where the machine cannot run the task (runnable.preflight) and starts the system probe,
+    makes one workspace per side (removed at the end unless options.keep_workdir) and sets each side up (the
+    task's files, the compile pre-step); `opened(...)` does a part of that. Then `run` runs one eval of a mode,
+    checked for tampering; `chain` the leaderboard's chain of modes; `chains` the public chain and the secret
+    ones; `report` makes the RunReport. `run_eval` stands in for run_mode (tests).
     """
-    main = ws.prepare(task, data, options.harness, later=True)
-    step, plan, tampered = pre_step(ws, data, options, progress, side)
-    if step is not None and step.build_failed:
-        step = replace(step, diagnostics=compile_diagnostics(step, submission, data))
-    return Prepared(ws, main, step, plan.reason, tampered)
 
+    def __init__(self, task: Task, submission: Path | str | Mapping[str, Path | str] | None, mode: str = "test",
+                 options: RunOptions = RunOptions(), *, content: bytes | Mapping[str, bytes | None] | None = None,
+                 executor: Executor | None = None, system: Mapping[str, Any] | None = None,
+                 progress: Progress | None = None, check: bool = True, run_eval: Callable[..., ModeRun] | None = None):
+        self.mode, self.system, self.run_eval = mode, system, run_eval
+        self.progress: Progress = progress or (lambda _msg: None)
+        paths = dict(submission) if isinstance(submission, Mapping) else {"": submission or task.submission_name}
+        given = content if isinstance(content, Mapping) else {"": content}
+        self.sides: dict[str, Side] = {}
+        for name, path in paths.items():
+            data = given.get(name)
+            if check:
+                data = checked_submission(task, Path(path), mode, options, data)
+            self.sides[name] = Side(name, Path(path), Path(path).read_bytes() if data is None else data)
+        self.executor = executor or sandbox.executor_for(options.isolation)
+        for side in self.sides.values():
+            options = with_toolkit(options, side.data, self.progress)
+        self.options, self.task, self.notes = options, task, ()
+        if options.world_size is not None:
+            asked = sorted({c["world_size"] for c in task.tests + task.benchmarks if "world_size" in c})
+            self.task = scale_world_size(task, options.world_size)
+            self.notes = (f"world_size scaled to {options.world_size} (the task's cases ask for "
+                          f"{', '.join(map(str, asked))}): not leaderboard-faithful",)
+        self.started, self.t0 = datetime.now(timezone.utc), time.monotonic()
+        self.probe: SystemProbe | None = None
+        self._open: Any = None
 
-def eval_gpu_count(task: Task, system: Mapping[str, Any] | None, probe: "SystemProbe | None") -> int | None:
-    """POPCORN_GPUS for a multi-GPU task: the given system's GPU count, else the probe's; None otherwise."""
-    if not task.multi_gpu:
-        return None
-    count = (system or {}).get("gpu_count")
-    if count is None and probe is not None:
-        count = probe.result().get("gpu_count")
-    return count
+    @property
+    def side(self) -> Side:
+        """The one side of a session of one submission."""
+        return self.sides[""]
+
+    @property
+    def workspace(self) -> Workspace:
+        return self.side.workspace  # type: ignore[return-value]
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """The environment every child of this session gets (child_env of its options), plus `extra`."""
+        return child_env(self.options, **extra)
+
+    def preflight(self) -> Mapping[str, Any]:
+        """Stop here (exit 11) where this machine cannot run the task; else the system the evals see."""
+        probe = probe_and_preflight(self.task, self.options, self.system, self.executor)
+        return self.system if probe is None else probe.result()  # type: ignore[return-value]
+
+    # ------------------------------------------------------------------------------- the workspaces
+
+    def __enter__(self) -> "RunSession":
+        self._open = self.opened()
+        return self._open.__enter__()
+
+    def __exit__(self, *exc: Any) -> Any:
+        opened, self._open = self._open, None
+        return opened.__exit__(*exc)
+
+    @contextlib.contextmanager
+    def opened(self, prefix: str = "", *, preflight: bool = True, set_up: bool = True) -> Iterator["RunSession"]:
+        """The session's workspaces for the block (`prefix`: their folder's name; default popkit-run- or
+        popkit-ab-), after the preflight and with the probe (`preflight`), each side set up (`set_up`)."""
+        keep = self.options.keep_workdir
+        if preflight:
+            # A chain that starts with test mode starts the probe beside its first process (on a busy CPU, a probe
+            # started before it delays it); any other mode starts it now, and waits for it before it runs (`chain`).
+            first = chain_modes(self.mode, self.options.chain)[0]
+            self.probe = probe_and_preflight(self.task, self.options, self.system, self.executor,
+                                             start=first != "test")
+        with contextlib.ExitStack() as stack:
+            if list(self.sides) == [""]:
+                ws = self.side.workspace = stack.enter_context(self.executor.workspace(prefix or "popkit-run-", keep))
+                if self.probe is not None:
+                    ws.after_start(self.probe.start)
+                if keep:
+                    self.progress(f"working directory kept: {ws.root}")
+            else:
+                root = stack.enter_context(proc.WorkDir(prefix or "popkit-ab-", keep=keep))
+                if keep:
+                    self.progress(f"working directories kept: {root}")
+                for side in self.sides.values():
+                    side.workspace = self.executor.new_workspace(root / side.name)
+            if set_up:
+                self.set_up()
+            yield self
+
+    def set_up(self) -> None:
+        """Steps 1 and 2 of the protocol on every side: the task's files flat in the workspace, then the compile
+        pre-step (an A/B's two at once: nothing is timed yet). Where the extension did not build, the compiler's
+        messages are placed at lines of the submission (compile_diagnostics)."""
+        if len(self.sides) == 1:
+            self._set_up(next(iter(self.sides.values())))
+            return
+        from concurrent.futures import ThreadPoolExecutor  # here: it brings logging, which few runs need
+
+        with ThreadPoolExecutor(len(self.sides)) as pool:
+            for job in [pool.submit(self._set_up, side) for side in self.sides.values()]:
+                job.result()
+
+    def _set_up(self, side: Side) -> None:
+        self.place(later=True, side=side.name)
+        step = self.pre_step(side=side.name)
+        if step is not None and step.build_failed:
+            side.precompile = replace(step, diagnostics=compile_diagnostics(step, side.path, side.data))
+
+    def place(self, later: bool = False, side: str = "") -> str:
+        """The task's files and the side's bytes in its workspace (`later`: the files' read-only seal after the
+        pre-step, Workspace.prepare); returns the eval that runs."""
+        s = self.sides[side]
+        s.main = s.workspace.prepare(self.task, s.data, self.options.harness, later=later)
+        return s.main
+
+    def replace(self, content: bytes, side: str = "") -> None:
+        """New bytes for the side, in place of the ones in its workspace (a warm worker's save)."""
+        s = self.sides[side]
+        s.workspace.replace_submission(content)
+        s.data = content
+
+    def pre_step(self, progress: Progress | None = None, side: str = "") -> CompileStep | None:
+        """The compile pre-step of the side's bytes where it can matter (`pre_step`); kept on the side."""
+        s = self.sides[side]
+        step, plan, s.tampered = pre_step(s.workspace, s.data, self.options, progress or self.progress, side)
+        s.precompile, s.skipped = step, plan.reason
+        return step
+
+    def build(self, timeout_s: float, side: str = "") -> tuple[CompileStep, str]:
+        """The compile step alone with its own timeout (a build that prepares evals, not one of them): the step,
+        its compiler errors placed at lines of the submission, and the harness-tampering line ("" when none)."""
+        s = self.sides[side]
+        step = precompile(s.workspace, self.options, timeout_s=timeout_s)
+        tampered = s.workspace.tampered("the compile pre-step")
+        if step.build_failed:
+            step = replace(step, diagnostics=compile_diagnostics(step, s.path, s.data))
+        return step, tampered
+
+    def script(self, name: str, source: bytes, args: Sequence[str], timeout_s: float, side: str = "") -> proc.Finished:
+        """A helper script of popkit's (`source`, written as `name`) run in the side's workspace as its evals run."""
+        ws = self.sides[side].workspace
+        ws.add(name, source)
+        return ws.run(self.options.python, name, list(args), self.env(), timeout_s)
+
+    # ------------------------------------------------------------------------------------ the runs
+
+    @functools.cached_property
+    def gpu_count(self) -> int | None:
+        """POPCORN_GPUS for a multi-GPU task: the given system's GPU count, else the probe's; None otherwise."""
+        if not self.task.multi_gpu:
+            return None
+        count = (self.system or {}).get("gpu_count")
+        return self.probe.result().get("gpu_count") if count is None and self.probe is not None else count
+
+    def run(self, mode: str, cases: Sequence[Mapping[str, Any]] | None = None, *, side: str = "",
+            seed: int | None = None, cases_name: str | None = None, label: str = "", live: bool = True) -> ModeRun:
+        """One eval of `mode` on the side (`cases`: default the task's), then its workspace checked and put right:
+        tampering, in it or in the pre-step, fails it. `live`: the child's progress is shown as it runs."""
+        s = self.sides[side]
+        cases = self.task.cases_for(mode) if cases is None else cases
+        shown = dict(progress=self.progress, label=label or mode) if live else {}
+        run = (self.run_eval or run_mode)(s.workspace, s.main, mode, cases, timeout_s=self.task.timeout_for(mode),
+                                          options=self.options, seed=seed, gpu_count=self.gpu_count,
+                                          cases_name=cases_name, **shown)
+        return self._checked(run, s)
+
+    def judged(self, done: proc.Finished, mode: str, *, convention: EvalConvention, key: str, seconds: float,
+               side: str = "") -> ModeRun:
+        """The ModeRun of an eval of the task's `mode` cases that ran outside `run` (a warm worker's), decoded,
+        judged and checked for tampering as `run` checks its own."""
+        run = decode_mode(done, mode, len(self.task.cases_for(mode)), timeout_s=self.task.timeout_for(mode),
+                          convention=convention, key=key, seconds=seconds)
+        return self._checked(run, self.sides[side])
+
+    def _checked(self, run: ModeRun, s: Side) -> ModeRun:
+        where = f"the {protocol.where(run)} mode" + (f" of side {s.name}" if s.name else "")
+        tampered = s.tampered or s.workspace.tampered(where)
+        return replace(run, outcome="failed", summary=tampered) if tampered else run
+
+    def chain(self, seed: int | None = None) -> list[ModeRun]:
+        """The session's mode as the leaderboard chains it (test, benchmark, leaderboard, each only if the one
+        before passed); profile mode once per benchmark line."""
+        runs: list[ModeRun] = []
+        for step in chain_modes(self.mode, self.options.chain):
+            if step != "test" and self.probe is not None:
+                # The probe may import torch and open a CUDA context; nothing but the submission may touch the GPU
+                # while it is timed.
+                self.probe.result()
+            if step == "profile":
+                cases = self.task.cases_for(step)
+                for i, case in enumerate(cases):
+                    label = f"{step} {i + 1}/{len(cases)}"
+                    self.progress(label)
+                    runs.append(self.run(step, [case], seed=seed, cases_name=f"profile-{i}.txt", label=label))
+                    if runs[-1].summary.startswith("harness tampering"):
+                        break
+                continue
+            label = f"{step}" + (f" (secret seed {seed})" if seed is not None else "")
+            self.progress(label)
+            runs.append(self.run(step, seed=seed, label=label))
+            if runs[-1].outcome != "passed":
+                break
+        return runs
+
+    def chains(self) -> list[ModeRun]:
+        """The public chain, then (while each passes) one secret chain per seed in options.secret_seeds. Nothing when
+        the build failed: the runner would go on, and every eval would fail rebuilding the same source; the verdict
+        is the same, so popkit stops there and points the compiler's messages at the submission."""
+        s = self.side
+        if s.build_failed:
+            return []
+        if s.tampered:
+            first = chain_modes(self.mode, self.options.chain)[0]
+            return [ModeRun(mode=first, secret=False, seed=None, exit_code=0, duration_s=0.0,
+                            timeout_s=self.task.timeout_for(first), outcome="failed", summary=s.tampered)]
+        runs = self.chain()
+        if all(r.outcome == "passed" for r in runs):
+            for seed in self.options.secret_seeds:
+                secret_runs = self.chain(seed)
+                runs.extend(secret_runs)
+                if not all(r.outcome == "passed" for r in secret_runs):
+                    break
+        return runs
+
+    def report(self, runs: Sequence[ModeRun], *, started: datetime | None = None, t0: float | None = None
+               ) -> RunReport:
+        """The RunReport of the side's runs (secret seeds named once a chain ran); `started` and `t0` (monotonic)
+        replace the session's own start (a warm verdict is timed from its save)."""
+        s, options = self.side, self.options
+        seeds = options.secret_seeds if runs and not s.tampered else ()
+        return RunReport(
+            task=self.task.name, task_path=str(self.task.path), leaderboard=self.task.leaderboard,
+            ranking_by=self.task.ranking_by, submission=str(s.path), sha256=hashlib.sha256(s.data).hexdigest(),
+            mode=self.mode, harness=options.harness,
+            started_at=(started or self.started).isoformat(timespec="seconds"),
+            duration_s=time.monotonic() - (self.t0 if t0 is None else t0),
+            system=self.system if self.system is not None else self.probe.result(),  # type: ignore[union-attr]
+            precompile=s.precompile, precompile_skipped=s.skipped, runs=tuple(runs),
+            secret_seeds=tuple(seeds),
+            label=options.label or (f"world_size {options.world_size}, scaled" if options.world_size else ""),
+            notes=tuple(self.notes), world_size=options.world_size, isolation=self.executor.isolation.to_json())
 
 
 def run_submission(task: Task, submission: Path, mode: str, options: RunOptions = RunOptions(),
                    progress: Progress | None = None, system: Mapping[str, Any] | None = None,
                    content: bytes | None = None, executor: Executor | None = None) -> RunReport:
-    """Run `submission` on `task` in `mode` exactly as the leaderboard runner would.
+    """Run `submission` on `task` in `mode` exactly as the leaderboard runner would: one RunSession's chains.
 
     The public chain runs first, then (if it passed) one secret chain per seed in options.secret_seeds.
     The user's file is only read; a fresh workspace of `executor` (default: sandbox.executor_for the run's
     isolation) holds the copy that runs. `content` replaces the file's bytes (the `--baseline reference`
     run has no file of its own).
     """
-    progress = progress or (lambda _msg: None)
-    data = checked_submission(task, submission, mode, options, content)
-    executor = executor or sandbox.executor_for(options.isolation)
-    options = with_toolkit(options, data, progress)
+    session = RunSession(task, submission, mode, options, content=content, executor=executor, system=system,
+                         progress=progress)
     if mode != "test" and not task.benchmarks:
         raise TaskError(f"{task.yml}: no `benchmarks` to run in {mode} mode", "add benchmark cases to task.yml")
     if mode == "test" and not task.tests:
         raise TaskError(f"{task.yml}: no `tests` to run", "add test cases to task.yml")
-    started = datetime.now(timezone.utc)
-    t0 = time.monotonic()
-    notes: tuple[str, ...] = ()
-    if options.world_size is not None:
-        asked = sorted({c["world_size"] for c in task.tests + task.benchmarks if "world_size" in c})
-        task = scale_world_size(task, options.world_size)
-        notes = (f"world_size scaled to {options.world_size} (the task's cases ask for "
-                 f"{', '.join(map(str, asked))}): not leaderboard-faithful",)
-    # A chain that starts with test mode starts the probe beside its first process (on a busy CPU, a probe
-    # started before it delays it); any other mode waits for the probe before it runs (run_chain).
-    first = chain_modes(mode, options.chain)[0]
-    probe = probe_and_preflight(task, options, system, executor, start=first != "test")
-    report = reporter(task, submission, data, mode, options, started, t0, system, probe, notes,
-                                      executor)
-    with executor.workspace("popkit-run-", keep=options.keep_workdir) as ws:
-        if probe is not None:
-            ws.after_start(probe.start)
-        if options.keep_workdir:
-            progress(f"working directory kept: {ws.root}")
-        prepared = set_up(task, submission, data, ws, options, progress)
-        step = prepared.precompile
-        if prepared.build_failed:
-            # The runner would go on, and every eval would fail rebuilding the same source; the verdict
-            # is the same, so popkit stops here and points the compiler's messages at the submission.
-            return report(step, [], ())
-        if prepared.tampered:
-            runs = [ModeRun(mode=first, secret=False, seed=None, exit_code=0, duration_s=0.0,
-                            timeout_s=task.timeout_for(first), outcome="failed", summary=prepared.tampered)]
-            return report(step, runs, (), prepared.skipped)
-        gpu_count = eval_gpu_count(task, system, probe)
-        runs = run_chain(task, prepared, mode, options, None, gpu_count, progress, probe)
-        if all(r.outcome == "passed" for r in runs):
-            for seed in options.secret_seeds:
-                secret_runs = run_chain(task, prepared, mode, options, seed, gpu_count, progress, probe)
-                runs.extend(secret_runs)
-                if not all(r.outcome == "passed" for r in secret_runs):
-                    break
-    return report(step, runs, options.secret_seeds, prepared.skipped)
-
-
-def reporter(task: Task, submission: Path, data: bytes, mode: str, options: RunOptions,
-                             started: datetime, t0: float, system: Mapping[str, Any] | None,
-                             probe: "SystemProbe | None", notes: Sequence[str], executor: Executor):
-    """The RunReport of this run, given what ran: (pre-step, runs, secret seeds, why the pre-step was skipped)."""
-
-    def report(step: CompileStep | None, runs: Sequence[ModeRun], secret_seeds: Sequence[int],
-               skipped: str = "") -> RunReport:
-        return RunReport(
-            task=task.name, task_path=str(task.path), leaderboard=task.leaderboard, ranking_by=task.ranking_by,
-            submission=str(submission), sha256=hashlib.sha256(data).hexdigest(), mode=mode,
-            harness=options.harness, started_at=started.isoformat(timespec="seconds"),
-            duration_s=time.monotonic() - t0, system=system if system is not None else probe.result(),
-            precompile=step, precompile_skipped=skipped, runs=tuple(runs), secret_seeds=tuple(secret_seeds),
-            label=options.label or (f"world_size {options.world_size}, scaled" if options.world_size else ""),
-            notes=tuple(notes), world_size=options.world_size, isolation=executor.isolation.to_json(),
-        )
-
-    return report
+    with session:
+        runs = session.chains()
+        if session.side.build_failed or session.side.tampered:
+            return session.report(runs)  # timed without the workspace's removal, as it stopped inside it
+    return session.report(runs)
 
 
 def compile_diagnostics(step: CompileStep, submission: Path, data: bytes) -> tuple[diagnostics.Diagnostic, ...]:
@@ -416,32 +491,4 @@ def probe_and_preflight(task: Task, options: RunOptions, system: Mapping[str, An
     return probe
 
 
-class SystemProbe:
-    """Probes the eval's interpreter and environment on a thread while the runs go on (system.probe: tens of
-    milliseconds from the driver, or seconds where it must import torch), from start() or the first result()."""
-
-    def __init__(self, python: str, env: Mapping[str, str] | None = None, start: bool = True):
-        self._result: dict[str, Any] = {}
-        self._thread = threading.Thread(target=self._run, args=(python, env), daemon=True)
-        self._lock = threading.Lock()
-        if start:
-            self.start()
-
-    def start(self) -> None:
-        with self._lock:
-            if self._thread.ident is None:
-                self._thread.start()
-
-    def _run(self, python: str, env: Mapping[str, str] | None) -> None:
-        try:
-            self._result = dict(system.probe(python, env=env))
-        except Exception as exc:  # the report still stands without a system line
-            self._result = {"error": f"{type(exc).__name__}: {exc}"}
-
-    def result(self) -> dict[str, Any]:
-        self.start()
-        self._thread.join(90)
-        return self._result
-
-
-__all__ = ["RunOptions", "run_submission", "run_mode", "run_chain", "set_up", "Prepared", "POPKIT_EVAL_NAME"]
+__all__ = ["RunOptions", "RunSession", "Side", "run_submission", "run_mode", "child_env", "POPKIT_EVAL_NAME"]

@@ -8,8 +8,8 @@ and the reference, sets the device up, generates the cases' inputs, writes `popk
 pipe, and waits. `go()` puts the saved bytes in the workspace (from outside the sandbox: its files folder
 is read-only only inside), runs the compile pre-step where a cold run would, writes the cases file anew and
 sends `go` with the mode, the cases and a fresh key; the pair imports the submission, runs the mode as a
-cold eval runs it and exits. The pipe is decoded and judged by the runner's own code (runner.decode_mode),
-the workspace checked for tampering as after every cold mode.
+cold eval runs it and exits. The pair's workspace, pre-step, decoding and tamper check are a run session's
+(runner.RunSession: the same code as every cold mode's).
 
 A pair is used once: it is discarded after its verdict (or when the watch stops), its processes killed and
 its folder removed, and the watch starts a new one. No process that ran submission code is ever reused.
@@ -26,6 +26,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any, Mapping
 
 from popkit.machine import gpulock
 from popkit.model.contract import entry_points
@@ -35,6 +36,7 @@ from popkit.progress import Progress
 from popkit.run import proc
 from popkit.run import protocol
 from popkit.run import runner
+from popkit.run.beside import LiveProgress
 from popkit.run.executor import Executor, Workspace
 
 READY_LINE = b"popkit.warm: ready\n"  # tasks/popkit_protocol.py's WARM_READY_LINE: the one line before `go`, unsealed
@@ -115,7 +117,7 @@ class _PipeWatch:
         self.looking = True
         self.ready = threading.Event()
         self.ready_at: float | None = None
-        self.live = None  # runner.LiveProgress, set at `go`
+        self.live = None  # beside.LiveProgress, set at `go`
 
     def __call__(self, data: bytes) -> None:
         if self.looking and data:
@@ -136,8 +138,13 @@ class WarmPair:
     """One warm eval of `task` in `mode`, started at once on its own thread (module doc). Use it once:
     `go(content)`, then `discard()`; `discard()` alone ends one that is not needed."""
 
-    def __init__(self, task: Task, mode: str, content: bytes, options: runner.RunOptions, executor: Executor):
-        self.task, self.mode, self.options, self.executor = task, mode, options, executor
+    def __init__(self, task: Task, mode: str, content: bytes, options: runner.RunOptions, executor: Executor, *,
+                 path: Path | None = None, system: Mapping[str, Any] | None = None):
+        # The bytes are checked by the watch (a save that would not run never reaches a pair); `path` and `system`
+        # are what the session's report says.
+        self.session = runner.RunSession(task, path, mode, options, content=content, executor=executor, system=system,
+                                         check=False)
+        self.task, self.mode, self.options, self.executor = task, mode, self.session.options, executor
         self.cases = task.cases_for(mode)
         self.cases_name = f"{mode}.txt"  # the name a cold eval's cases file has
         self.timeout_s = task.timeout_for(mode)
@@ -150,9 +157,10 @@ class WarmPair:
         self._error: BaseException | None = None
         self._control = -1
         self._thread: threading.Thread | None = None
-        self.workspace: Workspace = self._stack.enter_context(executor.workspace("popkit-warm-"))
+        self._stack.enter_context(self.session.opened("popkit-warm-", preflight=False, set_up=False))
+        self.workspace: Workspace = self.session.workspace
         try:
-            self.main = self.workspace.prepare(task, content, options.harness)
+            self.main = self.session.place()
             self.workspace.write_cases(self.cases_name, protocol.render_cases(self.cases))
             read, self._control = os.pipe()
             self._thread = threading.Thread(target=self._run, args=(read,), name="popkit-warm-pair", daemon=True)
@@ -182,7 +190,7 @@ class WarmPair:
 
     def _run(self, control_read: int) -> None:
         convention = protocol.POPKIT_HARNESS
-        env = runner.child_env(self.options, **convention.env(None, None))
+        env = self.session.env(**convention.env(None, None))
         try:
             self._done = self.workspace.run(
                 self.options.python, self.main, [self.mode, self.cases_name], env, IDLE_S,
@@ -200,21 +208,22 @@ class WarmPair:
                 raise self._error
             return None
         ws = self.workspace
-        ws.replace_submission(content)
-        step, plan, tampered = runner.pre_step(ws, content, self.options, progress)
+        self.session.replace(content)
+        step = self.session.pre_step(progress)
+        skipped, tampered = self.session.side.skipped, self.session.side.tampered
         if step is not None and step.build_failed:
-            return Result(step, plan.reason, (), ready, self.warmup_s)
+            return Result(step, skipped, (), ready, self.warmup_s)
         if tampered:
             run = ModeRun(mode=self.mode, secret=False, seed=None, exit_code=0, duration_s=0.0,
                           timeout_s=self.timeout_s, outcome="failed", summary=tampered)
-            return Result(step, plan.reason, (run,), ready, self.warmup_s)
+            return Result(step, skipped, (run,), ready, self.warmup_s)
         ws.write_cases(self.cases_name, protocol.render_cases(self.cases))
         key = secrets.token_hex(16)
         line = json.dumps({"mode": self.mode, "cases": protocol.render_cases(self.cases), "key": key})
         progress(self.mode)
-        self._watch.live = runner.LiveProgress(progress, self.mode, len(self.cases), protocol.case_kind(self.mode))
-        env = ws.executor.env(runner.child_env(self.options, **protocol.POPKIT_HARNESS.env(None, None)))
-        with gpulock.timing(self.mode, env, waiting=progress):  # a timed mode: one timed eval per GPU
+        self._watch.live = LiveProgress(progress, self.mode, len(self.cases), protocol.case_kind(self.mode))
+        env = ws.executor.env(self.session.env(**protocol.POPKIT_HARNESS.env(None, None)))
+        with gpulock.timing(self.mode, env, waiting=progress):  # one timed eval per GPU (machine/gpulock.py)
             self._go_at = time.monotonic()
             try:
                 os.write(self._control, f"go {line}\n".encode())
@@ -223,11 +232,7 @@ class WarmPair:
             self._close_control()
             self._thread.join()
         seconds = time.monotonic() - self._go_at
-        run = self._decode(key, seconds)
-        tampered = ws.tampered(f"the {protocol.where(run)} mode")
-        if tampered:
-            run = replace(run, outcome="failed", summary=tampered)
-        return Result(step, plan.reason, (run,), ready, self.warmup_s)
+        return Result(step, skipped, (self._decode(key, seconds),), ready, self.warmup_s)
 
     def _decode(self, key: str, seconds: float) -> ModeRun:
         if self._error is not None:
@@ -235,8 +240,7 @@ class WarmPair:
         done = self._done
         pipe = done.pipe[len(READY_LINE):] if done.pipe.startswith(READY_LINE) else done.pipe
         done = replace(done, pipe=pipe)
-        return runner.decode_mode(done, self.mode, len(self.cases), timeout_s=self.timeout_s,
-                                  convention=protocol.POPKIT_HARNESS, key=key, seconds=seconds)
+        return self.session.judged(done, self.mode, convention=protocol.POPKIT_HARNESS, key=key, seconds=seconds)
 
     def _close_control(self) -> None:
         if self._control >= 0:

@@ -21,7 +21,6 @@ from typing import Any, Mapping, Sequence
 
 from popkit.model.tasks import Task
 from popkit.run import runner
-from popkit.run import sandbox
 from popkit.toolchain import prestep
 
 PROBE_DRIVER, SHAPES_DRIVER = "_popkit_tune_probe.py", "_popkit_tune_shapes.py"  # run as scripts in a workspace
@@ -125,19 +124,19 @@ def build_identities(task: Task, contents: Sequence[bytes], options: runner.RunO
         return out  # type: ignore[return-value]
     results: Mapping[str, Any] = {}
     problem = ""
-    with sandbox.executor_for(options.isolation).workspace("popkit-tune-probe-") as ws:
-        ws.prepare(task, contents[todo[0]], options.harness)
+    session = runner.RunSession(task, None, "test", options, content=contents[todo[0]], check=False)
+    with session.opened("popkit-tune-probe-", preflight=False, set_up=False):
+        session.place()
         names = []
         for i in todo:
             name = f"_popkit_variant_{i:04d}.py"
-            ws.add(name, contents[i])
+            session.workspace.add(name, contents[i])
             names.append(name)
-        ws.add(PROBE_DRIVER, _BUILD_DRIVER.encode())
         timeout = PROBE_TIMEOUT_S + PER_VARIANT_S * len(names)
-        done = ws.run(options.python, PROBE_DRIVER, [json.dumps(names), RESULT], runner.child_env(options), timeout)
+        done = session.script(PROBE_DRIVER, _BUILD_DRIVER.encode(), [json.dumps(names), RESULT], timeout)
         code, err, timed_out = done.code, done.stderr, done.timed_out
         try:
-            results = json.loads((ws.cwd / RESULT).read_text())
+            results = json.loads((session.workspace.cwd / RESULT).read_text())
         except (OSError, ValueError):
             problem = "timed out" if timed_out else f"exited {code}: {err.strip()[-200:]}"
     if results.get("error"):
@@ -174,16 +173,16 @@ def input_shapes(task: Task, options: runner.RunOptions, content: bytes,
     cases = task.cases_for("benchmark")
     if task.multi_gpu:
         return None, "a multi-GPU task's inputs are made per rank"
-    with sandbox.executor_for(options.isolation).workspace("popkit-tune-shapes-") as ws:
-        ws.prepare(task, content, options.harness)
-        if not (ws.files / "reference.py").is_file():
+    session = runner.RunSession(task, None, "test", options, content=content, check=False)
+    with session.opened("popkit-tune-shapes-", preflight=False, set_up=False):
+        session.place()
+        if not (session.workspace.files / "reference.py").is_file():
             return None, "the task has no reference.py with generate_input"
-        ws.add(SHAPES_DRIVER, _SHAPES_DRIVER.encode())
-        done = ws.run(options.python, SHAPES_DRIVER, [json.dumps(list(map(dict, cases))), RESULT],
-                      runner.child_env(options), timeout_s)
+        done = session.script(SHAPES_DRIVER, _SHAPES_DRIVER.encode(), [json.dumps(list(map(dict, cases))), RESULT],
+                              timeout_s)
         code, err, timed_out = done.code, done.stderr, done.timed_out
         try:
-            found = json.loads((ws.cwd / RESULT).read_text())
+            found = json.loads((session.workspace.cwd / RESULT).read_text())
         except (OSError, ValueError):
             return None, "generate_input " + ("timed out" if timed_out else f"exited {code}: {err.strip()[-200:]}")
     if "error" in found:

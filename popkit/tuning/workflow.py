@@ -87,14 +87,11 @@ def build_step(task: Task, path: Path, content: bytes, options: runner.RunOption
 
     Returns the step (compiler errors placed at lines of `path`) and the harness-tampering line of a
     pre-step that changed a task file ("" when none did)."""
-    with sandbox.executor_for(options.isolation).workspace("popkit-tune-build-") as ws:
-        ws.prepare(task, content, options.harness)
+    session = runner.RunSession(task, path, "test", options, content=content, check=False)
+    with session.opened("popkit-tune-build-", preflight=False, set_up=False):
+        session.place()
         with timed(progress, "build"):
-            step = runner.precompile(ws, options, timeout_s=BUILD_TIMEOUT_S)
-        tampered = ws.tampered("the compile pre-step")
-    if step.build_failed:
-        step = replace(step, diagnostics=runner.compile_diagnostics(step, path, content))
-    return step, tampered
+            return session.build(BUILD_TIMEOUT_S)
 
 
 @dataclass(frozen=True)
@@ -452,16 +449,15 @@ def run_tune(task: Task, submission: Path | str, output: Path | str, options: ru
             raise EnvironmentProblem("--engine optuna needs optuna, which is not installed here", OPTUNA_HINT) from None
     if settings.max_variants < 1 or settings.confirm < 1:
         raise UsageError("--max-variants and --confirm must be at least 1", "e.g. --max-variants 32 --confirm 2")
-    options = options or runner.RunOptions()
     say = progress or (lambda _msg: None)
-    content = runner.checked_submission(task, path, "test", options)
+    session = runner.RunSession(task, path, "test", options or runner.RunOptions(), progress=say)
+    content, options = session.side.data, session.options
     spec = tunetriton.spec_for(content.decode("utf-8"), str(path))
     incumbent = against_path or path
-    incumbent_content = content if against_path is None else runner.checked_submission(task, against_path, "test",
-                                                                                       options)
-    options = runner.with_toolkit(options, content, say)
+    incumbent_content = content if against_path is None else runner.RunSession(task, against_path, "test",
+                                                                               options).side.data
     started = datetime.now(timezone.utc)
-    sysinfo = system.probe(options.python, env=runner.child_env(options))
+    sysinfo = system.probe(options.python, env=session.env())
     with proc.WorkDir("popkit-tune-", keep=options.keep_workdir) as root:
         tuner = Tuner(task, path, content, spec, options, settings, backend or Backend(), say, clock, root, sysinfo,
                       incumbent, incumbent_content, devices)
