@@ -27,6 +27,20 @@ def data_dir(name: str) -> Path:
     return _PACKAGE.parent / name
 
 
+# popkit's harness (tasks/eval.py and the modules it loads from its own folder, by side: see its docstring). An eval
+# folder that runs it holds all of them under these names; tests/test_harness_split.py pins this to eval.py's lists.
+HARNESS_ENTRY = "eval.py"
+HARNESS_MODULES = ("popkit_protocol.py", "popkit_seal.py", "popkit_shared.py", "popkit_judge.py", "popkit_trusted.py",
+                   "popkit_calls.py", "popkit_timed.py", "popkit_worker.py")
+
+
+def harness_paths(entry: str = HARNESS_ENTRY) -> dict[str, Path]:
+    """Every file of popkit's harness by the name it has in an eval's folder, the entry under `entry` (a task's
+    `eval.py`, or `popkit_eval.py` beside a task's own eval): the one list that copies, hashes and bundles use."""
+    folder = data_dir("tasks")
+    return {entry: folder / HARNESS_ENTRY, **{name: folder / name for name in HARNESS_MODULES}}
+
+
 def popkit_home(env: Mapping[str, str] | None = None) -> Path:
     """Where popkit keeps its ledger and builds: one folder per user by default.
 

@@ -7,8 +7,8 @@ Run from the repository root on a CUDA machine with popkit installed (no network
 
 Runs `popkit bench FILE --task T --leaderboard --harness popkit --secret-runs 0 --json` on each cheat of
 VERDICT_CHEATS (submissions/cheats/, all on vectoradd: a patched Tensor.__int__, the judge swapped, json.dumps
-wrapped, the channel taken over, the measurement patched, the ready reply forged) and on
-submissions/T/cuda.py for every bundled task. Each cheat must fail with its class (`ready_forge` is a right
+wrapped, the channel taken over, the measurement patched, a short time lowered under the witness's tolerance,
+the ready reply forged) and on submissions/T/cuda.py for every bundled task. Each cheat must fail with its class (`ready_forge` is a right
 kernel: it must pass with the trusted side's device name and the trace audit); every honest example must
 pass. The CUDA examples are built first, in parallel, so the timed runs are not contended by compilers.
 
@@ -30,7 +30,7 @@ CHEATS = ROOT / "submissions" / "cheats"
 # cheat file -> the failure class it must end in ("" : a right kernel that must pass, judged by the trusted side)
 VERDICT_CHEATS = {"tensor_int.py": "elements mismatch", "judge_swap.py": "no output",
                   "json_forge.py": "elements mismatch", "channel_takeover.py": "no output",
-                  "measure_forge.py": "time forged", "ready_forge.py": ""}
+                  "measure_forge.py": "time forged", "physics_forge.py": "time beats physics", "ready_forge.py": ""}
 
 
 def summarize(label: str, task: str, code: int, doc: dict, seconds: float) -> dict:

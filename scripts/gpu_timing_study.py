@@ -66,12 +66,12 @@ SECONDS_PER_EVAL = 5.5  # H100, leaderboard mode, warm build cache (docs/gpu-run
 
 
 def load_eval():
-    """tasks/eval.py as a module, for its pure rules (it imports only the standard library at the top)."""
+    """The harness's pure rules (tasks/popkit_protocol.py, loaded by tasks/eval.py's own loader; it imports only
+    the standard library)."""
     spec = importlib.util.spec_from_file_location("popkit_eval_for_study", ROOT / "tasks" / "eval.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
+    entry = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(entry)
+    return entry.load(("popkit_protocol",))
 
 
 ev = load_eval()

@@ -22,6 +22,7 @@ import torch
 import yaml
 
 from popkit.machine import system
+from popkit.resources import HARNESS_MODULES
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS_DIR = ROOT / "tasks"
@@ -42,6 +43,7 @@ EXPECTED_FILES = {
     "reference.py": "reference.py",
     "utils.py": "../utils.py",
     "eval.py": "../eval.py",
+    **{name: f"../{name}" for name in HARNESS_MODULES},  # the harness's modules, beside its entry
 }
 
 

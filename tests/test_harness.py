@@ -8,7 +8,6 @@ OMP_NUM_THREADS=1: on a small CPU box torch's thread pool otherwise turns a 1 ms
 from __future__ import annotations
 
 import base64
-import importlib.util
 import math
 import os
 import subprocess
@@ -22,6 +21,7 @@ from popkit.model.tasks import load_task
 from popkit.run import protocol
 from popkit.run import runner
 from popkit.run.executor import Executor
+from test_harness_split import load_harness
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures" / "harness"
@@ -30,12 +30,8 @@ CHILD_ENV = {"OMP_NUM_THREADS": "1"}
 
 
 def load_eval():
-    """tasks/eval.py as a module (it imports only the standard library at the top)."""
-    spec = importlib.util.spec_from_file_location("popkit_harness_under_test", EVAL_PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
+    """popkit's harness (tasks/eval.py and the modules it loads), its names in one namespace."""
+    return load_harness("popkit_harness_under_test")
 
 
 ev = load_eval()
@@ -223,11 +219,11 @@ def test_output_type_rule_wants_plain_tensors_or_the_references_types():
 
 
 def test_check_results_old_and_new_style():
-    assert ev._normalize_verdict((True, "")) == (True, "")
-    assert ev._normalize_verdict((False, "bad")) == (False, "bad")
-    assert ev._normalize_verdict("") == (True, "")
-    assert ev._normalize_verdict("values differ") == (False, "values differ")
-    assert ev._normalize_verdict(None)[0] is False
+    assert ev.normalize_verdict((True, "")) == (True, "")
+    assert ev.normalize_verdict((False, "bad")) == (False, "bad")
+    assert ev.normalize_verdict("") == (True, "")
+    assert ev.normalize_verdict("values differ") == (False, "values differ")
+    assert ev.normalize_verdict(None)[0] is False
 
 
 # ====================================================================================== protocol

@@ -4,8 +4,6 @@ the eval convention."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,16 +11,14 @@ import pytest
 from popkit.model import stats
 from popkit.model.results import CaseResult
 from popkit.run import protocol
+from test_harness_split import load_harness
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def harness():
-    spec = importlib.util.spec_from_file_location("popkit_harness_under_test", ROOT / "tasks" / "eval.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    """popkit's harness (tasks/eval.py and the modules it loads), its names in one namespace."""
+    return load_harness("popkit_harness_under_test")
 
 
 def test_the_statistics_tuple_is_what_the_harness_writes():

@@ -9,22 +9,20 @@ be put anywhere. Submissions are bodies that queue work: honest, fork-join, CUDA
 
 from __future__ import annotations
 
-import importlib.util
 import random
 import sys
 from pathlib import Path
 
 import pytest
 
+from test_harness_split import copy_harness, load_harness
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _load_eval():
-    spec = importlib.util.spec_from_file_location("popkit_harness_timing_rule", ROOT / "tasks" / "eval.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
+    """popkit's harness (tasks/eval.py and the modules it loads), its names in one namespace."""
+    return load_harness("popkit_harness_timing_rule")
 
 
 ev = _load_eval()
@@ -443,7 +441,7 @@ def test_the_audit_switch_accepts_only_its_rules(tmp_path):
     import os
     import subprocess
 
-    (tmp_path / "eval.py").write_bytes((ROOT / "tasks" / "eval.py").read_bytes())
+    copy_harness(tmp_path)
     (tmp_path / "cases.txt").write_text("size: 8; seed: 1\n")
     read_fd, write_fd = os.pipe()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("POPCORN_", "POPKIT_"))}

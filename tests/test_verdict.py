@@ -17,6 +17,7 @@ import pytest
 from popkit.model.tasks import load_task
 from popkit.run import runner
 from popkit.run.executor import Executor
+from test_harness_split import load_harness
 
 ROOT = Path(__file__).resolve().parent.parent
 CHEATS = ROOT / "submissions" / "cheats"
@@ -89,14 +90,8 @@ def test_an_honest_kernel_is_timed_as_before(tmp_path):
 
 
 def _load_eval():
-    import importlib.util
-    import sys
-
-    spec = importlib.util.spec_from_file_location("popkit_harness_verdict", ROOT / "tasks" / "eval.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    """popkit's harness (tasks/eval.py and the modules it loads), its names in one namespace."""
+    return load_harness("popkit_harness_verdict")
 
 
 ev = _load_eval()

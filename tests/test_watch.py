@@ -9,7 +9,6 @@ marked slow start warm pairs of popkit's harness, which import torch (seconds ea
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import queue
@@ -35,6 +34,7 @@ from popkit.run import warm
 from popkit.run._watchdog import descendants
 from popkit.run.executor import Executor
 from popkit.submission.source import Source
+from test_harness_split import load_harness
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = Path(__file__).parent / "fixtures"
@@ -49,11 +49,8 @@ ALIASING = b'import torch\n\n\ndef custom_kernel(data):\n    data["x"].mul_(data
 
 
 def load_eval():
-    spec = importlib.util.spec_from_file_location("popkit_harness_for_watch", ROOT / "tasks" / "eval.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    """popkit's harness (tasks/eval.py and the modules it loads), its names in one namespace."""
+    return load_harness("popkit_harness_for_watch")
 
 
 ev = load_eval()

@@ -20,8 +20,10 @@ import pickletools
 from typing import Any
 
 from popkit.model.diagnostics import ERROR, WARNING
+from popkit.resources import HARNESS_MODULES
 
-TASK_FILES = {"eval", "popkit_eval", "reference", "utils", "task", "submission"}  # stems of the task's files
+TASK_FILES = {"eval", "popkit_eval", "reference", "utils", "task", "submission",  # stems of the task's files
+              *(name[:-3] for name in HARNESS_MODULES)}
 _CODE_BUILDERS = {"types.FunctionType", "types.LambdaType", "types.CodeType", "marshal.loads", "marshal.load",
                   "new.function", "new.code"}
 _PICKLE_MODULES = {"pickle", "_pickle", "cPickle", "dill", "cloudpickle", "jsonpickle"}

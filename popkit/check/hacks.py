@@ -24,13 +24,14 @@ from popkit.check.names import Bindings, aliases, bindings, is_built
 from popkit.check.reach import MODULE_REACH, Reach
 from popkit.check.rules import finding
 from popkit.model.diagnostics import ERROR, WARNING, Diagnostic
+from popkit.resources import HARNESS_MODULES
 
 ENTRY = "custom_kernel"
 
 # Attributes no kernel has a reason to assign, whatever object they hang on.
 _TIMER_ALWAYS = {"elapsed_time", "synchronize", "perf_counter", "perf_counter_ns", "monotonic",
                  "monotonic_ns", "process_time", "process_time_ns"}
-_HARNESS_MODULES = {"eval", "popkit_eval"}
+_HARNESS_MODULES = {"eval", "popkit_eval", *(name[:-3] for name in HARNESS_MODULES)}  # the harness's modules
 _HARNESS_NAMES = {"check_implementation", "ref_kernel", "generate_input"}
 _FD_CALLS = {"os.write", "os.writev", "os.pwrite", "os.fdopen", "os.dup", "os.dup2", "os.sendfile",
              "os.openpty", "io.FileIO"}

@@ -19,7 +19,7 @@ from popkit import __version__
 from popkit.machine import nvml
 from popkit.machine import system
 from popkit.model.gpus import GPUS
-from popkit.resources import data_dir
+from popkit.resources import harness_paths
 
 # The facts two results must share to compare, in the order a view names them.
 PARITY_KEYS = ("device", "driver", "torch", "cuda", "hip", "popkit")
@@ -32,7 +32,7 @@ def popkit_identity() -> str:
     report the same identity run the same runner, harness and verdict rules."""
     h = hashlib.sha256()
     named = {p.relative_to(_PACKAGE).as_posix(): p for p in _PACKAGE.rglob("*.py") if "__pycache__" not in p.parts}
-    named["<harness>/eval.py"] = data_dir("tasks") / "eval.py"
+    named.update({f"<harness>/{name}": path for name, path in harness_paths().items()})
     for name in sorted(named):
         try:
             data = named[name].read_bytes()

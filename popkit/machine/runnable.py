@@ -27,7 +27,7 @@ from popkit.errors import EnvironmentProblem
 from popkit.machine import memo
 from popkit.machine import system as sysmod
 from popkit.model.tasks import SUBMISSION_SOURCE, Task
-from popkit.resources import data_dir
+from popkit.resources import harness_paths
 
 GiB = 1024**3
 # Import name -> what pip installs it as, where they differ (or where it is not on PyPI at all).
@@ -107,19 +107,21 @@ class Verdict:
 
 def _files(task: Task, harness: str = "task") -> dict[str, bytes]:
     """The Python files that run besides the submission, by name (one that cannot be read is skipped): the
-    task's own, with popkit's harness in place of the task's eval under `--harness popkit`."""
+    task's own, with popkit's harness in place of the task's eval under `--harness popkit`, and the harness's
+    modules beside its entry wherever it runs (the workspace writes them: executor.harness_files)."""
     paths = {f.name: task.path / f.source for f in task.files
              if f.source != SUBMISSION_SOURCE and f.name.endswith(".py")}
     if harness == "popkit":
         paths.pop(task.main, None)
-        paths["popkit_eval.py"] = data_dir("tasks") / "eval.py"
-    found = {}
-    for name, path in paths.items():
+    own = harness_paths("popkit_eval.py" if harness == "popkit" else task.main)
+    found: dict[str, bytes] = {}
+    for name, path in [*paths.items(), *((f"<popkit>/{n}", p) for n, p in own.items())]:
         try:
             found[name] = path.read_bytes()
         except OSError:
             continue
-    return found
+    mine = {name.split("/", 1)[1]: found.pop(name) for name in list(found) if name.startswith("<popkit>/")}
+    return {**mine, **found} if harness == "popkit" or found.get(task.main) == mine.get(task.main) else found
 
 
 def _parsed(files: Mapping[str, bytes]) -> dict[str, ast.Module]:
@@ -151,7 +153,7 @@ def needs(task: Task, harness: str = "task") -> Needs:
 
 def _needs(task: Task, harness: str = "task") -> Needs:
     files = _files(task, harness)
-    local = sorted({Path(f.name).stem for f in task.files})
+    local = sorted({Path(f.name).stem for f in task.files} | {Path(name).stem for name in files})
     # What the files say depends on their bytes and names alone: remembered per content (memo.py).
     key = memo.digest("needs", [Path(__file__)], [json.dumps([task.main, local, list(files)]), *files.values()])
     found = memo.remembered("needs", key, lambda: _read_needs(_parsed(files), set(local), task.main),

@@ -8,7 +8,9 @@ kernel. Cards no leaderboard offers are here too, for their peaks: torch reports
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Mapping
 
 NVIDIA, AMD = "nvidia", "amd"
 TARGET_VENDOR = {"cuda": NVIDIA, "hip": AMD}  # `popkit new --target` -> the vendor whose GPUs run it
@@ -71,3 +73,20 @@ def peak_bandwidth(device: str | None) -> float | None:
         return None
     upper = device.upper()
     return next((gpu.bandwidth_bytes_per_s for gpu in GPUS if gpu.match and gpu.match in upper), None)
+
+
+# On the CPU the peak is measured, not a datasheet's: popkit's harness copies buffers a core's caches hold on its
+# trusted side once per timed run (`system.copy_bandwidth`, bytes moved per second). A kernel may beat one torch
+# copy (wider loads, more threads, a cache closer to the core), never by this much: a time that implies more was
+# lowered by the worker (a patched measurement) and fails as "time beats physics" (results.judge_physics).
+CPU_COPY_MARGIN = 8.0
+
+
+def cpu_copy_peak(raw: Mapping[str, str]) -> float | None:
+    """The CPU physics floor's bandwidth (bytes/s) from an eval's pipe keys: the trusted side's measured copy
+    bandwidth times CPU_COPY_MARGIN, or None when the run has none (another harness, a GPU, trust checks off)."""
+    try:
+        measured = float(raw.get("system.copy_bandwidth", ""))
+    except ValueError:
+        return None
+    return measured * CPU_COPY_MARGIN if math.isfinite(measured) and measured > 0 else None

@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 
 from popkit.errors import ExitCode
 from popkit.model.diagnostics import Diagnostic
-from popkit.model.gpus import peak_bandwidth
+from popkit.model.gpus import CPU_COPY_MARGIN, cpu_copy_peak, peak_bandwidth
 from popkit.model.stats import derived, median
 
 RUN_SCHEMA = "popkit/run/1"
@@ -124,13 +124,16 @@ class CaseResult:
 PHYSICS_SLACK = 1.05  # measurement noise and datasheet rounding, on top of the GPU's peak bandwidth
 
 
-def beats_physics(case: CaseResult, device: str | None) -> str:
-    """One line saying why the case's mean time is impossible (it implies more than the device's peak
-    bandwidth), or "" when it is possible or cannot be judged (no byte count, an unknown device)."""
-    implied, peak = case.bandwidth_bytes_per_s, peak_bandwidth(device)
-    if implied is None or peak is None or implied <= peak * PHYSICS_SLACK:
+def beats_physics(case: CaseResult, device: str | None, copy_peak: float | None = None) -> str:
+    """One line saying why the case's mean time is impossible (it implies more than the device's peak bandwidth;
+    the CPU's: `copy_peak`, gpus.cpu_copy_peak), or "" when it is possible or cannot be judged."""
+    cpu, implied = the_device(device) == "the CPU", case.bandwidth_bytes_per_s
+    peak = copy_peak if cpu else peak_bandwidth(device)
+    if implied is None or peak is None or implied <= peak * (1.0 if cpu else PHYSICS_SLACK):
         return ""
-    return (f"{case.spec}: {implied / 1e12:.2f} TB/s implied, above the {device}'s {peak / 1e12:.2f} TB/s peak: "
+    where = (f"{CPU_COPY_MARGIN:g}x the CPU's measured copy bandwidth ({peak / CPU_COPY_MARGIN / 1e12:.3f} TB/s)"
+             if cpu else f"the {device}'s {peak / 1e12:.2f} TB/s peak")
+    return (f"{case.spec}: {implied / 1e12:.2f} TB/s implied, above {where}: "
             "this time cannot be right (work left running after the end event, or a result not computed)")
 
 
@@ -245,12 +248,11 @@ def judge_physics(run: ModeRun) -> ModeRun:
     """`run` with every passing benchmark case whose mean beats physics failed ("time beats physics: ...").
 
     The device is the one the eval reported (`system.device`); only popkit's harness reports the bytes a
-    call must move, so runs of other harnesses come back unchanged.
-    """
-    device = run.raw.get("system.device")
+    call must move (and the CPU's copy bandwidth), so runs of other harnesses come back unchanged."""
+    device, copy_peak = run.raw.get("system.device"), cpu_copy_peak(run.raw)
     cases, changed = [], False
     for case in run.benchmarks:
-        reason = beats_physics(case, device) if case.passed else ""
+        reason = beats_physics(case, device, copy_peak) if case.passed else ""
         if reason:
             case, changed = replace(case, passed=False, error=f"time beats physics: {reason}"), True
         cases.append(case)

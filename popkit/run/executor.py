@@ -26,7 +26,7 @@ from typing import Callable, Iterator, Mapping, Sequence
 
 from popkit.errors import TaskError, UsageError
 from popkit.model.tasks import SUBMISSION_SOURCE, Task
-from popkit.resources import data_dir
+from popkit.resources import harness_paths
 from popkit.run import _watchdog
 from popkit.run import proc
 
@@ -76,6 +76,26 @@ def shadowable_names(files: Mapping[str, bytes]) -> frozenset[str]:
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
                 names.add(node.module.split(".")[0])
     return frozenset(names)
+
+
+def harness_files(files: Mapping[str, bytes], main: str, popkit: bool, where: Path) -> dict[str, bytes]:
+    """The files of popkit's harness an eval of `files` needs beside them: all of them with `main` as the entry
+    (`popkit`: `--harness popkit`), or, where the task's own `main` is popkit's eval.py, the modules it loads that the
+    task does not list. A task file of a module's name with other bytes cannot run beside it (TaskError)."""
+    paths = harness_paths(main)
+    entry = paths[main].read_bytes()
+    if not popkit and files.get(main) != entry:
+        return {}
+    needed = {main: entry} if popkit else {}
+    for name, path in paths.items():
+        if name == main:
+            continue
+        data = path.read_bytes()
+        if name in files and files[name] != data:
+            raise TaskError(f"{where}: the task's file `{name}` has the name of a module of popkit's harness",
+                            "rename that file; popkit's harness loads its own file of that name")
+        needed[name] = data
+    return needed
 
 
 def start_up_file(entry: Path) -> bool:
@@ -149,10 +169,8 @@ class Workspace:
                 files[f.name] = submission
             else:
                 files[f.name] = (task.path / f.source).read_bytes()
-        main = task.main
-        if harness == "popkit":
-            main = POPKIT_EVAL_NAME
-            files[main] = (data_dir("tasks") / "eval.py").read_bytes()
+        main = POPKIT_EVAL_NAME if harness == "popkit" else task.main
+        files.update(harness_files(files, main, harness == "popkit", task.yml))
         self.written = {name: data for name, data in files.items() if name != self.submission_name}
         self.submission = submission
         self._task_names = _TaskNames(self.written)

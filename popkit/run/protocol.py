@@ -32,7 +32,7 @@ HARNESS_STATISTICS = ("median",)
 # `launches`): what the call's own kernels took on the GPU by its trace (CaseResult.breakdown).
 HARNESS_LISTS = ("samples", "kernel_ns", "gap_ns", "launches")
 
-PIPE_END_KEY = "popkit.end"  # popkit's harness writes this record last (tasks/eval.py, ResultPipe)
+PIPE_END_KEY = "popkit.end"  # popkit's harness writes this record last (tasks/popkit_trusted.py, ResultPipe)
 MALFORMED = "the eval wrote a malformed result"
 NEVER_RAN = "did not run: the eval wrote no result for this case (it stopped before it)"
 # How popkit's harness (tasks/eval.py) starts a case's error when the task's own reference failed.

@@ -31,7 +31,7 @@ from popkit.model.contract import entry_points
 from popkit.model.results import TIMEOUT_EXIT_CODE, CompileStep, ModeRun, RunReport
 from popkit.model.tasks import Task, scale_world_size
 from popkit.progress import Progress, timed
-from popkit.resources import data_dir
+from popkit.resources import HARNESS_ENTRY, harness_paths
 from popkit.run import proc
 from popkit.run import protocol
 from popkit.run import sandbox
@@ -156,7 +156,7 @@ _HARNESS_BYTES: list[bytes] = []
 def is_popkit_harness(path: Path) -> bool:
     """Whether `path` is popkit's own harness (the bundled tasks' eval, or --harness popkit)."""
     if not _HARNESS_BYTES:
-        _HARNESS_BYTES.append((data_dir("tasks") / "eval.py").read_bytes())
+        _HARNESS_BYTES.append(harness_paths()[HARNESS_ENTRY].read_bytes())
     try:
         return path.read_bytes() == _HARNESS_BYTES[0]
     except OSError:

@@ -39,7 +39,7 @@ from popkit.run import runner
 from popkit.run.beside import LiveProgress
 from popkit.run.executor import Executor, Workspace
 
-READY_LINE = b"popkit.warm: ready\n"  # tasks/eval.py's WARM_READY_LINE: the one line before `go`, unsealed
+READY_LINE = b"popkit.warm: ready\n"  # tasks/popkit_protocol.py's WARM_READY_LINE: the one line before `go`, unsealed
 IDLE_S = 3600.0  # a pair that gets no `go` within this many seconds ends; the next save starts a new one
 REFERENCE_NAMES = ("generate_input", "ref_kernel", "check_implementation")  # what popkit's harness calls
 JOIN_S = 15.0  # discard(): the process tree is gone within DEADLINE_POLL_S + 2 x KILL_GRACE_S

@@ -9,9 +9,14 @@ and fails a reported time far below what it saw. Caught by: `time forged`.
 import sys
 import time
 
-for _name in ("__mp_main__", "__main__"):
-    _device = getattr(sys.modules.get(_name), "Device", None)
-    if _device is not None and hasattr(_device, "measure"):
+_patched = set()
+for _module in list(sys.modules.values()):  # the harness's modules, wherever its layout puts the class
+    try:
+        _device = getattr(_module, "Device", None)
+    except Exception:  # a lazy module that cannot load
+        continue
+    if isinstance(_device, type) and hasattr(_device, "measure") and _device not in _patched:
+        _patched.add(_device)
         _real = _device.measure
 
         def _measure(self, *args, _real=_real, **kwargs):

@@ -1,0 +1,90 @@
+"""The physics floor on the CPU: popkit's trusted process measures the CPU's copy bandwidth once per timed run
+(`system.copy_bandwidth`), and a CPU case whose reported time moves its bytes faster than CPU_COPY_MARGIN times
+that fails as `time beats physics` (popkit.model.results.judge_physics)."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import replace
+
+import pytest
+
+from popkit.model.gpus import CPU_COPY_MARGIN, cpu_copy_peak
+from popkit.model.results import CaseResult, ModeRun, beats_physics, judge_physics
+from test_harness_split import load_harness
+from test_verdict import ROOT, CHEATS, errors_of, run
+
+MEASURED = 20e9  # bytes/s, a copy bandwidth the trusted side could have measured
+
+
+def case(mean_ns: float, nbytes: int | None = 4_000_000, index: int = 0) -> CaseResult:
+    return CaseResult(kind="benchmark", index=index, spec=f"size: {index}", passed=True, mean_ns=mean_ns,
+                      bytes=nbytes)
+
+
+def cpu_run(*cases: CaseResult, bandwidth: str | None = f"{MEASURED:.0f}") -> ModeRun:
+    raw = {"system.device": "cpu"} | ({"system.copy_bandwidth": bandwidth} if bandwidth is not None else {})
+    return ModeRun(mode="benchmark", secret=False, seed=None, exit_code=0, duration_s=1.0, timeout_s=60.0,
+                   check="pass", benchmarks=tuple(cases), raw=raw)
+
+
+def test_the_floor_is_the_measured_copy_bandwidth_times_the_margin():
+    assert cpu_copy_peak({"system.copy_bandwidth": "2e10"}) == 2e10 * CPU_COPY_MARGIN
+    for bad in ("", "nan", "inf", "-5", "0", "fast"):
+        assert cpu_copy_peak({"system.copy_bandwidth": bad}) is None, bad
+    assert cpu_copy_peak({}) is None
+    peak = MEASURED * CPU_COPY_MARGIN
+    at_floor_ns = 4_000_000 / peak * 1e9  # the mean that implies exactly the floor
+    assert beats_physics(case(at_floor_ns * 1.01), "cpu", peak) == ""
+    reason = beats_physics(case(at_floor_ns * 0.5), "cpu", peak)
+    assert reason.startswith("size: 0: ") and "the CPU's measured copy bandwidth (0.020 TB/s)" in reason
+    assert beats_physics(case(1.0), "cpu") == ""  # nothing measured: nothing judged
+    assert beats_physics(case(1.0, nbytes=None), "cpu", peak) == ""
+
+
+def test_a_forged_low_cpu_time_fails_the_case_and_the_run():
+    honest, forged = case(2e6), case(10.0, index=1)  # 2 GB/s; 400 TB/s
+    judged = judge_physics(cpu_run(honest, forged))
+    assert judged.check == "fail" and judged.exit_code == 112
+    assert judged.benchmarks[0].passed
+    assert not judged.benchmarks[1].passed and judged.benchmarks[1].error.startswith("time beats physics: size: 1")
+
+
+def test_a_run_without_a_measurement_is_unchanged():
+    run_ = cpu_run(case(10.0), bandwidth=None)
+    assert judge_physics(run_) is run_
+    gpu = replace(cpu_run(case(1e9)), raw={"system.device": "NVIDIA H100 80GB HBM3", "system.copy_bandwidth": "1"})
+    assert judge_physics(gpu) is gpu  # a GPU's floor is its datasheet peak, never the CPU measurement
+
+
+def test_the_trusted_side_measures_a_copy_bandwidth():
+    import torch
+
+    ev = load_harness("popkit_harness_cpu_physics")
+    judge = object.__new__(ev.Judge)
+    judge.torch = torch
+    measured = judge.copy_bandwidth()
+    assert math.isfinite(measured) and measured > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["benchmark", "leaderboard"])
+def test_a_patched_short_time_beats_physics_on_the_cpu(mode, tmp_path):
+    """physics_forge.py reports 10 ns for a right kernel of microseconds: within the time witness's tolerance,
+    and caught by the floor the trusted side measured."""
+    cases = [{"size": 256, "seed": 72}]
+    result = run("physics_forge.py", mode, tmp_path, cases=cases,
+                 seed=random.randrange(1, 2**31) if mode == "leaderboard" else None)
+    assert float(result.raw["system.copy_bandwidth"]) > 0
+    errors = errors_of(result)
+    assert result.exit_code == 112 and errors and all(e.startswith("time beats physics: ") for e in errors), errors
+
+
+@pytest.mark.slow
+def test_an_honest_cpu_run_passes_the_floor(tmp_path):
+    cases = [{"size": 96, "seed": 72}, {"size": 256, "seed": 73}]
+    result = run(str(ROOT / "submissions" / "vectoradd" / "pytorch.py"), "benchmark", tmp_path, cases=cases)
+    assert result.exit_code == 0 and result.check == "pass", errors_of(result)
+    assert float(result.raw["system.copy_bandwidth"]) > 0
+    assert (CHEATS / "physics_forge.py").is_file()
