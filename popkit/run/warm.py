@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from popkit.errors import UsageError
 from popkit.model.contract import entry_points
 from popkit.model.results import CompileStep, ModeRun
 from popkit.model.tasks import Task
@@ -71,6 +72,15 @@ def unfit_reason(task: Task) -> str:
     if missing:
         return f"its reference.py defines no {missing[0]}, which popkit's harness calls"
     return ""
+
+
+def refuse_unfit(task: Task, harness: str) -> None:
+    """UsageError when `harness` is `popkit` and popkit's harness cannot judge `task` (unfit_reason): the run
+    never falls back to the task's own eval silently."""
+    reason = unfit_reason(task) if harness == "popkit" else ""
+    if reason:
+        raise UsageError(f"popkit's harness cannot judge {task.display_name}: {reason}",
+                         "run the task's own eval, as open as the leaderboard's: --harness task (harness=\"task\")")
 
 
 def module_names(path: Path) -> set[str]:
@@ -250,4 +260,4 @@ class WarmPair:
         self._stack.close()
 
 
-__all__ = ["WarmPair", "Result", "harness_for", "unfit_reason", "READY_LINE", "IDLE_S"]
+__all__ = ["WarmPair", "Result", "harness_for", "unfit_reason", "refuse_unfit", "READY_LINE", "IDLE_S"]
