@@ -139,7 +139,7 @@ def test_bench_leaderboard_fails_the_forged_time_by_name(tasks, task, tmp_path):
 
 
 @pytest.mark.parametrize("cheat", list(WRONG))
-@pytest.mark.parametrize("task", ["vectoradd", "softmax"])
+@pytest.mark.parametrize("task", ["matmul"])
 def test_bench_leaderboard_fails_every_wrong_result_cheat_by_name(tasks, task, cheat, tmp_path):
     result, doc = cli("bench", str(cheat_file(cheat, task, tmp_path)), "--task", str(tasks / task),
                       "--leaderboard", "--json")
