@@ -36,8 +36,8 @@ def test_one_request_through_the_cli_the_api_and_mcp_gives_one_document(tmp_path
     from_cli = json.loads(cli.stdout)
     from_api = document(api.test(GOOD, task=DOUBLE, harness="task", record=False))  # the CLI's default
     out = io.StringIO()
-    code = worker.serve_one({"tool": "test", "arguments": {"submission": GOOD, "task": DOUBLE, "harness": "task", "history": False}},
-                            worker.Reporter(out))
+    arguments = {"submission": GOOD, "task": DOUBLE, "harness": "task", "history": False}
+    code = worker.serve_one({"tool": "test", "arguments": arguments}, worker.Reporter(out))
     (line,) = [json.loads(x) for x in out.getvalue().splitlines() if '"done"' in x]
     from_mcp = line["done"]
     assert cli.exit_code == code == 0
