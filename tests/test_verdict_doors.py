@@ -8,13 +8,15 @@ never be picked, never be handed to popcorn-cli. docs/sealed-run.md keeps the do
 
 The cheats are written for vectoradd; here each cheat's mechanism (the file above its custom_kernel) is put in
 front of the task's own honest kernel (submissions/TASK/pytorch.py), whose output the cheat then replaces by 7s
-(a wrong result) or delays by 20 ms (a forged time), so the same cheat runs on every bundled task. The tasks are
+(a wrong result) or delays by 20 ms (a forged time), so the same cheat runs on every bundled task (the files of
+scripts/gpu_verdict_doors.py, which drives them through the same doors on a GPU). The tasks are
 copies of the bundled ones with small cases and no `gpus` (a CPU then runs their own cases, with no sizing
 probe before the chain), their eval still popkit's harness, byte for byte.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -30,8 +32,10 @@ from popkit.mcpserver import worker
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
-CHEATS = ROOT / "submissions" / "cheats"
-FAKE_POPCORN = Path(__file__).parent / "fake_popcorn" / "popcorn-cli"
+_spec = importlib.util.spec_from_file_location("gpu_verdict_doors", ROOT / "scripts" / "gpu_verdict_doors.py")
+doors = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(doors)
+FAKE_POPCORN = doors.FAKE_POPCORN
 SMALL_CASES = {
     "identity": [{"size": 1, "seed": 11}, {"size": 1000, "seed": 12}],
     "vectoradd": [{"size": 1, "seed": 21}, {"size": 17, "seed": 22}],
@@ -41,13 +45,8 @@ SMALL_CASES = {
     "matmul": [{"m": 1, "n": 1, "k": 1, "seed": 61}, {"m": 17, "n": 33, "k": 65, "seed": 62}],
 }
 TASKS = list(SMALL_CASES)
-WRONG = {  # cheat -> the name its failure carries
-    "tensor_int": "elements mismatch",
-    "judge_swap": "no output",
-    "json_forge": "elements mismatch",
-    "channel_takeover": "no output",
-}
-FORGED = "time forged"
+WRONG = doors.WRONG  # cheat -> the name its failure carries: `elements mismatch`, `no output`
+FORGED = doors.FORGED
 
 
 @pytest.fixture(scope="module")
@@ -72,29 +71,10 @@ def _env(tmp_path, monkeypatch):
     monkeypatch.setenv("NO_COLOR", "1")
 
 
-def mechanism(cheat: str) -> str:
-    """The cheat's file above its custom_kernel: its docstring and what it does at import."""
-    text = (CHEATS / f"{cheat}.py").read_text()
-    return text[text.index("\n") + 1:text.index("\ndef custom_kernel")]
-
-
-def honest(task: str) -> str:
-    """The task's honest PyTorch kernel, renamed `_honest_kernel`."""
-    return (ROOT / "submissions" / task / "pytorch.py").read_text().replace("def custom_kernel(", "def _honest_kernel(")
-
-
-BODY = {
-    "wrong": "    return torch.full_like(_honest_kernel(data), 7.0)\n",  # wrong everywhere on every bundled task
-    "slow": "    time.sleep(0.02)\n    return _honest_kernel(data)\n",  # right, 20 ms per call
-}
-
-
 def cheat_file(cheat: str, task: str, folder: Path) -> Path:
-    """`cheat`'s mechanism in front of `task`'s kernel: wrong results, or (measure_forge) right ones, slowly."""
-    body = BODY["slow" if cheat == "measure_forge" else "wrong"]
+    """`cheat`'s mechanism in front of `task`'s kernel (scripts/gpu_verdict_doors.py writes the same files)."""
     path = folder / f"{task}_{cheat}.py"
-    path.write_text(f"#!POPCORN leaderboard {task}\n#!POPCORN gpu H100\n" + mechanism(cheat)
-                    + "\nimport time\n\nimport torch\n\n" + honest(task) + "\n\ndef custom_kernel(data):\n" + body)
+    path.write_text(doors.cheat_source(cheat, task))
     return path
 
 
@@ -168,17 +148,9 @@ def test_an_ab_fails_the_cheating_side_by_name_and_names_no_winner(tasks, cheat,
 
 
 def tunable(task: str, folder: Path) -> Path:
-    """A file `popkit tune` sees as three variants: CHEAT=0 the honest kernel, CHEAT=1 tensor_int (its patch at
-    import, wrong results), CHEAT=2 measure_forge (its patch at import, right results 20 ms later, 1.2 µs said)."""
-    def indented(text: str) -> str:
-        return "".join(f"    {line}\n" if line.strip() else "\n" for line in text.splitlines())
-
+    """One file, three variants: CHEAT=0 honest, CHEAT=1 tensor_int, CHEAT=2 measure_forge."""
     path = folder / f"{task}_tunable.py"
-    path.write_text(f"#!POPCORN leaderboard {task}\n#!POPKIT tune CHEAT=0,1,2\nimport time\n\nimport torch\n\n"
-                    f"CHEAT = 0\n\nif CHEAT == 1:\n{indented(mechanism('tensor_int'))}\n"
-                    f"if CHEAT == 2:\n{indented(mechanism('measure_forge'))}\n" + honest(task)
-                    + "\n\ndef custom_kernel(data):\n    if CHEAT == 1:\n" + indented(BODY["wrong"])
-                    + "    if CHEAT == 2:\n        time.sleep(0.02)\n    return _honest_kernel(data)\n")
+    path.write_text(doors.tunable_source(task))
     return path
 
 
