@@ -1,9 +1,10 @@
 """The tools `popkit mcp` offers: each a popkit command, its arguments as a JSON schema, and the popkit.api call.
 
 Arguments carry the CLI's option names in snake_case (`tasks_root`, `secret_runs`, `history`, ...) with
-the CLI's defaults, but one: `harness` is `popkit` (the sealed harness judges agents' runs, as popkit.api's). A submission is `submission` (a path, relative to the server's working folder) or
-`source` (the file's text); bench's second file of an A/B is `submission_b` or `source_b`. Every tool
-returns the document its command prints with `--json`.
+the CLI's defaults but one: `harness` is `popkit` (the sealed harness judges agents' runs, as popkit.api's).
+A submission is `submission` (a path, relative to the server's working folder) or `source` (the file's
+text); bench's second file of an A/B is `submission_b` or `source_b`. Every tool returns the document its
+command prints with `--json`.
 
 A tool that runs kernels (`device`) holds the GPU it runs on, or every GPU when it names none, for the
 whole call (server.py); nothing else here knows about MCP. A command of popkit that is not a tool here
