@@ -36,7 +36,8 @@ def test_dry_run_prints_every_command(capsys):
 
 def _run(outcome="failed", error="elements mismatch: 3 of 3", judged="sealed", score=None):
     case = {"passed": not error, "error": error}
-    return {"outcome": outcome, "judged": judged, "score_public_s": score, "runs": [{"tests": [case], "benchmarks": []}]}
+    return {"outcome": outcome, "judged": judged, "score_public_s": score,
+            "runs": [{"tests": [case], "benchmarks": []}]}
 
 
 def test_a_row_is_as_expected_only_when_the_door_failed_the_cheat_by_name_on_the_sealed_side():
