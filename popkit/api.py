@@ -15,7 +15,7 @@ Runs (`test`, `bench`, `tune`) are judged by popkit's sealed harness unless told
 the verdict is written where the submission cannot reach, docs/sealed-run.md); `harness="task"` runs the
 task's own eval, as open as the leaderboard's, which is the CLI's `test` and `bench` default. A task popkit's
 harness cannot judge (several GPUs, no reference.py, other entry points) raises UsageError saying why; a
-report's `harness` and `judged` keys say who judged.
+run's or an A/B's document says who judged (`harness`, `judged`).
 
 `progress` arguments take a callable getting one line per step; when it also has `live(text, key)` and
 `timed(label)` (views.common.ProgressPrinter, the MCP server's worker), runs report the case being run

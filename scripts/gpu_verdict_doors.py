@@ -147,11 +147,9 @@ def summarize(label: str, task: str, code: int, doc: dict, seconds: float) -> di
               and doc.get("winner_label") == "CHEAT=0")
         detail = f"winner {doc.get('winner_label') or '–'}"
     elif door == "ab":
-        errors = _errors(doc.get("failure"))
+        errors, judged = _errors(doc.get("failure")), doc.get("judged", "")
         ok = (code == 1 and doc.get("failed_side") == "B" and bool(errors) and all(FORGED in e for e in errors)
-              and not (doc.get("score") or {}).get("b_ns"))
-        judged = "sealed" if "trusted-verdict" in ((doc.get("failure") or {}).get("raw") or {}).get(
-            "trust.checks", "").split(",") else "open"
+              and not (doc.get("score") or {}).get("b_ns") and judged == "sealed")
         detail = f"failed side {doc.get('failed_side') or '–'}"
     elif door == "submit-gate":  # main() adds whether the fake popcorn-cli logged a call
         ok, errors, judged = _run_verdict(doc.get("gate") or {}, expected_class(cheats))

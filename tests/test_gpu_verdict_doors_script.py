@@ -56,10 +56,10 @@ def test_tune_and_ab_rows_need_the_cheat_dropped_and_never_counted():
                 {"label": "CHEAT=2", "race_failure": "check failed: benchmark ...: time forged: ..."}]
     assert doors.summarize("tune x", "vectoradd", 0, {"variants": variants, "winner_label": "CHEAT=0"}, 1.0)["ok"]
     assert not doors.summarize("tune x", "vectoradd", 0, {"variants": variants, "winner_label": "CHEAT=2"}, 1.0)["ok"]
-    failure = {"tests": [], "benchmarks": [{"passed": False, "error": "time forged: x"}],
-               "raw": {"trust.checks": "trusted-verdict,witness"}}
-    ab = {"failed_side": "B", "failure": failure, "score": {"b_ns": []}}
+    failure = {"tests": [], "benchmarks": [{"passed": False, "error": "time forged: x"}]}
+    ab = {"failed_side": "B", "failure": failure, "score": {"b_ns": []}, "judged": "sealed"}
     row = doors.summarize("ab measure_forge", "vectoradd", 1, ab, 1.0)
     assert row["ok"] and row["judged"] == "sealed"
     assert not doors.summarize("ab measure_forge", "vectoradd", 1, {**ab, "score": {"b_ns": [1.2]}}, 1.0)["ok"]
+    assert not doors.summarize("ab measure_forge", "vectoradd", 1, {**ab, "judged": "open"}, 1.0)["ok"]
     assert "| ab | vectoradd | measure_forge | 1 | time forged | sealed |" in doors.markdown([row], "H100")

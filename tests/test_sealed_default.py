@@ -50,9 +50,13 @@ def test_the_reason_is_the_tasks_own(tmp_path):
         api.test(GOOD, task=PAIR, record=False)
 
 
-def test_the_api_runs_the_tasks_own_eval_when_told_and_says_it_judged_in_the_open():
+def test_the_api_runs_the_tasks_own_eval_when_told_and_says_it_judged_in_the_open(tmp_path):
     doc = api.document(api.test(GOOD, task=DOUBLE, harness="task", record=False))
     assert doc["outcome"] == "passed" and (doc["harness"], doc["judged"]) == ("task", "open")
+    other = tmp_path / "other.py"
+    other.write_bytes(Path(GOOD).read_bytes() + b"# B\n")
+    ab = api.document(api.bench(GOOD, other, task=DOUBLE, harness="task", rounds=4, budget_s=0, record=False))
+    assert ab["schema"].startswith("popkit/ab/") and (ab["harness"], ab["judged"]) == ("task", "open")
 
 
 def _mcp(tool: str, arguments: dict) -> dict:

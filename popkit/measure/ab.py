@@ -73,6 +73,7 @@ class ABReport:
     # the GPU's state during each counted eval, in order: {"round", "side", **GpuState.to_json()}; () without NVML
     gpu: tuple[Mapping[str, Any], ...] = ()
     held: str = ""  # why no winner is named (gpustate.held: clocks differed, the GPU throttled), or ""
+    judged: str = ""  # `sealed`: every eval's verdict came from popkit's trusted side (RunReport.judged); `open`
     schema: str = AB_SCHEMA
 
     @property
@@ -102,7 +103,7 @@ class ABReport:
             "schema", "task", "a_path", "b_path", "a_sha256", "b_sha256", "harness", "ranking_by", "statistic",
             "max_rounds", "budget_s", "rounds", "stopped", "started_at", "duration_s", "failed_side")}
         data["eval_s"] = list(self.eval_s)
-        data.update(gpu=[dict(g) for g in self.gpu], held=self.held)
+        data.update(gpu=[dict(g) for g in self.gpu], held=self.held, judged=self.judged)
         data.update(system=dict(self.system), isolation=dict(self.isolation), shapes=[s.to_json() for s in self.shapes],
                     score=self.score.to_json() if self.score is not None else None, verdict=self.verdict,
                     failure=self.failure.to_json() if self.failure else None,
@@ -122,6 +123,7 @@ class ABReport:
                    compile_failure=CompileStep.from_json(data["compile_failure"]) if data.get("compile_failure")
                    else None, eval_s=tuple(data.get("eval_s", ())), isolation=dict(data.get("isolation") or {}),
                    gpu=tuple(dict(g) for g in data.get("gpu", ())), held=data.get("held", ""),
+                   judged=data.get("judged", ""),
                    schema=data.get("schema", AB_SCHEMA))
 
 
@@ -160,6 +162,7 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: runner.R
     probe = runner.probe_and_preflight(task, options, system, executor)
     failed_side, failure, compile_failure, stopped = "", None, None, "max_rounds"
     eval_s: list[float] = []
+    sealed: list[bool] = []  # per eval: its verdict came from popkit's trusted side
     gpu: list[dict[str, Any]] = []
     sampler = sampler or gpustate.Sampler
     watch_env = runner.child_env(options)
@@ -183,6 +186,7 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: runner.R
             run = run_eval(dirs[side].workspace, dirs[side].main, "benchmark", shapes, options=options, gpu_count=gpu_count,
                            timeout_s=task.timeout_for("benchmark"), cases_name=name)
             tampered = dirs[side].tampered or dirs[side].workspace.tampered(f"the benchmark mode of side {side}")
+            sealed.append("trusted-verdict" in run.raw.get("trust.checks", "").split(","))
             return replace(run, outcome="failed", summary=tampered) if tampered else run
 
         if warmup and not failed_side:  # its timings are not used, so the system probe may still run beside it
@@ -227,7 +231,8 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: runner.R
                     started_at=started.isoformat(timespec="seconds"), duration_s=clock() - t0, shapes=shapes_out,
                     score=score, system=probe.result() if probe else dict(system or {}), failed_side=failed_side,
                     failure=failure, compile_failure=compile_failure, eval_s=tuple(eval_s),
-                    isolation=executor.isolation.to_json(), gpu=tuple(gpu), held=held)
+                    isolation=executor.isolation.to_json(), gpu=tuple(gpu), held=held,
+                    judged="sealed" if sealed and all(sealed) else "open")
 
 
 def side_report(report: ABReport, side: str, task: Task) -> RunReport | None:
