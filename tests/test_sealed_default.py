@@ -15,6 +15,7 @@ from popkit import api
 from popkit.cli import app
 from popkit.errors import ExitCode, UsageError
 from popkit.mcpserver import tools, worker
+from popkit.views.comparison import show_ab
 
 FIX = Path(__file__).parent / "fixtures"
 DOUBLE = str(FIX / "tasks" / "double")  # its own eval, no reference.py
@@ -50,13 +51,18 @@ def test_the_reason_is_the_tasks_own(tmp_path):
         api.test(GOOD, task=PAIR, record=False)
 
 
-def test_the_api_runs_the_tasks_own_eval_when_told_and_says_it_judged_in_the_open(tmp_path):
+def test_the_api_runs_the_tasks_own_eval_when_told_and_says_it_judged_in_the_open(tmp_path, capsys, monkeypatch):
     doc = api.document(api.test(GOOD, task=DOUBLE, harness="task", record=False))
     assert doc["outcome"] == "passed" and (doc["harness"], doc["judged"]) == ("task", "open")
     other = tmp_path / "other.py"
     other.write_bytes(Path(GOOD).read_bytes() + b"# B\n")
-    ab = api.document(api.bench(GOOD, other, task=DOUBLE, harness="task", rounds=4, budget_s=0, record=False))
+    outcome = api.bench(GOOD, other, task=DOUBLE, harness="task", rounds=4, budget_s=0, record=False)
+    ab = api.document(outcome)
     assert ab["schema"].startswith("popkit/ab/") and (ab["harness"], ab["judged"]) == ("task", "open")
+    monkeypatch.setenv("POPKIT_WIDTH", "200")
+    monkeypatch.setenv("NO_COLOR", "1")
+    show_ab(outcome.report)
+    assert "· harness task (open)" in capsys.readouterr().out
 
 
 def _mcp(tool: str, arguments: dict) -> dict:
