@@ -11,6 +11,12 @@ A submission is a path, or `SourceText(text)`: the text is written for the call 
 folder (removed afterwards, or by a guard process if this process dies) as a file named by the first 16
 hex digits of its sha256, which is the name the report and the history record.
 
+Runs (`test`, `bench`, `tune`) are judged by popkit's sealed harness unless told otherwise (`harness="popkit"`:
+the verdict is written where the submission cannot reach, docs/sealed-run.md); `harness="task"` runs the
+task's own eval, as open as the leaderboard's, which is the CLI's `test` and `bench` default. A task popkit's
+harness cannot judge (several GPUs, no reference.py, other entry points) raises UsageError saying why; a
+run's or an A/B's document says who judged (`harness`, `judged`).
+
 `progress` arguments take a callable getting one line per step; when it also has `live(text, key)` and
 `timed(label)` (views.common.ProgressPrinter, the MCP server's worker), runs report the case being run
 and builds their elapsed time. A long call is stopped by KeyboardInterrupt in the calling thread
@@ -159,7 +165,7 @@ def hip_on_cuda_env() -> dict[str, str]:
 
 
 def test(*submissions: Submission, task: Optional[str] = None, roots: Roots = (), secret_seeds: Sequence[int] = (),
-         secret_runs: int = 0, harness: str = "task", python: Optional[str] = None,
+         secret_runs: int = 0, harness: str = "popkit", python: Optional[str] = None,
          precompile: Optional[bool] = None, keep_workdir: bool = False, world_size: Optional[int] = None,
          hip_on_cuda: bool = False, device: Optional[str] = None, devices: Optional[Sequence[str]] = None,
          require_isolation: bool = False, record: bool = True,
@@ -188,7 +194,7 @@ def test(*submissions: Submission, task: Optional[str] = None, roots: Roots = ()
 def bench(*submissions: Submission, task: Optional[str] = None, roots: Roots = (), leaderboard: bool = False,
           profile: bool = False, profiler: str = "torch", secret_seeds: Sequence[int] = (), secret_runs: int = 1,
           baseline: Optional[str] = None, rounds: int = 8, budget_s: float = 60.0, allow_cpu: bool = False,
-          harness: str = "task", python: Optional[str] = None, precompile: Optional[bool] = None,
+          harness: str = "popkit", python: Optional[str] = None, precompile: Optional[bool] = None,
           keep_workdir: bool = False, world_size: Optional[int] = None, device: Optional[str] = None,
           devices: Optional[Sequence[str]] = None, require_isolation: bool = False, record: bool = True,
           progress: Optional[Progress] = None, alone: bool = False, env: Optional[Mapping[str, str]] = None,
@@ -234,7 +240,7 @@ def tune(submission: Submission, output: PathLike, *, task: Optional[str] = None
          against: Optional[Submission] = None, engine: str = "grid", max_variants: int = 64, seed: int = 0,
          budget_s: float = 900.0, confirm: int = 2, rounds: int = 8, ab_budget_s: float = 60.0, jobs: int = 0,
          per_shape: bool = True, resume: bool = False, force: bool = False, allow_cpu: bool = False,
-         devices: Optional[Sequence[str]] = None, python: Optional[str] = None, harness: str = "task",
+         devices: Optional[Sequence[str]] = None, python: Optional[str] = None, harness: str = "popkit",
          keep_workdir: bool = False, world_size: Optional[int] = None, record: bool = True,
          progress: Optional[Progress] = None, always_ab: bool = False) -> TuneReport:
     """`popkit tune`: every launch geometry the file's `#!POPKIT tune` lines allow, built, checked, raced and the

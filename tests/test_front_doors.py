@@ -34,10 +34,10 @@ def test_one_request_through_the_cli_the_api_and_mcp_gives_one_document(tmp_path
     monkeypatch.setenv("POPKIT_HOME", str(tmp_path / "home"))
     cli = CliRunner().invoke(app, ["test", GOOD, "--task", DOUBLE, "--no-history", "--json"])
     from_cli = json.loads(cli.stdout)
-    from_api = document(api.test(GOOD, task=DOUBLE, record=False))
+    from_api = document(api.test(GOOD, task=DOUBLE, harness="task", record=False))  # the CLI's default
     out = io.StringIO()
-    code = worker.serve_one({"tool": "test", "arguments": {"submission": GOOD, "task": DOUBLE, "history": False}},
-                            worker.Reporter(out))
+    arguments = {"submission": GOOD, "task": DOUBLE, "harness": "task", "history": False}
+    code = worker.serve_one({"tool": "test", "arguments": arguments}, worker.Reporter(out))
     (line,) = [json.loads(x) for x in out.getvalue().splitlines() if '"done"' in x]
     from_mcp = line["done"]
     assert cli.exit_code == code == 0

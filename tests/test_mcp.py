@@ -107,10 +107,10 @@ def test_the_loop_gives_the_clis_documents(place):
         new = await call(client, "new", task="vectoradd", output=str(place / "mine.py"))
         found["new"] = new.structured_content
         found["check"] = (await call(client, "check", submission=str(place / "mine.py"))).structured_content
-        test = await call(client, "test", steps, submission=str(GOOD), task=DOUBLE)
+        test = await call(client, "test", steps, submission=str(GOOD), task=DOUBLE, harness="task")  # the CLI's default
         found["test"], found["test_steps"] = test.structured_content, list(steps)
         ab = await call(client, "bench", submission=str(GOOD), submission_b=str(other), task=DOUBLE, rounds=4,
-                        budget=0)
+                        budget=0, harness="task")
         found["ab"], found["ab_meta"] = ab.structured_content, ab.meta
         found["history"] = (await call(client, "history")).structured_content
 
@@ -217,7 +217,8 @@ def test_a_cancelled_bench_leaves_no_process_and_no_folder(place):
         async with anyio.create_task_group() as group:
             async def bench():
                 await client.call_tool("bench", {"submission": str(FIX / "submissions" / "slow.py"),
-                                                 "task": DOUBLE, "precompile": False}, progress_callback=seen)
+                                                 "task": DOUBLE, "harness": "task", "precompile": False},
+                                      progress_callback=seen)
                 found["finished"] = True  # must not happen: the call is cancelled
 
             group.start_soon(bench)
@@ -249,7 +250,8 @@ def test_concurrent_calls_all_complete_and_runs_take_turns(place):
         notes: dict[str, list[str]] = {"a": [], "b": []}
         async with anyio.create_task_group() as group:
             async def run(name):
-                found[name] = await call(client, "test", notes[name], submission=str(GOOD), task=DOUBLE)
+                found[name] = await call(client, "test", notes[name], submission=str(GOOD), task=DOUBLE,
+                                          harness="task")
 
             async def listing():
                 found["tasks"] = await call(client, "tasks")

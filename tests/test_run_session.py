@@ -33,7 +33,8 @@ USERS = {
     "popkit/measure/abrounds.py": {},
     "popkit/tuning/race.py": {},
     "popkit/tuning/probe.py": {},
-    "popkit/tuning/workflow.py": {"proc": {"WorkDir"}, "sandbox": {"executor_for", "probe"}},  # tune's scratch, the sizing's
+    "popkit/tuning/workflow.py": {"proc": {"WorkDir"}, "sandbox": {"executor_for", "probe"},
+                                  "warm": {"refuse_unfit"}},  # tune's scratch, the sizing's
     "popkit/distributed/worker.py": {"sandbox": {"scripts_for"}},  # parity facts, before any session
     "popkit/operations/risk.py": {"protocol": {"secret_case_seed"}},  # the seeds its plan draws, as the runner does
     "popkit/operations/watch.py": {"sandbox": {"executor_for"}, "warm": {"WarmPair", "harness_for", "unfit_reason"}},

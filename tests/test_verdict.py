@@ -225,16 +225,21 @@ def test_the_seccomp_program_refuses_the_calls_that_reach_another_process():
 
 
 def test_a_report_says_which_harness_judged():
-    from types import SimpleNamespace
-
+    from popkit.model.results import ModeRun, RunReport
     from popkit.views.running import judged_by
 
-    def report(checks):
-        return SimpleNamespace(runs=[SimpleNamespace(raw={"trust.checks": checks})])
+    def report(*checks):
+        runs = tuple(ModeRun("test", False, None, 0, 1.0, 10.0, raw={} if c is None else {"trust.checks": c})
+                     for c in checks)
+        return RunReport("t", "t", None, "geom", "s.py", "0", "test", "task", "2026", 1.0, runs=runs)
 
-    assert judged_by(report(",".join(ev.TRUST_CHECKS))).startswith("sealed: ")
-    assert judged_by(report("")).startswith("open: ")  # trust off, or a task's own eval (no such key)
-    assert judged_by(SimpleNamespace(runs=[SimpleNamespace(raw={})])).startswith("open: ")
+    sealed = ",".join(ev.TRUST_CHECKS)
+    assert report(sealed, sealed).judged == "sealed" and report(sealed).to_json()["judged"] == "sealed"
+    assert judged_by(report(sealed)).startswith("sealed: ")
+    assert report(sealed, "").judged == "open"  # one run judged in the open is an open report
+    assert judged_by(report("")).startswith("open: ")  # trust off
+    assert report(None).to_json()["judged"] == "open"  # a task's own eval (no such key)
+    assert report().judged == "open"  # nothing ran
 
 
 def test_each_timed_calls_own_gpu_work_is_measured_from_the_trace():

@@ -32,7 +32,7 @@ TaskOpt = Annotated[Optional[str], typer.Option("--task", "-t", help="Bundled ta
 RootsOpt = Annotated[Optional[List[Path]], typer.Option("--tasks-root", help="Folder or problem-set yaml to look up leaderboard names in (repeatable; also POPKIT_TASKS_PATH).")]
 PythonOpt = Annotated[Optional[str], typer.Option("--python", help="Interpreter for the eval (default: the one running popkit).")]
 PrecompileOpt = Annotated[Optional[bool], typer.Option("--precompile/--no-precompile", help="Force or skip the compile pre-step (`python submission.py`). Default: run it unless there is nothing to build or the build cache already holds this source.")]
-HarnessOpt = Annotated[str, typer.Option("--harness", help="`task`: the task's own eval (fidelity). `popkit`: popkit's harness with trust checks.")]
+HarnessOpt = Annotated[str, typer.Option("--harness", help="`task` (default): the task's own eval, as open as the leaderboard's (fidelity). `popkit`: popkit's sealed harness judges, where the submission cannot reach (the default of tune, MCP and popkit.api).")]
 TimeoutOpt = Annotated[Optional[float], typer.Option("--timeout", min=0.001, max=MAX_TIMEOUT_S, help="Inner loop: seconds each mode's eval may take, instead of the task's; the run is marked not leaderboard-faithful.")]
 SeedOpt = Annotated[Optional[List[int]], typer.Option("--secret-seed", min=0, max=MAX_SECRET_SEED, help="Secret seed for a secret run, 0 to 2147483647 (repeatable).")]
 KeepOpt = Annotated[bool, typer.Option("--keep-workdir", help="Keep the working directory and print where it is.")]

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from popkit.cli.app import app, finite
-from popkit.cli.running import HarnessOpt, KeepOpt, PythonOpt, RootsOpt, TaskOpt, WorldSizeOpt
+from popkit.cli.running import KeepOpt, PythonOpt, RootsOpt, TaskOpt, WorldSizeOpt
 from popkit.errors import UsageError
 from popkit.operations import requests
 from popkit.operations import workflows
@@ -43,7 +43,7 @@ def tune(
     allow_cpu: Annotated[bool, typer.Option("--allow-cpu", help="Time a GPU task's benchmarks on a machine without a GPU (slow: minutes, may time out).")] = False,
     gpus: Annotated[Optional[str], typer.Option("--gpus", help="Spread checks and race evals over these local GPUs (e.g. 0,1), one eval per GPU at a time; A/Bs run on the first.")] = None,
     python: PythonOpt = None,
-    harness: HarnessOpt = "task",
+    harness: Annotated[str, typer.Option("--harness", help="`popkit` (default): popkit's sealed harness judges every variant. `task`: the task's own eval, as open as the leaderboard's.")] = "popkit",
     keep_workdir: KeepOpt = False,
     world_size: WorldSizeOpt = None,
     history: Annotated[bool, typer.Option("--history/--no-history", help="Record every eval in the history database (needed by a later --resume).")] = True,

@@ -1,9 +1,10 @@
 """The tools `popkit mcp` offers: each a popkit command, its arguments as a JSON schema, and the popkit.api call.
 
 Arguments carry the CLI's option names in snake_case (`tasks_root`, `secret_runs`, `history`, ...) with
-the CLI's defaults. A submission is `submission` (a path, relative to the server's working folder) or
-`source` (the file's text); bench's second file of an A/B is `submission_b` or `source_b`. Every tool
-returns the document its command prints with `--json`.
+the CLI's defaults but one: `harness` is `popkit` (the sealed harness judges agents' runs, as popkit.api's).
+A submission is `submission` (a path, relative to the server's working folder) or `source` (the file's
+text); bench's second file of an A/B is `submission_b` or `source_b`. Every tool returns the document its
+command prints with `--json`.
 
 A tool that runs kernels (`device`) holds the GPU it runs on, or every GPU when it names none, for the
 whole call (server.py); nothing else here knows about MCP. A command of popkit that is not a tool here
@@ -50,8 +51,9 @@ GPU_PIN = _string("Run on this GPU index only (CUDA_VISIBLE_DEVICES); the call t
                   "Default: the run may use every GPU and holds them all.", pattern=r"^[0-9]+$")
 RUN_OPTIONS: dict[str, Any] = {
     "task": TASK, "tasks_root": ROOTS,
-    "harness": _string("`task`: the task's own eval (fidelity); `popkit`: popkit's harness with its trust checks.",
-                       enum=["task", "popkit"], default="task"),
+    "harness": _string("`popkit` (default): popkit's sealed harness judges, where the submission cannot reach; "
+                       "`task`: the task's own eval, as open as the leaderboard's (for tasks popkit's harness "
+                       "cannot judge, which it refuses by name).", enum=["task", "popkit"], default="popkit"),
     "python": PYTHON,
     "precompile": {"type": "boolean", "description": "Force (true) or skip (false) the compile pre-step; default: "
                                                      "run it only when it can warm the build cache."},
@@ -102,7 +104,7 @@ def submission_of(args: Args, path_key: str = "submission", text_key: str = "sou
 
 
 def _run_kwargs(args: Args) -> dict[str, Any]:
-    return {"task": args.get("task"), "roots": args.get("tasks_root") or (), "harness": args.get("harness", "task"),
+    return {"task": args.get("task"), "roots": args.get("tasks_root") or (), "harness": args.get("harness", "popkit"),
             "python": args.get("python"), "precompile": args.get("precompile"),
             "world_size": args.get("world_size"), "secret_seeds": tuple(args.get("secret_seeds") or ()),
             "device": args.get("device"), "require_isolation": args.get("require_isolation", False),
@@ -123,7 +125,7 @@ def _tune(args: Args, progress: Any) -> Any:
                     per_shape=args.get("per_shape", True), resume=args.get("resume", False),
                     force=args.get("force", False), allow_cpu=args.get("allow_cpu", False),
                     devices=[d for d in str(args.get("devices") or "").split(",") if d] or None, python=args.get("python"),
-                    harness=args.get("harness", "task"), world_size=args.get("world_size"),
+                    harness=args.get("harness", "popkit"), world_size=args.get("world_size"),
                     record=args.get("history", True), progress=progress)
 
 

@@ -71,6 +71,7 @@ class ABReport:
     # the GPU's state during each counted eval, in order: {"round", "side", **GpuState.to_json()}; () without NVML
     gpu: tuple[Mapping[str, Any], ...] = ()
     held: str = ""  # why no winner is named (gpustate.held: clocks differed, the GPU throttled), or ""
+    judged: str = ""  # `sealed`: every eval's verdict came from popkit's trusted side (RunReport.judged); `open`
     schema: str = AB_SCHEMA
 
     @property
@@ -100,7 +101,7 @@ class ABReport:
             "schema", "task", "a_path", "b_path", "a_sha256", "b_sha256", "harness", "ranking_by", "statistic",
             "max_rounds", "budget_s", "rounds", "stopped", "started_at", "duration_s", "failed_side")}
         data["eval_s"] = list(self.eval_s)
-        data.update(gpu=[dict(g) for g in self.gpu], held=self.held)
+        data.update(gpu=[dict(g) for g in self.gpu], held=self.held, judged=self.judged)
         data.update(system=dict(self.system), isolation=dict(self.isolation), shapes=[s.to_json() for s in self.shapes],
                     score=self.score.to_json() if self.score is not None else None, verdict=self.verdict,
                     failure=self.failure.to_json() if self.failure else None,
@@ -120,6 +121,7 @@ class ABReport:
                    compile_failure=CompileStep.from_json(data["compile_failure"]) if data.get("compile_failure")
                    else None, eval_s=tuple(data.get("eval_s", ())), isolation=dict(data.get("isolation") or {}),
                    gpu=tuple(dict(g) for g in data.get("gpu", ())), held=data.get("held", ""),
+                   judged=data.get("judged", ""),
                    schema=data.get("schema", AB_SCHEMA))
 
 
@@ -152,6 +154,7 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: runner.R
     started, t0 = datetime.now(timezone.utc), clock()
     failed_side, failure, compile_failure, stopped = "", None, None, "max_rounds"
     eval_s: list[float] = []
+    sealed: list[bool] = []  # per eval: its verdict came from popkit's trusted side
     gpu: list[dict[str, Any]] = []
     sampler = sampler or gpustate.Sampler
     watch_env = session.env()
@@ -162,7 +165,9 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: runner.R
             state.mark_failed(failed_side, "compile_failed")
 
         def evaluate(side: str, shapes: Sequence[Mapping[str, Any]], name: str) -> ModeRun:
-            return session.run("benchmark", shapes, side=side, cases_name=name, live=False)
+            run = session.run("benchmark", shapes, side=side, cases_name=name, live=False)
+            sealed.append("trusted-verdict" in run.raw.get("trust.checks", "").split(","))
+            return run
 
         if warmup and not failed_side:  # its timings are not used, so the system probe may still run beside it
             progress("warm-up eval of A (not counted)")
@@ -207,7 +212,8 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: runner.R
                     score=score, system=session.probe.result() if session.probe else dict(system or {}),
                     failed_side=failed_side,
                     failure=failure, compile_failure=compile_failure, eval_s=tuple(eval_s),
-                    isolation=session.executor.isolation.to_json(), gpu=tuple(gpu), held=held)
+                    isolation=session.executor.isolation.to_json(), gpu=tuple(gpu), held=held,
+                    judged="sealed" if sealed and all(sealed) else "open")
 
 
 def side_report(report: ABReport, side: str, task: Task) -> RunReport | None:

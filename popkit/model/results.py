@@ -362,6 +362,13 @@ class RunReport:
         return OUTCOME_EXIT[self.outcome]
 
     @property
+    def judged(self) -> str:
+        """`sealed`: every run's verdict was written where the submission cannot reach (popkit's harness, its trust
+        checks on: docs/sealed-run.md); `open`: by an eval as open as the leaderboard's (a task's own, trust off)."""
+        sealed = self.runs and all("trusted-verdict" in r.raw.get("trust.checks", "").split(",") for r in self.runs)
+        return "sealed" if sealed else "open"
+
+    @property
     def failure(self) -> ModeRun | None:
         return next((r for r in self.runs if r.outcome != "passed"), None)
 
@@ -411,24 +418,17 @@ class RunReport:
         data["warnings"] = list(self.warnings)
         data["runs"] = [r.to_json() for r in self.runs]
         data["precompile"] = self.precompile.to_json() if self.precompile else None
-        data["system"] = dict(self.system)
-        data["isolation"] = dict(self.isolation)
-        data["gpu_state"] = dict(self.gpu_state)
-        data["outcome"] = self.outcome
-        data["leaderboard_faithful"] = self.leaderboard_faithful
-        data["exit_code"] = int(self.exit_code)
-        data["score_public_s"] = self.score_public_s
-        data["scores_secret_s"] = list(self.scores_secret_s)
+        data.update(system=dict(self.system), isolation=dict(self.isolation), gpu_state=dict(self.gpu_state))
+        data["outcome"], data["judged"] = self.outcome, self.judged
+        data.update(leaderboard_faithful=self.leaderboard_faithful, exit_code=int(self.exit_code),
+                    score_public_s=self.score_public_s, scores_secret_s=list(self.scores_secret_s))
         return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "RunReport":
-        return _build(
-            cls, data,
-            runs=lambda items: tuple(ModeRun.from_json(r) for r in items),
-            precompile=lambda p: CompileStep.from_json(p) if p else None,
-            system=dict, isolation=dict, gpu_state=dict,
-        )
+        return _build(cls, data, runs=lambda items: tuple(ModeRun.from_json(r) for r in items),
+                      precompile=lambda p: CompileStep.from_json(p) if p else None,
+                      system=dict, isolation=dict, gpu_state=dict)
 
 
 # ------------------------------------------------------------------------ a remote submission

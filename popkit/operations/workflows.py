@@ -28,6 +28,7 @@ from popkit.model.tasks import Task, resolve_task, shadowed_tasks, task_roots
 from popkit.progress import Progress
 from popkit.run import runner
 from popkit.run import sandbox
+from popkit.run import warm
 from popkit.run.executor import Executor
 from popkit.submission.source import Source, check_runnable, reference_submission, task_spec_for
 
@@ -200,8 +201,10 @@ def resolve(source: Source, spec: str | None, roots: Sequence[Path]) -> Resolved
 
 def preflight(task: Task, source: Source, request: Request) -> None:
     """Everything refused before a run: a C++ file for a Python task and a CUDA build without a GPU (exit 4,
-    11), a baseline the task cannot take (exit 2). The CPU sizing of GPU-sized benchmarks is `sizing`'s."""
+    11), a baseline the task cannot take or popkit's harness asked of a task it cannot judge (exit 2). The CPU
+    sizing of GPU-sized benchmarks is `sizing`'s."""
     check_runnable(task, source.path, source.content, request.mode)
+    warm.refuse_unfit(task, request.options.harness)
     if request.baseline and "custom_kernel" not in (entry_points(task, request.options.harness) or ("custom_kernel",)):
         names = ", ".join(entry_points(task, request.options.harness))
         raise UsageError(f"--baseline reference needs a task whose submissions define custom_kernel "

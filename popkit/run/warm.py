@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from popkit.errors import UsageError
 from popkit.machine import gpulock
 from popkit.model.contract import entry_points
 from popkit.model.results import CompileStep, ModeRun
@@ -74,6 +75,15 @@ def unfit_reason(task: Task) -> str:
     if missing:
         return f"its reference.py defines no {missing[0]}, which popkit's harness calls"
     return ""
+
+
+def refuse_unfit(task: Task, harness: str) -> None:
+    """UsageError when `harness` is `popkit` and popkit's harness cannot judge `task` (unfit_reason): the run
+    never falls back to the task's own eval silently."""
+    reason = unfit_reason(task) if harness == "popkit" else ""
+    if reason:
+        raise UsageError(f"popkit's harness cannot judge {task.display_name}: {reason}",
+                         "run the task's own eval, as open as the leaderboard's: --harness task (harness=\"task\")")
 
 
 def module_names(path: Path) -> set[str]:
@@ -257,4 +267,4 @@ class WarmPair:
         self._stack.close()
 
 
-__all__ = ["WarmPair", "Result", "harness_for", "unfit_reason", "READY_LINE", "IDLE_S"]
+__all__ = ["WarmPair", "Result", "harness_for", "unfit_reason", "refuse_unfit", "READY_LINE", "IDLE_S"]

@@ -45,6 +45,7 @@ from popkit.resources import popkit_home
 from popkit.run import proc
 from popkit.run import runner
 from popkit.run import sandbox
+from popkit.run import warm
 from popkit.run.executor import Executor
 from popkit.submission.source import Source
 from popkit.tuning import probe as tuneprobe
@@ -134,7 +135,9 @@ def sized_task(task: Task, source: Source, options: runner.RunOptions, allow_cpu
                progress: Progress | None = None, executor: Executor | None = None) -> tuple[Task, tuple[str, ...]]:
     """The task tune races on this machine: on a machine without a GPU, the one CPU sizing `bench` uses
     (measure.sizing: the same shapes for the same task here, remembered); without `allow_cpu` a task whose shapes
-    would not fit stops before anything runs (exit 11). Returns the task and the note naming the shapes left out."""
+    would not fit stops before anything runs (exit 11); popkit's harness asked of a task it cannot judge, exit 2.
+    Returns the task and the note naming the shapes left out."""
+    warm.refuse_unfit(task, options.harness)
     say = progress or (lambda _msg: None)
     fitted, skipped = sizing.fit(task, source, _Sizing("benchmark", options, allow_cpu),
                                  executor or sandbox.executor_for(options.isolation), say)

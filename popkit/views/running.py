@@ -247,7 +247,7 @@ def show_outcome(outcome: RunOutcome, *, json: bool = False, total_s: float | No
 
 def judged_by(report: RunReport) -> str:
     """Who wrote the verdict: popkit's sealed harness (docs/sealed-run.md) or an eval as open as the leaderboard's."""
-    if report.runs and all("trusted-verdict" in run.raw.get("trust.checks", "").split(",") for run in report.runs):
+    if report.judged == "sealed":
         return "sealed: judged where the submission cannot reach"
     return "open: the submission runs where it is judged, as on the leaderboard"
 
