@@ -27,10 +27,13 @@ from gpu_sealed import TASKS, bench_argv, execute, failure_class  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CHEATS = ROOT / "submissions" / "cheats"
-# cheat file -> the failure class it must end in ("" : a right kernel that must pass, judged by the trusted side)
-VERDICT_CHEATS = {"tensor_int.py": "elements mismatch", "judge_swap.py": "no output",
-                  "json_forge.py": "elements mismatch", "channel_takeover.py": "no output",
-                  "measure_forge.py": "time forged", "physics_forge.py": "time beats physics", "ready_forge.py": ""}
+# cheat file -> the failure classes it may end in (() : a right kernel that must pass, judged by the trusted side).
+# A lowered time (measure_forge): on a GPU the trace audit judges before the witness and sees the call's own work
+# running past the reported end of the call; on the H100 it named it `unsynchronized work` (2026-11-28).
+VERDICT_CHEATS = {"tensor_int.py": ("elements mismatch",), "judge_swap.py": ("no output",),
+                  "json_forge.py": ("elements mismatch",), "channel_takeover.py": ("no output",),
+                  "measure_forge.py": ("time forged", "unsynchronized work"),
+                  "physics_forge.py": ("time beats physics",), "ready_forge.py": ()}
 
 
 def summarize(label: str, task: str, code: int, doc: dict, seconds: float) -> dict:
@@ -49,7 +52,7 @@ def summarize(label: str, task: str, code: int, doc: dict, seconds: float) -> di
 def expected(row: dict) -> bool:
     """A cheat fails with its class (ready_forge passes as judged by the trusted side); honest examples pass."""
     want = VERDICT_CHEATS.get(row["label"])
-    if want is None or want == "":
+    if not want:
         trusted = row["label"] != "ready_forge.py" or (row["device"] != "forged-device" and row["audit"] == "trace")
         return row["outcome"] == "passed" and trusted
     return row["outcome"] == "failed" and bool(row["classes"]) and all(c.startswith(want) for c in row["classes"])

@@ -40,14 +40,20 @@ CHEATS = ROOT / "submissions" / "cheats"
 FAKE_POPCORN = ROOT / "tests" / "fake_popcorn" / "popcorn-cli"
 WRONG = {"tensor_int": "elements mismatch", "judge_swap": "no output", "json_forge": "elements mismatch",
          "channel_takeover": "no output"}  # cheat -> the class its wrong results fail with
-FORGED = "time forged"
+# A lowered time: the witness names it on the CPU; on a GPU the trace audit judges first and sees the call's own
+# work running past the reported end of the call (work past the end event, whatever put it there).
+FORGED = ("time forged", "unsynchronized work")
 BODY = {"wrong": "    return torch.full_like(_honest_kernel(data), 7.0)\n",  # wrong on every bundled task
         "slow": "    time.sleep(0.02)\n    return _honest_kernel(data)\n"}  # right, 20 ms per call
 POPKIT = [sys.executable, "-m", "popkit"]
 
 
-def expected_class(cheat: str) -> str:
-    return FORGED if cheat == "measure_forge" else WRONG[cheat]
+def expected_class(cheat: str) -> tuple[str, ...]:
+    return FORGED if cheat == "measure_forge" else (WRONG[cheat],)
+
+
+def named(error: str, classes: tuple[str, ...]) -> bool:
+    return any(c in error for c in classes)
 
 
 def mechanism(cheat: str) -> str:
@@ -128,10 +134,10 @@ def _errors(run: dict | None) -> list[str]:
     return [c.get("error", "") for c in (run.get("tests") or []) + (run.get("benchmarks") or []) if not c.get("passed")]
 
 
-def _run_verdict(doc: dict, want: str) -> tuple[bool, list[str], str]:
+def _run_verdict(doc: dict, want: tuple[str, ...]) -> tuple[bool, list[str], str]:
     errors = [e for r in doc.get("runs") or [] for e in _errors(r)]
     ok = (doc.get("outcome") == "failed" and doc.get("judged") == "sealed" and doc.get("score_public_s") is None
-          and bool(errors) and all(want in e for e in errors))
+          and bool(errors) and all(named(e, want) for e in errors))
     return ok, errors, doc.get("judged", "")
 
 
@@ -143,12 +149,12 @@ def summarize(label: str, task: str, code: int, doc: dict, seconds: float) -> di
         variants = {v.get("label"): v for v in doc.get("variants") or []}
         wrong, forged = variants.get("CHEAT=1") or {}, variants.get("CHEAT=2") or {}
         errors = [wrong.get("message", ""), forged.get("race_failure", "")]
-        ok = (code == 0 and WRONG["tensor_int"] in errors[0] and FORGED in errors[1]
+        ok = (code == 0 and WRONG["tensor_int"] in errors[0] and named(errors[1], FORGED)
               and doc.get("winner_label") == "CHEAT=0")
         detail = f"winner {doc.get('winner_label') or '–'}"
     elif door == "ab":
         errors, judged = _errors(doc.get("failure")), doc.get("judged", "")
-        ok = (code == 1 and doc.get("failed_side") == "B" and bool(errors) and all(FORGED in e for e in errors)
+        ok = (code == 1 and doc.get("failed_side") == "B" and bool(errors) and all(named(e, FORGED) for e in errors)
               and not (doc.get("score") or {}).get("b_ns") and judged == "sealed")
         detail = f"failed side {doc.get('failed_side') or '–'}"
     elif door == "submit-gate":  # main() adds whether the fake popcorn-cli logged a call

@@ -28,6 +28,9 @@ def _doc(outcome, error="", device="NVIDIA H100", audit="trace"):
 def test_a_cheat_is_as_expected_only_when_it_fails_with_its_class():
     caught = verdict.summarize("measure_forge.py", "vectoradd", 1, _doc("failed", "time forged: 1.2 µs"), 3.0)
     assert verdict.expected(caught)
+    audited = verdict.summarize("measure_forge.py", "vectoradd", 1,
+                                _doc("failed", "unsynchronized work: call 2 of 3 left 20200 µs"), 3.0)
+    assert verdict.expected(audited)  # on a GPU the trace audit judges the lowered time first
     wrong_class = verdict.summarize("tensor_int.py", "vectoradd", 1, _doc("failed", "time forged: x"), 3.0)
     assert not verdict.expected(wrong_class)
     passed = verdict.summarize("judge_swap.py", "vectoradd", 0, _doc("passed"), 3.0)
