@@ -43,7 +43,7 @@ def test_the_wording_is_the_readmes():
 
 
 def test_compile_with_a_cpu_only_torch_points_at_the_second_venv(monkeypatch, tmp_path):
-    monkeypatch.setattr(compiler, "toolchain", lambda python=None, timeout_s=30.0: cuda_tools(torch="2.14.1+cpu",
+    monkeypatch.setattr(compiler, "toolchain", lambda python=None, timeout_s=30.0, scripts=None: cuda_tools(torch="2.14.1+cpu",
                                                                                                cuda=None))
     sub = tmp_path / "mine.py"
     sub.write_text("from torch.utils.cpp_extension import load_inline\n\ndef custom_kernel(data):\n    return data\n")

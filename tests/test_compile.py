@@ -167,7 +167,7 @@ def cuda_tools(**kw) -> compiler.Toolchain:
 
 @pytest.fixture
 def fake_cuda(monkeypatch):
-    monkeypatch.setattr(compiler, "toolchain", lambda python=None, timeout_s=30.0: cuda_tools())
+    monkeypatch.setattr(compiler, "toolchain", lambda python=None, timeout_s=30.0, scripts=None: cuda_tools())
     monkeypatch.setattr(compiler, "cuda_home_problem", lambda: None)
     monkeypatch.setattr(compiler, "local_gpu_archs", lambda: (None, False))  # as on a machine without a GPU
     monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
@@ -244,7 +244,7 @@ def test_undefined_symbol_on_load_points_at_the_declaration(tmp_path, monkeypatc
 
 
 def test_stale_baton_lock_is_refused_before_building_and_clean_removes_it(tmp_path, monkeypatch):
-    monkeypatch.setattr(compiler, "toolchain", lambda python=None, timeout_s=30.0: cuda_tools(lock_style="baton"))
+    monkeypatch.setattr(compiler, "toolchain", lambda python=None, timeout_s=30.0, scripts=None: cuda_tools(lock_style="baton"))
     monkeypatch.setattr(compiler, "cuda_home_problem", lambda: None)
     sub = rendered_file(tmp_path)
     fake, calls = fake_import([{"ok": True, "seconds": 5.0, "has_custom_kernel": True}] * 2)
@@ -279,7 +279,7 @@ def test_lock_states(tmp_path):
 
 
 def test_stale_lock_in_torchs_default_folder_is_reported(tmp_path, monkeypatch):
-    monkeypatch.setattr(compiler, "toolchain", lambda python=None, timeout_s=30.0: cuda_tools(lock_style="baton"))
+    monkeypatch.setattr(compiler, "toolchain", lambda python=None, timeout_s=30.0, scripts=None: cuda_tools(lock_style="baton"))
     monkeypatch.setattr(compiler, "cuda_home_problem", lambda: None)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     lock = tmp_path / "cache" / "torch_extensions" / "py311_cu130" / "popkit_vectoradd_cuda_inline_v1" / "lock"
@@ -293,11 +293,11 @@ def test_stale_lock_in_torchs_default_folder_is_reported(tmp_path, monkeypatch):
 
 def test_environment_problems_exit_11(tmp_path, monkeypatch):
     sub = rendered_file(tmp_path)
-    monkeypatch.setattr(compiler, "toolchain", lambda python=None, timeout_s=30.0: cuda_tools(cuda=None))
+    monkeypatch.setattr(compiler, "toolchain", lambda python=None, timeout_s=30.0, scripts=None: cuda_tools(cuda=None))
     with pytest.raises(EnvironmentProblem) as info:
         compiler.compile_submission(sub)
     assert "CPU-only build" in info.value.message and info.value.exit_code == ExitCode.ENVIRONMENT
-    monkeypatch.setattr(compiler, "toolchain", lambda python=None, timeout_s=30.0: cuda_tools())
+    monkeypatch.setattr(compiler, "toolchain", lambda python=None, timeout_s=30.0, scripts=None: cuda_tools())
     monkeypatch.setenv("CUDA_HOME", str(tmp_path / "nowhere"))
     result = CliRunner().invoke(app, ["compile", str(sub)])
     assert result.exit_code == 11

@@ -50,7 +50,7 @@ def test_a_file_importing_task_without_task_says_to_pass_task(cli):
 def test_with_task_the_task_files_are_beside_it_and_the_arch_comes_from_the_tasks_gpus(cli, monkeypatch):
     from tests.test_compile import cuda_tools
 
-    monkeypatch.setattr(compiler, "toolchain", lambda python=None, timeout_s=30.0: cuda_tools())
+    monkeypatch.setattr(compiler, "toolchain", lambda python=None, timeout_s=30.0, scripts=None: cuda_tools())
     monkeypatch.setattr(compiler, "cuda_home_problem", lambda: None)
     monkeypatch.setattr(compiler, "supported_archs", lambda nvcc: {"7.5", "8.0", "9.0"})
     fake, calls = fake_import([{"ok": True, "seconds": 40.0, "has_custom_kernel": True},
@@ -118,7 +118,7 @@ TORCH_FRAMES = [["/x/submission.py", 54, "<module>"],
 def test_a_torch_exception_in_the_build_is_one_line_with_a_hint(cli, monkeypatch, tmp_path):
     from tests.test_compile import cuda_tools
 
-    monkeypatch.setattr(compiler, "toolchain", lambda python=None, timeout_s=30.0: cuda_tools())
+    monkeypatch.setattr(compiler, "toolchain", lambda python=None, timeout_s=30.0, scripts=None: cuda_tools())
     monkeypatch.setattr(compiler, "cuda_home_problem", lambda: None)
     sub = tmp_path / "s.py"
     sub.write_text(SUB.read_text().replace("from task import input_t, output_t\n", ""))

@@ -82,7 +82,7 @@ def _no_rocm_torch(monkeypatch):
     """The machine's torch as a CUDA build (a HIP file then takes the device-build path)."""
     tools = compiler.Toolchain(python="python", python_tag="py311", torch="2.9", cuda="13.0", hip=None,
                                lock_style="flock", ninja="ninja")
-    monkeypatch.setattr(compiler, "toolchain", lambda python: tools)
+    monkeypatch.setattr(compiler, "toolchain", lambda python, scripts=None: tools)
 
 
 # --------------------------------------------------------------------------------- no compiler

@@ -179,7 +179,7 @@ def test_compile_builds_with_the_toolkit_it_found_and_says_so(tmp_path, monkeypa
     monkeypatch.setenv("POPKIT_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("CUDA_HOME", raising=False)
     monkeypatch.delenv("CUDA_PATH", raising=False)
-    monkeypatch.setattr(compiler, "toolchain", lambda python=None, timeout_s=30.0: cuda_tools())
+    monkeypatch.setattr(compiler, "toolchain", lambda python=None, timeout_s=30.0, scripts=None: cuda_tools())
     monkeypatch.setattr(compiler, "cuda_home_problem", lambda: GUESS_PROBLEM)
     monkeypatch.setattr(system, "toolkit_candidates", lambda: ["/opt/cuda-13.0"])
     fake, calls = fake_import([{"ok": True, "seconds": 50.0, "has_custom_kernel": True},

@@ -117,3 +117,24 @@ def test_as_uid_65534_the_system_probe_runs_in_the_sandbox_too():
     assert done.returncode == 0, done.stderr[-3000:]
     said = done.stdout.strip().splitlines()[-1]
     assert said.startswith("uid 65534 python 3.") and said.endswith(" home []"), said  # it ran, HOME untouched
+
+
+@pytest.mark.slow
+@needs_sandbox
+def test_compile_reads_the_interpreters_toolchain_in_the_sandbox(tmp_path, monkeypatch):
+    """`popkit compile --python P` learns P's torch by running P: in the sandbox, as every step that runs it."""
+    from popkit.errors import PopkitError
+    from popkit.run import compile as compiler
+
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("POPKIT_HOME", str(tmp_path / "popkit-home"))
+    python = wrapper(tmp_path, sys.executable)
+    submission = tmp_path / "submission.py"
+    submission.write_text("def custom_kernel(data):\n    return data * 2\n")
+    try:
+        compiler.compile_submission(submission, task=str(DOUBLE), python=str(python), timeout_s=120)
+    except PopkitError:
+        pass  # a file with no extension to build may be refused; what matters is where the interpreter ran
+    assert list(home.iterdir()) == []

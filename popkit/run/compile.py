@@ -175,7 +175,7 @@ def compile_submission(path: Path | str, *, task: str | None = None, roots: Sequ
     base = dict(submission=str(path), target=target, extensions=tuple(smap.extension_names()),
                 task=found_task.name if found_task else None, test_timeout_s=test_timeout)
 
-    tools = toolchain(python)
+    tools = toolchain(python, scripts=sandbox.scripts_for())  # the interpreter starts as an eval's does
     if target == "hip" and not tools.hip:
         return _hip_device_build(text, str(path), arch, static, notes, tools, say, base)
     toolkit, said = toolkit_for_builds(cuda_home_problem()) if tools.cuda else (None, "")
