@@ -320,15 +320,17 @@ def verify(evidence_file: PathLike, *, task: Optional[str] = None, roots: Roots 
 
 def submit(submission: Submission, *, mode: str = "leaderboard", gpu: Optional[str] = None,
            leaderboard: Optional[str] = None, gate: str = "none", dry_run: bool = False, task: Optional[str] = None,
-           roots: Roots = (), timeout_s: float = SUBMIT_TIMEOUT_S, guard: bool = True,
+           roots: Roots = (), timeout_s: float = SUBMIT_TIMEOUT_S, guard: bool = True, harness: str = "popkit",
            progress: Optional[Progress] = None) -> SubmitResult:
     """`popkit submit`: check, the local `gate` (none, test, leaderboard), then popcorn-cli; `dry_run` sends
-    nothing and returns the exact command (the gate still runs). `timeout_s` waits for popcorn-cli."""
+    nothing and returns the exact command (the gate still runs). `timeout_s` waits for popcorn-cli. The gate is
+    judged by `harness`: popkit's sealed harness by default here, as for every run of the API."""
     requests.in_range("timeout_s", timeout_s, 1, MAX_TIMEOUT_S)
+    options = requests.run_options(harness=harness)
     with _paths([submission]) as (path,):
         return submitter.submit(path, mode=mode, gpu=gpu, leaderboard=leaderboard, gate=gate, dry_run=dry_run,
                                 task=task, roots=task_roots(list(roots)), timeout_s=timeout_s, guard=guard,
-                                progress=progress)
+                                run_options=options, progress=progress)
 
 
 # ----------------------------------------------------------------------------------------- history

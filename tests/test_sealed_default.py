@@ -35,7 +35,9 @@ def _home(tmp_path, monkeypatch):
     lambda tmp: api.bench(GOOD, task=DOUBLE, record=False),
     lambda tmp: api.bench(GOOD, GOOD, task=DOUBLE, rounds=4, record=False),  # an A/B
     lambda tmp: api.tune(GOOD, tmp / "out.py", task=DOUBLE, record=False),
-], ids=["test", "bench", "ab", "tune"])
+    lambda tmp: api.submit(GOOD, gate="test", dry_run=True, task=DOUBLE, gpu="H100", leaderboard="double",
+                           guard=False),  # an agent's gate
+], ids=["test", "bench", "ab", "tune", "submit-gate"])
 def test_the_api_judges_with_popkits_harness_unless_told_and_names_a_task_it_cannot(call, tmp_path):
     with pytest.raises(UsageError) as refused:
         call(tmp_path)
@@ -95,3 +97,10 @@ def test_cli_tune_judges_with_popkits_harness_by_default(tmp_path):
     result = CliRunner().invoke(app, ["tune", GOOD, "-o", str(tmp_path / "out.py"), "--task", DOUBLE, "--json"])
     assert result.exit_code == 2 and json.loads(result.stdout)["message"] == NO_REFERENCE, result.output
     assert not (tmp_path / "out.py").exists()
+
+
+def test_an_agents_gate_runs_the_tasks_own_eval_only_when_told_and_says_so():
+    result = api.submit(GOOD, gate="test", dry_run=True, task=DOUBLE, gpu="H100", leaderboard="double", guard=False,
+                        harness="task")
+    gate = api.document(result)["gate"]
+    assert (gate["outcome"], gate["harness"], gate["judged"]) == ("passed", "task", "open")

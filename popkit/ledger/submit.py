@@ -26,6 +26,7 @@ from popkit.model.tasks import MODES
 from popkit.progress import Progress
 from popkit.run import proc
 from popkit.run import runner
+from popkit.run import warm
 from popkit.run.protocol import random_secret_seeds
 from popkit.run.runner import RunOptions
 
@@ -134,6 +135,7 @@ def run_gate(plan: SubmitPlan, path: Path, content: bytes, task_spec: str | None
     mode = "test" if plan.gate == "test" else "leaderboard"
     if options is None:
         options = runner.RunOptions()
+    warm.refuse_unfit(task, options.harness)  # a gate popkit's harness cannot judge is refused, never run openly
     if mode == "leaderboard" and not options.secret_seeds:
         options = replace(options, secret_seeds=random_secret_seeds(1))
     return runner.run_submission(task, path, mode, options, progress=progress, content=content)

@@ -285,12 +285,12 @@ TOOLS: tuple[Tool, ...] = (
           "task": _string("Task for the local gate (default: the leaderboard name)."), "tasks_root": ROOTS,
           "timeout": {"type": "number", "minimum": 1, "maximum": MAX_TIMEOUT_S, "default": SUBMIT_TIMEOUT_S,
                       "description": "Seconds to wait for popcorn-cli."},
-          "guard": _flag("Also run KernelGuard when installed.", True)},
+          "guard": _flag("Also run KernelGuard when installed.", True), "harness": RUN_OPTIONS["harness"]},
          lambda a, p: api.submit(submission_of(a), mode=a.get("mode", "leaderboard"), gpu=a.get("gpu"),
                                  leaderboard=a.get("leaderboard"), gate=a.get("gate", "none"),
                                  dry_run=not a.get("confirm", False), task=a.get("task"),
                                  roots=a.get("tasks_root") or (), timeout_s=a.get("timeout", SUBMIT_TIMEOUT_S),
-                                 guard=a.get("guard", True), progress=p),
+                                 guard=a.get("guard", True), harness=a.get("harness", "popkit"), progress=p),
          device=lambda a: a.get("gate", "none") != "none"),
 )
 
