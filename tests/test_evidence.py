@@ -128,3 +128,19 @@ def test_a_pytorch_example_on_the_cpu_round_trips(cli, tmp_path):
     if "missing" in statuses:  # only where the CPU sizing kept other shapes on one side
         assert any("--allow-cpu sizing" in note for note in doc["notes"]) and result.exit_code == 1
     assert all(s["comparison"]["from_samples"] for s in doc["shapes"] if s["status"] != "missing")
+
+
+def test_popkits_harness_is_hashed_where_it_judges():
+    files = evidence.harness_files("popkit")
+    assert {"eval.py", "popkit_trusted.py", "popkit_worker.py"} <= set(files)
+    assert files["eval.py"] == hashlib.sha256((ROOT / "tasks" / "eval.py").read_bytes()).hexdigest()
+    assert evidence.harness_files("task") == {}
+
+
+def test_another_harness_than_the_recorded_one_is_refused_with_exit_3(cli, tmp_path):
+    out = _written(cli, tmp_path)
+    _rewrite(out, lambda d: d["task"].update(harness_files={**evidence.harness_files("popkit"),
+                                                             "popkit_trusted.py": "0" * 64}))
+    result = cli("verify", out, "--task", DOUBLE)
+    assert result.exit_code == 3 and "popkit's harness here differs from the one that judged the run: " \
+                                      "popkit_trusted.py" in result.output

@@ -1,16 +1,17 @@
 """Evidence of a run that anyone can re-check: `bench --evidence OUT` writes it, `popkit verify OUT` re-runs it.
 
-One JSON file (schema popkit/evidence/1): the submission's bytes (base64) and sha256, each task file's sha256,
-popkit's version, the machine (GPU, driver, clocks, torch, CUDA), the run's options and secret seeds, the whole
-RunReport (every case's verdict, raw samples where the harness keeps them, the score), and `digest`, the sha256 of
-everything else in canonical JSON. The digest catches a file changed after it was written (an edit, a truncation);
-it is no signature: whoever rewrites the content can write a new digest, which is why verify re-runs the bytes.
+One JSON file (schema popkit/evidence/1): the submission's bytes (base64) and sha256, each task file's sha256
+(and each file of popkit's harness where it judged), popkit's version, the machine (GPU, driver, clocks, torch,
+CUDA), the run's options and secret seeds, the whole RunReport (every case's verdict, raw samples where the
+harness keeps them, the score), and `digest`, the sha256 of everything else in canonical JSON. The digest catches
+a file changed after it was written (an edit, a truncation); it is no signature: whoever rewrites the content can
+write a new digest, which is why verify re-runs the bytes.
 
 verify refuses before running when the file was tampered with (exit 1, naming what), when this machine's GPU is
-not the recorded one (exit 11) and when the task's files differ (exit 3); then it runs the same bytes the same way
-here and compares each timed shape with the A/B's statistics (popkit.measure.shapes): a shape reproduces when the ratio
-here / recorded has a 95% interval that spans 1 or lies within the tolerance (default 5%) of it, and every case's
-verdict is the one recorded.
+not the recorded one (exit 11) and when the task's files or popkit's harness differ (exit 3); then it runs the
+same bytes the same way here and compares each timed shape with the A/B's statistics (popkit.measure.shapes): a
+shape reproduces when the ratio here / recorded has a 95% interval that spans 1 or lies within the tolerance
+(default 5%) of it, and every case's verdict is the one recorded.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from popkit import __version__
+from popkit import __version__, resources
 from popkit.errors import EnvironmentProblem, ExitCode, PopkitError, TaskError, UsageError
 from popkit.machine import nvml
 from popkit.measure import shapes
@@ -53,6 +54,14 @@ def task_hashes(task: Task) -> dict[str, str]:
     """sha256 of each file the task hands the eval (the submission's slot left out), by its name there."""
     return {f.name: hashlib.sha256((task.path / f.source).read_bytes()).hexdigest()
             for f in task.files if f.source != SUBMISSION_SOURCE}
+
+
+def harness_files(harness: str) -> dict[str, str]:
+    """sha256 of each file of popkit's harness, by name, when it judges the run (`harness` popkit); else {}. A
+    bundled task lists them among its own files; a public task run under popkit's harness does not."""
+    if harness != "popkit":
+        return {}
+    return {name: hashlib.sha256(path.read_bytes()).hexdigest() for name, path in resources.harness_paths().items()}
 
 
 def clocks() -> dict[str, str] | None:
@@ -86,7 +95,8 @@ def document(outcome: workflows.RunOutcome, request: workflows.Request) -> dict[
         "schema": SCHEMA, "popkit": __version__, "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "submission": {"name": source.path.name, "sha256": hashlib.sha256(source.content).hexdigest(),
                        "bytes_b64": base64.b64encode(source.content).decode()},
-        "task": {"name": outcome.task.name, "leaderboard": report.leaderboard, "files": task_hashes(outcome.task)},
+        "task": {"name": outcome.task.name, "leaderboard": report.leaderboard, "files": task_hashes(outcome.task),
+                 "harness_files": harness_files(request.options.harness)},
         "machine": machine(report),
         "run": {"mode": request.mode, "harness": request.options.harness, "allow_cpu": request.allow_cpu,
                 "secret_seeds": list(report.secret_seeds), "world_size": request.options.world_size},
@@ -228,6 +238,13 @@ def verify(path: Path, *, tolerance: float = DEFAULT_TOLERANCE, task: str | None
     if differing:
         raise TaskError(f"{path}: the task's files here differ from the recorded ones: {', '.join(differing)}",
                         "verify with the task files the evidence was made with (--task DIR)")
+    recorded_harness = doc["task"].get("harness_files") or {}
+    here_harness = harness_files("popkit") if recorded_harness else {}
+    changed = sorted(k for k in set(here_harness) | set(recorded_harness)
+                     if here_harness.get(k) != recorded_harness.get(k))
+    if changed:
+        raise TaskError(f"{path}: popkit's harness here differs from the one that judged the run: {', '.join(changed)}",
+                        f"verify with the popkit that wrote it ({doc.get('popkit')})")
     options = RunOptions(harness=doc["run"]["harness"], secret_seeds=tuple(doc["run"]["secret_seeds"]),
                          world_size=doc["run"].get("world_size"), **({"python": python} if python else {}))
     probe = sandbox.probe(options.python, isolation=options.isolation)
