@@ -321,6 +321,28 @@ def test_no_private_name_is_imported_across_modules_or_by_scripts():
     assert not found, "private names used outside their module (make them public or move the code):\n" + "\n".join(found)
 
 
+def test_a_private_module_is_used_only_inside_its_package():
+    """`popkit/PKG/_x.py` is PKG's own: other packages reach what it does through PKG's public modules."""
+    found = []
+    for path in list(module_files().values()) + sorted(SCRIPTS.glob("*.py")):
+        owner = path.parent.relative_to(ROOT).as_posix().replace("/", ".") if path.is_relative_to(ROOT) else ""
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("popkit"):
+                names = [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names if a.name.startswith("popkit")]
+            else:
+                continue
+            for name in names:
+                parts = name.split(".")
+                private = next((i for i, p in enumerate(parts) if p.startswith("_") and not p.startswith("__")), None)
+                if private is None or not (ROOT / "/".join(parts[:private + 1])).with_suffix(".py").exists():
+                    continue
+                if ".".join(parts[:private]) != owner:
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {name}")
+    assert not found, "a package's private module used from outside it:\n" + "\n".join(found)
+
+
 def test_the_private_name_finder_finds_both_forms(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("from popkit.run.runner import _cases\nfrom popkit import runner as r\nr._where(1)\nr.__doc__\n")

@@ -3,7 +3,7 @@
 `ray.init()` would start the instance's processes (GCS, raylet, their agents, Ray's workers) as children of popkit:
 killed by SIGKILL, popkit runs no handler, the GCS and raylet follow it but their agents (`ray::DashboardAgent`,
 `ray::RuntimeEnvAgent`) live on for minutes, and the session folder (logs, sockets) stays in TMPDIR. So popkit
-starts the instance's head itself, `ray start --head --block`, below its watchdog (popkit/run/_watchdog.py `own`):
+starts the instance's head itself, `ray start --head --block`, below its watchdog (popkit's watchdog in its `own` mode):
 a child subreaper, so every process of the instance stays in its tree whatever it does, which kills that whole
 tree when popkit's pipe to it closes (popkit ends the block, or the kernel closes it because popkit died) and then
 removes the instance's folder. popkit then joins the head as a driver (`ray.init(address=...)`), which starts no
@@ -32,11 +32,10 @@ from pathlib import Path
 from typing import IO, Any, Callable, Iterator, Mapping
 
 from popkit.errors import EnvironmentProblem
-from popkit.run import _watchdog
 from popkit.run import proc
 
 START_TIMEOUT_S = 180.0  # `ray start` takes 3-7 s; a machine busy compiling may take much longer
-STOP_WAIT_S = _watchdog.KILL_WAIT_S * 6  # the watchdog kills the tree (2 s at most) and removes the folder
+STOP_WAIT_S = proc.KILL_WAIT_S * 6  # the watchdog kills the tree (2 s at most) and removes the folder
 AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_TOKEN")
 SOCKET_PATH_MAX = 107  # a unix socket's path, less its final NUL
 # The longest socket path Ray makes below the folder's parent (a session name holds a date, a time and a pid)
@@ -138,7 +137,7 @@ def started(slots: int | None, object_store_bytes: int, config: Mapping[str, Any
         for fd in (lifeline_w, status_r):
             os.close(fd)
         log.close()
-        _watchdog.force_remove(str(folder))
+        proc.force_remove(folder)
         raise
     finally:
         for fd in (lifeline_r, status_w):
@@ -155,7 +154,7 @@ def started(slots: int | None, object_store_bytes: int, config: Mapping[str, Any
             reaper.wait()
         os.close(status_r)
         log.close()
-        _watchdog.force_remove(str(folder))  # a watchdog that could not is not waited for again
+        proc.force_remove(folder)  # a watchdog that could not is not waited for again
 
 
 def _wait_for_address(folder: Path, reaper: subprocess.Popen, log: IO[bytes]) -> str:

@@ -56,7 +56,16 @@ _PROTECTED: list[bool] = []
 
 
 def watchdog_argv(*args: str) -> list[str]:
+    """The command line of popkit's watchdog (run/_watchdog.py) in one of its modes, for a process to start."""
     return [sys.executable or "python3", "-I", "-S", str(WATCHDOG), *args]
+
+
+KILL_WAIT_S = _watchdog.KILL_WAIT_S  # the longest a watchdog takes to kill a tree
+
+
+def force_remove(path: Path | str) -> bool:
+    """Remove a folder a child of popkit wrote, whatever modes it left (the watchdog's own removal)."""
+    return _watchdog.force_remove(str(path))
 
 
 class Buffer:
