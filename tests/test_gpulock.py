@@ -150,3 +150,36 @@ def test_run_mode_holds_the_gpu_lock_while_the_eval_runs(nvidia, tmp_path, monke
         runner.run_mode(FakeWorkspace(), "eval.py", "leaderboard", [{"size": 1}], timeout_s=5,
                         options=runner.RunOptions())
     assert seen == {"locked": True}
+
+
+def test_a_sessions_helper_script_shares_the_gpu_as_a_test_does(nvidia, tmp_path, monkeypatch):
+    """risk's run and tune's probes run the submission on the GPU: never beside a timed eval."""
+    from types import SimpleNamespace
+
+    from popkit.run import runner
+
+    seen = {}
+
+    class FakeWorkspace:
+        executor = SimpleNamespace(env=dict)
+
+        def add(self, name, data):
+            pass
+
+        def run(self, *args, **kwargs):
+            for key, how in (("exclusive_refused", fcntl.LOCK_EX), ("shared_granted", fcntl.LOCK_SH)):
+                fd = os.open(tmp_path / "nvidia-0.lock", os.O_RDONLY)
+                try:
+                    fcntl.flock(fd, how | fcntl.LOCK_NB)
+                    seen[key] = how == fcntl.LOCK_SH
+                except BlockingIOError:
+                    seen[key] = how == fcntl.LOCK_EX
+                finally:
+                    os.close(fd)
+            return "done"
+
+    monkeypatch.setattr(gpulock, "LOCK_DIR", tmp_path)
+    session = SimpleNamespace(sides={"": SimpleNamespace(workspace=FakeWorkspace())},
+                              options=runner.RunOptions(), env=lambda: {})
+    assert runner.RunSession.script(session, "probe.py", b"", [], 5) == "done"
+    assert seen == {"exclusive_refused": True, "shared_granted": True}

@@ -344,10 +344,13 @@ class RunSession:
         return step, tampered
 
     def script(self, name: str, source: bytes, args: Sequence[str], timeout_s: float, side: str = "") -> proc.Finished:
-        """A helper script of popkit's (`source`, written as `name`) run in the side's workspace as its evals run."""
+        """A helper script of popkit's (`source`, written as `name`) run in the side's workspace as its evals run,
+        sharing the GPU as a test-mode eval does (it runs the submission or the task's code, timing nothing)."""
         ws = self.sides[side].workspace
         ws.add(name, source)
-        return ws.run(self.options.python, name, list(args), self.env(), timeout_s)
+        env = self.env()
+        with gpulock.timing("test", ws.executor.env(env)):
+            return ws.run(self.options.python, name, list(args), env, timeout_s)
 
     # ------------------------------------------------------------------------------------ the runs
 
