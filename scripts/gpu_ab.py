@@ -163,7 +163,7 @@ def build(lab: Lab) -> None:
 
     def one(task: str) -> tuple[str, int, float]:
         start = time.monotonic()
-        outcome = api.test(lab.subs[task]["a"], task=str(lab.tmp / "tasks" / task), precompile=True,
+        outcome = api.test(lab.subs[task]["a"], harness="task", task=str(lab.tmp / "tasks" / task), precompile=True,
                            record=False)
         step = outcome.report.precompile
         code = step.exit_code if step is not None else 0
@@ -202,7 +202,7 @@ def calibrate(lab: Lab, task: str, kind: str) -> None:
     b = subs["b"] if kind == "self" else subs["slow"]
     log(f"calibrate {task} {kind}: {EXTRA_SHAPES} shapes, {FIRST_LOOK} rounds")
     start = time.monotonic()
-    outcome = api.bench(subs["a"], b, task=str(lab.extended_task(task)), precompile=False, budget_s=1.0,
+    outcome = api.bench(subs["a"], b, harness="task", task=str(lab.extended_task(task)), precompile=False, budget_s=1.0,
                         record=False, progress=lambda msg: log(f"  {msg}"))
     record(lab, task, kind, "calibrate", api.document(outcome), time.monotonic() - start, api.exit_code(outcome))
 

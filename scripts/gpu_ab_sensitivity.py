@@ -249,7 +249,7 @@ def one_task(run: Run, task: str, found: dict, repeats: int) -> None:
     a.write_text(source)
     task_dir = str(ROOT / "tasks" / task)
     log(f"{task}: bench A for each shape's time")
-    base = api.bench(a, task=task_dir, record=False)
+    base = api.bench(a, harness="task", task=task_dir, record=False)
     cases = base.report.runs_of("benchmark")[0].benchmarks if base.report.runs_of("benchmark") else ()
     if api.exit_code(base) or not cases:
         run.results["skipped"].append(f"{task}: bench of cuda.py did not pass (exit {api.exit_code(base)})")
@@ -273,7 +273,8 @@ def one_task(run: Run, task: str, found: dict, repeats: int) -> None:
                 log(f"{task} {kind}: skipped, {run.left_s():.0f} s left")
                 continue
             start = time.monotonic()
-            outcome = api.bench(a, files[kind], task=task_dir, record=False, progress=lambda m: log(f"  {m}"))
+            outcome = api.bench(a, files[kind], harness="task", task=task_dir, record=False,
+                                progress=lambda m: log(f"  {m}"))
             seconds = time.monotonic() - start
             run.results["abs"].append({"task": task, "kind": kind, "seconds": seconds,
                                        "exit_code": api.exit_code(outcome), "report": api.document(outcome)})

@@ -138,7 +138,7 @@ async def run_task(client: Client, case: dict, env: dict, pairs: int, out: Path)
     row["check_ok"] = check["exit_code"] == 0
     built = await client.call(f"{key}: compile", "compile", submission=sub, task=task)
     row["compile"] = (built["doc"] or {}).get("status")
-    test = await client.call(f"{key}: test", "test", submission=sub, task=task)
+    test = await client.call(f"{key}: test", "test", submission=sub, task=task, harness="task")  # the CLI's harness
     code, cli_test, _ = cli_json(env, "test", sub, "--task", task)
     row["test"] = [(test["doc"] or {}).get("outcome"), cli_test.get("outcome")]
     row["test_exit"] = [test["exit_code"], code]
@@ -148,14 +148,15 @@ async def run_task(client: Client, case: dict, env: dict, pairs: int, out: Path)
         for side in (("mcp", "cli") if i % 2 == 0 else ("cli", "mcp")):
             if side == "mcp":
                 bench = await client.call(f"{key}: bench {i}", "bench", submission=sub, task=task, leaderboard=True,
-                                          secret_runs=0)
+                                          secret_runs=0, harness="task")
                 row["mcp_scores_s"].append(score(bench["doc"]))
             else:
                 _, doc, _ = cli_json(env, "bench", sub, "--task", task, "--leaderboard", "--secret-runs", "0")
                 row["cli_scores_s"].append(score(doc))
     mine, theirs = [s for s in row["mcp_scores_s"] if s], [s for s in row["cli_scores_s"] if s]
     row["score_ratio"] = statistics.median(mine) / statistics.median(theirs) if mine and theirs else None
-    ab = await client.call(f"{key}: A/B", "bench", submission=sub, source_b=Path(sub).read_text(), task=task)
+    ab = await client.call(f"{key}: A/B", "bench", submission=sub, source_b=Path(sub).read_text(), task=task,
+                           harness="task")
     row["ab_verdict"] = ((ab["doc"] or {}).get("score") or {}).get("verdict")
     row["ab_rounds"] = (ab["doc"] or {}).get("rounds")
     row["ok"] = bool(row["new_ok"] and row["check_ok"] and row["test"] == ["passed", "passed"]
@@ -178,7 +179,7 @@ async def cancel_run(client: Client, case: dict, tmp: Path) -> dict:
     async with anyio.create_task_group() as group:
         async def bench():
             await client.session.call_tool("bench", {"submission": case["slow"], "task": case["task"],
-                                                     "leaderboard": True, "secret_runs": 0},
+                                                     "harness": "task", "leaderboard": True, "secret_runs": 0},
                                            progress_callback=seen)
             outcome["finished_before_cancel"] = True
 

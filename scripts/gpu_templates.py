@@ -154,7 +154,8 @@ def time_softmax(template, hand) -> dict:
 
 
 def ab_matmul(template: Path, task_dir: Path, budget_s: float) -> dict:
-    doc = api.document(api.bench(HAND["matmul"], template, task=str(task_dir), rounds=8, budget_s=budget_s,
+    doc = api.document(api.bench(HAND["matmul"], template,
+                                 harness="task", task=str(task_dir), rounds=8, budget_s=budget_s,
                                  record=False, progress=lambda m: log(f"matmul A/B: {m}")))
     score = doc.get("score") or {}
     shapes = [{"shape": s["spec"], "example_us": round(statistics.median(s["a_ns"]) / 1e3, 1) if s["a_ns"] else None,
@@ -240,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise SystemExit("a build failed: " + json.dumps(res["builds"]))
             for task, path in files.items():
                 log(f"test {path.name}")
-                outcome = api.test(path, task=task, record=False)
+                outcome = api.test(path, harness="task", task=task, record=False)
                 res["tests"][task] = outcome.report.outcome
                 ok &= api.exit_code(outcome) == 0
             save()

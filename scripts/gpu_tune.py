@@ -108,7 +108,8 @@ def prebuild(rows: list[dict], tmp: Path) -> dict:
 
     def one(row: dict) -> tuple[str, dict]:
         start = time.monotonic()
-        report = api.tune(row["file"], tmp / "prebuilt" / row["file"].name, task=str(row["task"]), max_variants=1,
+        report = api.tune(row["file"], tmp / "prebuilt" / row["file"].name,
+                          harness="task", task=str(row["task"]), max_variants=1,
                           confirm=1, rounds=4, per_shape=False, record=False, force=True)
         failed = [v.message for v in report.variants if v.outcome == "compile_failed"]
         return row["name"], {"builds": report.builds, "seconds": round(time.monotonic() - start, 1),
@@ -203,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
             budget = max(30.0, left / (len(rows) - n) - MARGIN_S)
             log(f"tune {row['name']}: {row['file'].name}, budget {budget:.0f} s")
             t0 = time.monotonic()
-            report = api.tune(row["file"], tmp / "out" / f"{row['file'].stem}_tuned.py", task=str(row["task"]),
+            report = api.tune(row["file"], tmp / "out" / f"{row['file'].stem}_tuned.py",
+                              harness="task", task=str(row["task"]),
                               max_variants=args.max_variants, confirm=1, rounds=4, ab_budget_s=30.0, budget_s=budget,
                               record=False, force=True, progress=lambda m, name=row["name"]: log(f"{name}: {m}"))
             doc = api.document(report)

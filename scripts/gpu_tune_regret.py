@@ -223,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
             share = left / (len(rows) - n)
             log(f"{row['name']}: tune on {args.points or 'every'} point(s), then each x {args.repeats}; {share:.0f} s")
             t0 = time.monotonic()
-            report = api.tune(row["file"], tmp / "out" / f"{row['file'].stem}_tuned.py", task=str(row["task"]),
+            report = api.tune(row["file"], tmp / "out" / f"{row['file'].stem}_tuned.py",
+                              harness="task", task=str(row["task"]),
                               max_variants=args.points or 10_000, seed=args.seed, per_shape=False, record=False,
                               force=True, budget_s=max(90.0, 0.45 * share), always_ab=args.always_ab,
                               allow_cpu=args.dry_run, progress=lambda m, name=row["name"]: log(f"{name}: {m}"))
