@@ -67,8 +67,9 @@ def test_possible_times_and_unknown_devices_leave_the_run_alone():
 
 @pytest.mark.slow
 def test_the_runner_fails_an_impossible_time(tmp_path, monkeypatch):
-    """The CPU gets an absurdly low 'peak' here, so the doubler's honest time beats it."""
-    monkeypatch.setattr(gpus, "GPUS", (gpus.Gpu("cpu", "none", "", 1.0, None, "CPU", leaderboard=False),))
+    """The CPU's floor (its measured copy bandwidth times the margin) is made absurdly low here, so the doubler's
+    honest time beats it."""
+    monkeypatch.setattr(gpus, "CPU_COPY_MARGIN", 1e-12)
     ws = Executor().new_workspace(tmp_path)
     main = ws.prepare(load_task(DOUBLER), b"def custom_kernel(d):\n    return d['x'] * d['scale']\n")
     run = runner.run_mode(ws, main, "benchmark", [{"size": 1000, "seed": 3}], timeout_s=120,
