@@ -1,16 +1,16 @@
 #!/usr/bin/env python3
-"""`popkit tune` on a GPU: the bundled softmax and matmul CUDA templates and the public pmpp_v2 vectoradd.
+"""`popkit tune` on a GPU: the bundled softmax and matmul CUDA templates and the public pmpp_v2 vectoradd and grayscale.
 
 Run from the repository root on a CUDA machine with popkit importable (no network needed):
 
     python3 scripts/gpu_tune.py --out OUTDIR [--tasks-root .refk/problems] [--minutes 8]
 
 What it does, in this order (about 7 minutes on an H100 from a cold build cache):
-  render   `popkit new --task softmax` and `--task matmul` (CUDA, inline), and the bundled vectoradd template
-           for the public pmpp_v2 vectoradd_py task (two float16 (N, N) tensors and their sum; pmpp_v2 passes an
-           output buffer as a third input, which the rendered entry takes and leaves),
+  render   `popkit new --task softmax` and `--task matmul` (CUDA, inline), and the bundled vectoradd and
+           grayscale templates for the public pmpp_v2 vectoradd_py and grayscale_py tasks (pmpp_v2 passes an
+           output buffer as the last input, which the rendered entry takes and leaves),
            each declaring its launch geometry tunable with every grid point compiled into one extension;
-  build    the one build of each file's grid, the three at once: a one-variant `popkit tune` of each (its
+  build    the one build of each file's grid, all at once: a one-variant `popkit tune` of each (its
            build stage: the probe, then the compile pre-step in the grid's extensions folder under popkit's
            data folder, then that variant's check), so the tunes after it find them built; its wall time is
            reported apart;
@@ -47,6 +47,10 @@ sys.path.insert(0, str(ROOT))
 from popkit import api  # noqa: E402
 
 PUBLIC = Path("pmpp_v2") / "vectoradd_py"
+# The public tasks tuned with a bundled template: folder, template task, and the entry's unpacking rewritten to
+# take pmpp_v2's output buffer (vectoradd: (A, B, C); grayscale: (rgb, gray)).
+PUBLIC_TASKS = ((PUBLIC, "vectoradd", ("\n    a, b = data\n", "\n    a, b, _ = data\n")),
+                (Path("pmpp_v2") / "grayscale_py", "grayscale", ("\n    rgb = data\n", "\n    rgb, _ = data\n")))
 ROOTS = (ROOT / ".refk" / "problems", Path("/work/refk/problems"))
 MATMUL_DROPPED = {"m": 8192, "n": 8192, "k": 8192}
 MARGIN_S = 20.0  # kept back from each task's budget for what runs after its last stage (the final check)
@@ -68,14 +72,16 @@ def plan(tmp: Path, tasks_root: Path | None, dry_run: bool) -> list[dict]:
             task_dir = trimmed_matmul(tmp)
         rows.append({"name": name, "task": task_dir, "file": rendered(tmp, name, name)})
     root = tasks_root or next((r for r in ROOTS if (r / PUBLIC).is_dir()), None)
-    if root is None or not (root / PUBLIC).is_dir():
-        raise SystemExit(f"no {PUBLIC} under {tasks_root or ' or '.join(map(str, ROOTS))}: pass --tasks-root")
-    public = rendered(tmp, "vectoradd", "vectoradd_v2")
-    text = public.read_text()
-    assert "\n    a, b = data\n" in text, "the bundled vectoradd template's entry changed: adapt it to pmpp_v2 here"
-    # pmpp_v2's vectoradd passes (A, B, C), C an output buffer; the template returns a new tensor.
-    public.write_text(text.replace("\n    a, b = data\n", "\n    a, b, _ = data\n"))
-    rows.append({"name": "pmpp_v2 vectoradd", "task": root / PUBLIC, "file": public})
+    if root is None or not all((root / path).is_dir() for path, _, _ in PUBLIC_TASKS):
+        wanted = " and ".join(str(path) for path, _, _ in PUBLIC_TASKS)
+        raise SystemExit(f"no {wanted} under {tasks_root or ' or '.join(map(str, ROOTS))}: pass --tasks-root")
+    for path, template, (entry, public_entry) in PUBLIC_TASKS:
+        public = rendered(tmp, template, f"{template}_v2")
+        text = public.read_text()
+        assert entry in text, f"the bundled {template} template's entry changed: adapt it to {path} here"
+        # pmpp_v2 passes an output buffer as the last input; the rendered entry takes it and returns a new tensor.
+        public.write_text(text.replace(entry, public_entry))
+        rows.append({"name": f"pmpp_v2 {template}", "task": root / path, "file": public})
     return rows
 
 

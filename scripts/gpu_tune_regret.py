@@ -6,7 +6,7 @@ Run from the repository root on a CUDA machine with popkit importable (no networ
     python3 scripts/gpu_tune_regret.py --out OUTDIR [--points 10] [--repeats 3] [--minutes 8] [--tasks-root DIR]
 
 Per task (the bundled softmax and matmul CUDA templates from `popkit new`, matmul without its 8192^3 shape as
-in scripts/gpu_tune.py; with --tasks-root, also the public pmpp_v2 vectoradd):
+in scripts/gpu_tune.py; with --tasks-root, also the public pmpp_v2 vectoradd and grayscale):
   build       every file's grid built at once, before anything is timed (scripts/gpu_tune.py's one-variant
               tune of each; its wall time apart), so the tunes find their grids built (0 builds);
   tune        `popkit tune` with --max-variants (--points) and --seed: the grid of the file's `#!POPKIT tune`
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="evals per point in the exhaustive run")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--minutes", type=float, default=8.0, help="the whole run's time budget")
-    parser.add_argument("--tasks-root", type=Path, default=None, help="also the public pmpp_v2 vectoradd")
+    parser.add_argument("--tasks-root", type=Path, default=None, help="also the public pmpp_v2 vectoradd and grayscale")
     parser.add_argument("--only", default="", help="comma-separated task names (softmax, matmul, ...)")
     parser.add_argument("--always-ab", action="store_true", help="tune confirms by A/B even when the race decides")
     parser.add_argument("--dry-run", action="store_true", help="the CPU fixture task instead of the GPU tasks")
