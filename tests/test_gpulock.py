@@ -183,3 +183,44 @@ def test_a_sessions_helper_script_shares_the_gpu_as_a_test_does(nvidia, tmp_path
                               options=runner.RunOptions(), env=lambda: {})
     assert runner.RunSession.script(session, "probe.py", b"", [], 5) == "done"
     assert seen == {"exclusive_refused": True, "shared_granted": True}
+
+
+def _warm_pair(task_mode="test"):
+    from popkit.model.tasks import load_task
+    from popkit.run import runner, warm
+    from popkit.run.executor import Executor
+    from test_watch import CHILD_ENV, DOUBLER, HONEST
+
+    return warm.WarmPair(load_task(DOUBLER), task_mode, HONEST, runner.RunOptions(env=CHILD_ENV), Executor())
+
+
+def test_a_warm_pairs_start_up_waits_while_a_timed_eval_holds_its_gpu(nvidia, tmp_path, monkeypatch):
+    """The start-up uses the GPU (context, inputs): it never starts beside a timed eval; discard() ends the wait."""
+    monkeypatch.setattr(gpulock, "LOCK_DIR", tmp_path)
+    holder = _holder(tmp_path / "nvidia-0.lock")  # a timed eval on GPU 0
+    try:
+        pair = _warm_pair()
+        time.sleep(0.5)
+        pair.discard()
+        assert pair._done is None, "the pair's eval started while a timed eval held the GPU"
+        assert isinstance(pair._error, EnvironmentProblem) and "stopped" in str(pair._error)
+        assert not pair.alive
+    finally:
+        holder.stdin.close()
+        holder.wait()
+
+
+@pytest.mark.slow
+def test_a_warm_pair_frees_its_gpu_once_ready(nvidia, tmp_path, monkeypatch):
+    """Ready, the pair holds nothing: a timed eval may take the GPU while it waits for `go`."""
+    monkeypatch.setattr(gpulock, "LOCK_DIR", tmp_path)
+    pair = _warm_pair()
+    try:
+        assert pair._watch.ready.wait(120), pair._error
+        fd = os.open(tmp_path / "nvidia-0.lock", os.O_RDONLY | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(fd)
+    finally:
+        pair.discard()

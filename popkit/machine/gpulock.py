@@ -6,8 +6,9 @@ then fails honest kernels as `time forged` or `unsynchronized work` (eight evals
 So a timed mode (benchmark, leaderboard, profile) holds an OS lock per GPU it runs on, exclusively, for the
 eval's life; test mode holds it shared (its kernels would time-slice a timed run's calls, and the trace audit
 fails a call 10 µs late), so tests run beside tests but never beside a timed run. A timed eval that waits
-passes a gate first that later tests queue behind, so a stream of tests cannot starve it. The kernel drops a
-lock when its holder dies, so a killed run blocks nobody.
+passes a gate first that later tests queue behind, so a stream of tests cannot starve it. A warm pair's start-up
+(`popkit test --watch`: the device, the cases' inputs) holds it shared until the pair is ready, and its `go`
+locks anew for the mode. The kernel drops a lock when its holder dies, so a killed run blocks nobody.
 
 The locks live in one folder of the machine's temporary directory (not a user's HOME, which tests and users
 point elsewhere), shared by every user: a lock file is opened read-only (flock needs no write access), never
@@ -71,10 +72,11 @@ def _open(name: str, folder: Path) -> int | None:
 @contextlib.contextmanager
 def timing(mode: str, env: Mapping[str, str], gpu_count: int | None = None, *,
            waiting: Callable[[str], None] | None = None, folder: Path | None = None,
-           wait_s: float = WAIT_S) -> Iterator[list[str]]:
+           wait_s: float = WAIT_S, stop: Callable[[], bool] | None = None) -> Iterator[list[str]]:
     """Hold the lock of every GPU a `mode` eval under `env` runs on, for the `with` block: exclusively for a
     timed mode, shared otherwise. Yields the locked names ([] on a CPU, or where locking is not possible).
-    `waiting` hears once that another run holds one. Raises EnvironmentProblem after `wait_s` of waiting."""
+    `waiting` hears once that another run holds one. Raises EnvironmentProblem after `wait_s` of waiting, or as
+    soon as `stop()` says the wait is no longer wanted."""
     folder = LOCK_DIR if folder is None else folder
     timed = mode in TIMED_MODES
     deadline = time.monotonic() + wait_s
@@ -89,13 +91,13 @@ def timing(mode: str, env: Mapping[str, str], gpu_count: int | None = None, *,
                         os.close(unused)
                 continue
             try:
-                _acquire(gate, name, fcntl.LOCK_EX, waiting, deadline, wait_s)
+                _acquire(gate, name, fcntl.LOCK_EX, waiting, deadline, wait_s, stop)
                 if timed:  # hold the gate while waiting: tests that come later queue behind this run
-                    _acquire(fd, name, fcntl.LOCK_EX, waiting, deadline, wait_s)
+                    _acquire(fd, name, fcntl.LOCK_EX, waiting, deadline, wait_s, stop)
                 else:
                     os.close(gate)
                     gate = None
-                    _acquire(fd, name, fcntl.LOCK_SH, waiting, deadline, wait_s)
+                    _acquire(fd, name, fcntl.LOCK_SH, waiting, deadline, wait_s, stop)
             except BaseException:
                 os.close(fd)
                 raise
@@ -112,7 +114,7 @@ def timing(mode: str, env: Mapping[str, str], gpu_count: int | None = None, *,
 
 
 def _acquire(fd: int, name: str, how: int, waiting: Callable[[str], None] | None, deadline: float,
-             wait_s: float) -> None:
+             wait_s: float, stop: Callable[[], bool] | None = None) -> None:
     told = False
     while True:
         try:
@@ -126,6 +128,8 @@ def _acquire(fd: int, name: str, how: int, waiting: Callable[[str], None] | None
             waiting(f"waiting for GPU {name}: another popkit eval is timing on it" if how == fcntl.LOCK_SH else
                     f"waiting for GPU {name}: another popkit eval is using it")
             told = True
+        if stop is not None and stop():
+            raise EnvironmentProblem(f"GPU {name}: the wait for it was stopped", "start the run again")
         if time.monotonic() > deadline:
             raise EnvironmentProblem(f"GPU {name}: another popkit eval has held it for {wait_s:.0f} s",
                                      f"find the process holding {LOCK_DIR}/{name}.lock (fuser), or stop it")

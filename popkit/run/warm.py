@@ -26,7 +26,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from popkit.errors import UsageError
 from popkit.machine import gpulock
@@ -119,6 +119,25 @@ class Result:
     warmup_s: float | None  # seconds from the pair's start to `popkit.warm: ready` (None: never ready)
 
 
+class _Hold:
+    """A lock's `with` block held from `take()` to the first `release()`, which any thread may call (the pair's
+    thread, or the pipe's reader when the ready line comes)."""
+
+    def __init__(self, block: contextlib.AbstractContextManager):
+        self._block, self._held, self._lock = block, False, threading.Lock()
+
+    def take(self) -> None:
+        with self._lock:
+            self._block.__enter__()
+            self._held = True
+
+    def release(self) -> None:
+        with self._lock:
+            if self._held:
+                self._held = False
+                self._block.__exit__(None, None, None)
+
+
 class _PipeWatch:
     """proc.run's `watch` for a pair: notices the ready line, then passes the run's pipe on (live progress)."""
 
@@ -128,6 +147,7 @@ class _PipeWatch:
         self.ready = threading.Event()
         self.ready_at: float | None = None
         self.live = None  # beside.LiveProgress, set at `go`
+        self.on_ready: Callable[[], None] | None = None  # called once, when the ready line has come
 
     def __call__(self, data: bytes) -> None:
         if self.looking and data:
@@ -138,6 +158,8 @@ class _PipeWatch:
             if self.head.startswith(READY_LINE):
                 self.ready_at = time.monotonic()
                 self.ready.set()
+                if self.on_ready is not None:
+                    self.on_ready()
             data = bytes(self.head[len(READY_LINE):] if self.ready.is_set() else self.head)
         live = self.live
         if live is not None:
@@ -201,6 +223,16 @@ class WarmPair:
     def _run(self, control_read: int) -> None:
         convention = protocol.POPKIT_HARNESS
         env = self.session.env(**convention.env(None, None))
+        # The start-up uses the GPU (its context, the cases' inputs, the flush buffer), so it holds the GPU as a
+        # test-mode eval does until `ready`: it never runs beside another eval's timed calls. `go` locks anew.
+        start_up = _Hold(gpulock.timing("test", self.workspace.executor.env(env), stop=lambda: self._kill))
+        self._watch.on_ready = start_up.release
+        try:
+            start_up.take()
+        except BaseException as exc:  # a GPU held past gpulock.WAIT_S: the verdict says so
+            os.close(control_read)
+            self._error = exc
+            return
         try:
             self._done = self.workspace.run(
                 self.options.python, self.main, [self.mode, self.cases_name], env, IDLE_S,
@@ -208,6 +240,8 @@ class WarmPair:
                 inputs={convention.control_fd_env: control_read}, deadline=self._deadline)
         except BaseException as exc:  # an interpreter that cannot start: the verdict says so
             self._error = exc
+        finally:
+            start_up.release()
 
     def go(self, content: bytes, progress: Progress) -> Result | None:
         """Judge `content`: into the workspace, the pre-step where a cold run has one, then `go` and the run's
