@@ -18,7 +18,7 @@ Parts (comma-separated, in this order):
             verify` of it here; the lead verifies the same file on a second host with
             `python -m popkit verify results/vectoradd-cuda.evidence.json`
 
-Results go to OUT/submit_check.json (rewritten after every part) and OUT/submit_check.md; the table of checks
+Results go to OUT/submit_check.json (rewritten after every step) and OUT/submit_check.md; the table of checks
 is printed last.
 """
 
@@ -162,12 +162,13 @@ def main(argv: list[str] | None = None) -> int:
                         results[name] = result
                         print(f"[{time.strftime('%H:%M:%S')}] {name}: exit {result['exit']} in {result['seconds']} s",
                               flush=True)
+                        save()  # a run cut short keeps every step that ended
         else:
             for name, command in steps:
                 results[name] = run(command)
                 print(f"[{time.strftime('%H:%M:%S')}] {name}: exit {results[name]['exit']} in "
                       f"{results[name]['seconds']} s", flush=True)
-        save()
+                save()
     rows = checks(results)
     (args.out / "submit_check.md").write_text(table(rows) + "\n")
     print(table(rows))

@@ -94,11 +94,11 @@ def shape_times(report: Any) -> tuple[float, ...] | str:
 
 def exhaustive(task: str, path: Path, points: Sequence[dict], repeats: int, deadline: float, build_root: str,
                folder: Path, bench: Callable[..., Any] = api.bench, clock: Callable[[], float] = time.monotonic,
-               allow_cpu: bool = False) -> list[dict]:
+               allow_cpu: bool = False, on_repeat: Callable[[list[dict]], None] = lambda rows: None) -> list[dict]:
     """Every point `repeats` times (at least MIN_REPEATS, more only before `deadline`), rounds alternating in order,
     each one benchmark-mode eval (`api.bench`, not recorded) in the extensions folder tune built the grid in.
-    The variant files are written under `folder`. Returns per point: label, values, scores (s, one per passed
-    eval), failures, eval wall times."""
+    The variant files are written under `folder`; `on_repeat` gets the rows after every repeat (a run cut short
+    keeps them). Returns per point: label, values, scores (s, one per passed eval), failures, eval wall times."""
     text = path.read_text()
     folder.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -121,6 +121,7 @@ def exhaustive(task: str, path: Path, points: Sequence[dict], repeats: int, dead
             else:
                 row["scores"].append(api.score(times, outcome.report.ranking_by))
         log(f"exhaustive: repeat {rep + 1}/{repeats} of {len(rows)} points")
+        on_repeat(rows)
     for row in rows:
         row["path"] = str(row["path"])
     return rows
@@ -231,9 +232,17 @@ def main(argv: list[str] | None = None) -> int:
             doc = api.document(report)
             points = [p for p in points_of(report) if p["passed"]]
             picked = report.winner_label or next((v.label for v in report.variants if v.incumbent), "")
+
+            def keep(rows: list[dict], name: str = row["name"], doc: dict = doc) -> None:
+                """What this task has measured so far, written before the exhaustive run ends."""
+                results["raw"][name] = {"points": [{**r, "path": str(r["path"])} for r in rows], "tune": doc}
+                (args.out / "regret.json").write_text(json.dumps(results, indent=1, default=str))
+
+            keep([])
             found_points = exhaustive(str(row["task"]), row["file"], points, args.repeats,
                                       deadline=t0 + share, build_root=report.build_root,
-                                      folder=tmp / "points" / row["file"].stem, allow_cpu=args.dry_run)
+                                      folder=tmp / "points" / row["file"].stem, allow_cpu=args.dry_run,
+                                      on_repeat=keep)
             found = regret(found_points, picked)
             results["tasks"].append(summary(row["name"], found_points, doc, found))
             results["raw"][row["name"]] = {"points": found_points, "tune": doc}

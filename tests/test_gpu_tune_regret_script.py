@@ -101,9 +101,12 @@ def test_exhaustive_times_every_point_in_alternating_rounds_in_tunes_build(tmp_p
     assert len(by["CHUNK=4096"]["scores"]) == 3 and by["CHUNK=1000"]["failures"] and not by["CHUNK=1000"]["scores"]
     assert regret_script.regret(rows, "CHUNK=4096")["rank"] == 1
     assert by["CHUNK=4096"]["scores"][0] == pytest.approx(math.sqrt(5e3 * 10e3) / 1e9, rel=0.02)  # geom, in s
+    kept: list[int] = []  # what a run cut short has written: every repeat's evals, as each repeat ends
     short = regret_script.exhaustive(str(TASK_DIR), path, points, 5, deadline=-1.0, build_root="",
-                                     folder=tmp_path / "again", bench=bench)
+                                     folder=tmp_path / "again", bench=bench,
+                                     on_repeat=lambda rows: kept.append(sum(len(r["eval_s"]) for r in rows)))
     assert all(len(r["eval_s"]) == regret_script.MIN_REPEATS for r in short)  # past the deadline: the least
+    assert kept == [len(points), 2 * len(points)]
 
 
 @pytest.mark.slow

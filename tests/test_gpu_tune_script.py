@@ -21,11 +21,13 @@ PROBLEMS = next((r for r in gpu_tune.ROOTS if (r / gpu_tune.PUBLIC).is_dir()), N
 @pytest.mark.skipif(PROBLEMS is None, reason="no public problem sets here")
 def test_the_plan_renders_tunable_grids_and_trims_matmul(tmp_path):
     rows = {r["name"]: r for r in gpu_tune.plan(tmp_path, None, dry_run=False)}
-    assert set(rows) == {"softmax", "matmul", "pmpp_v2 vectoradd"}
+    assert set(rows) == {"softmax", "matmul", "pmpp_v2 vectoradd", "pmpp_v2 grayscale"}
     sizes = {name: len(list(tunespec.load(r["file"]).points())) for name, r in rows.items()}
-    assert sizes == {"softmax": 20, "matmul": 22, "pmpp_v2 vectoradd": 20}
+    assert sizes == {"softmax": 20, "matmul": 22, "pmpp_v2 vectoradd": 20, "pmpp_v2 grayscale": 15}
     assert rows["pmpp_v2 vectoradd"]["task"] == PROBLEMS / gpu_tune.PUBLIC
+    assert rows["pmpp_v2 grayscale"]["task"] == PROBLEMS / "pmpp_v2" / "grayscale_py"
     assert "\n    a, b, _ = data\n" in rows["pmpp_v2 vectoradd"]["file"].read_text()  # pmpp_v2 passes (A, B, C)
+    assert "\n    rgb, _ = data\n" in rows["pmpp_v2 grayscale"]["file"].read_text()  # and (rgb, gray)
     shapes = yaml.safe_load((rows["matmul"]["task"] / "task.yml").read_text())["benchmarks"]
     assert len(shapes) == 3 and all(s["m"] != 8192 for s in shapes)
 
