@@ -713,3 +713,15 @@ def test_rays_auth_token_is_made_private_without_following_a_link(tmp_path):
     token.unlink()
     token.symlink_to(other)
     assert not private_token(token) and stat.S_IMODE(other.stat().st_mode) == 0o644
+
+
+def test_a_local_instances_workers_import_the_drivers_popkit(tmp_path, monkeypatch):
+    """A checkout that is not installed goes first on the workers' import path; an installed popkit does not (its
+    workers find it, and site-packages never goes before the standard library)."""
+    checkout = tmp_path / "checkout"
+    env = ray_local.head_env(tmp_path, {"PYTHONPATH": "/elsewhere", "HOME": "/h"})
+    assert env["PYTHONPATH"] == ray_local.import_path({"PYTHONPATH": "/elsewhere"}).get("PYTHONPATH", "/elsewhere")
+    assert ray_local.import_path({}, checkout) == {"PYTHONPATH": str(checkout)}
+    assert ray_local.import_path({"PYTHONPATH": str(checkout)}, checkout) == {}  # already first
+    monkeypatch.setattr("site.getsitepackages", lambda: [str(checkout)])
+    assert ray_local.import_path({"PYTHONPATH": "/elsewhere"}, checkout) == {}

@@ -14,7 +14,9 @@ Ray's socket paths), mode 0700, every process in it started
 with umask 077: Ray's temp_dir (sessions, logs, sockets), the TMPDIR of the instance's processes (the workers'
 runs make their working folders there), an empty working folder (Ray puts a process's folder on every worker's
 import path) and the instance's token. Ray's token authentication stays on, with a fresh token for the
-instance in that folder (RAY_AUTH_TOKEN_PATH): nothing is written to ~/.ray. The dashboard is not started.
+instance in that folder (RAY_AUTH_TOKEN_PATH): nothing is written to ~/.ray. The dashboard is not started. The
+instance's workers import the popkit the driver runs: its folder goes first on their PYTHONPATH unless it is an
+installed one (import_path).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from popkit.run import proc
 START_TIMEOUT_S = 180.0  # `ray start` takes 3-7 s; a machine busy compiling may take much longer
 STOP_WAIT_S = proc.KILL_WAIT_S * 6  # the watchdog kills the tree (2 s at most) and removes the folder
 AUTH_ENV = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_TOKEN")
+POPKIT_SOURCE = Path(__file__).resolve().parents[2]  # the folder holding this popkit package
 SOCKET_PATH_MAX = 107  # a unix socket's path, less its final NUL
 # The longest socket path Ray makes below the folder's parent (a session name holds a date, a time and a pid)
 SOCKET_TAIL = len("/popkit-ray-XXXXXXXX/r/session_YYYY-MM-DD_HH-MM-SS_UUUUUU_PPPPPPP/sockets/plasma_store")
@@ -71,11 +74,27 @@ def head_argv(folder: Path, slots: int | None, object_store_bytes: int, config: 
 
 
 def head_env(folder: Path, env: Mapping[str, str]) -> dict[str, str]:
-    """The instance's environment: `env`, with its token in the folder and its temporary files in it."""
+    """The instance's environment: `env`, with its token in the folder and its temporary files in it, and the
+    folder this popkit was imported from first on the import path (import_path)."""
     out = {k: v for k, v in env.items() if k not in AUTH_ENV and k != "RAY_ADDRESS"}
     out.update(auth_env(folder), TMPDIR=str(folder / "tmp"), RAY_TMPDIR=str(folder / "tmp"),
-               RAY_USAGE_STATS_ENABLED="0")
+               RAY_USAGE_STATS_ENABLED="0", **import_path(env))
     return out
+
+
+def import_path(env: Mapping[str, str], source: Path = POPKIT_SOURCE) -> dict[str, str]:
+    """PYTHONPATH for the instance's workers, where they would not import this popkit: a checkout that is not
+    installed (found through the working folder or a PYTHONPATH of the driver's own) or another version than
+    their Python's. `source`, the folder holding this popkit, goes first; {} where it is one of Python's
+    site-packages folders (an installed popkit: its workers find it there, and it never goes before the standard
+    library) or already first."""
+    import site
+
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    installed = {Path(p).resolve() for p in (*site.getsitepackages(), site.getusersitepackages())}
+    if source.resolve() in installed or (paths and Path(paths[0]).resolve() == source.resolve()):
+        return {}
+    return {"PYTHONPATH": os.pathsep.join([str(source), *paths])}
 
 
 def auth_env(folder: Path) -> dict[str, str]:
