@@ -242,12 +242,13 @@ def tune(submission: Submission, output: PathLike, *, task: Optional[str] = None
          per_shape: bool = True, resume: bool = False, force: bool = False, allow_cpu: bool = False,
          devices: Optional[Sequence[str]] = None, python: Optional[str] = None, harness: str = "popkit",
          keep_workdir: bool = False, world_size: Optional[int] = None, record: bool = True,
-         progress: Optional[Progress] = None, always_ab: bool = False) -> TuneReport:
+         progress: Optional[Progress] = None, always_ab: bool = False, cold_race: bool = False) -> TuneReport:
     """`popkit tune`: every launch geometry the file's `#!POPKIT tune` lines allow, built, checked, raced and the
     finalists confirmed by A/Bs against the incumbent (`against`, default the file); the fastest is written to
     `output` (never the input; `force` replaces an existing file). `budget_s` stops new work (0: none);
     `rounds`/`ab_budget_s` bound each A/B; `devices` spreads checks and race evals over local GPUs; `always_ab`
-    confirms by A/B even when the race's own rounds separate the finalists."""
+    confirms by A/B even when the race's own rounds separate the finalists; `cold_race` runs every race eval cold
+    rather than through warm pairs started a few at a time ahead (docs/tune.md)."""
     for name, value, low, high in (("max_variants", max_variants, 1, 10_000), ("seed", seed, 0, None),
                                    ("budget_s", budget_s, 0, None), ("confirm", confirm, 1, 8),
                                    ("rounds", rounds, 4, None), ("ab_budget_s", ab_budget_s, 0, None),
@@ -259,7 +260,8 @@ def tune(submission: Submission, output: PathLike, *, task: Optional[str] = None
     options = requests.run_options(python=python, harness=harness, keep_workdir=keep_workdir, world_size=world_size)
     settings = tuner.TuneSettings(engine=engine, max_variants=max_variants, seed=seed, budget_s=budget_s,
                                   confirm=confirm, ab_rounds=rounds, ab_budget_s=ab_budget_s, jobs=jobs,
-                                  per_shape=per_shape, resume=resume, record=record, race_decides=not always_ab)
+                                  per_shape=per_shape, resume=resume, record=record, race_decides=not always_ab,
+                                  warm_race=not cold_race)
     files = [submission] + ([against] if against is not None else [])
     with _paths(files) as paths:
         source = Source.read(paths[0])

@@ -161,7 +161,8 @@ def summary(name: str, points: Sequence[dict], report: dict, found: dict) -> dic
             "exhaustive_s": round(exhaustive_s, 1), "tune_s": round(spent, 1),
             "share": round(spent / exhaustive_s, 3) if exhaustive_s else None,
             "build_s": round(sum(p["seconds"] for p in report.get("phases", ()) if p["name"] == "build"), 1),
-            "tune_wall_s": round(report.get("duration_s", 0.0), 1), "exit_code": report.get("exit_code")}
+            "tune_wall_s": round(report.get("duration_s", 0.0), 1), "exit_code": report.get("exit_code"),
+            "race_evals": report.get("race_evals", "")}
 
 
 def _regret_text(row: dict) -> str:
@@ -176,7 +177,8 @@ def _regret_text(row: dict) -> str:
 def markdown(results: dict) -> str:
     lines = [f"`python3 scripts/gpu_tune_regret.py` on {results['device']}, "
              f"{results['started_at'][:16].replace('T', ' ')} UTC ({results['total_s']:.0f} s in all, "
-             f"{results.get('prebuild_s', 0):.0f} s of them the grids' builds, all at once):", "",
+             f"{results.get('prebuild_s', 0):.0f} s of them the grids' builds, all at once; race evals "
+             f"{' / '.join(sorted({r.get('race_evals') or '?' for r in results['tasks']}))}):", "",
              "| task | points x repeats | best point | tune's pick (rank) | regret [95% CI] | decided by |"
              " tune's eval time | exhaustive time | share | tune's builds |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -202,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks-root", type=Path, default=None, help="also the public pmpp_v2 vectoradd and grayscale")
     parser.add_argument("--only", default="", help="comma-separated task names (softmax, matmul, ...)")
     parser.add_argument("--always-ab", action="store_true", help="tune confirms by A/B even when the race decides")
+    parser.add_argument("--cold-race", action="store_true", help="tune's race evals cold, not through warm pairs")
     parser.add_argument("--dry-run", action="store_true", help="the CPU fixture task instead of the GPU tasks")
     args = parser.parse_args(argv)
     if args.repeats < MIN_REPEATS or args.points < 0:
@@ -228,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
                               harness="task", task=str(row["task"]),
                               max_variants=args.points or 10_000, seed=args.seed, per_shape=False, record=False,
                               force=True, budget_s=max(90.0, 0.45 * share), always_ab=args.always_ab,
+                              cold_race=args.cold_race,
                               allow_cpu=args.dry_run, progress=lambda m, name=row["name"]: log(f"{name}: {m}"))
             doc = api.document(report)
             points = [p for p in points_of(report) if p["passed"]]

@@ -676,3 +676,62 @@ def test_tune_sizes_a_gpu_task_on_a_cpu_as_bench_does(task, monkeypatch):
     fitted, notes = tune.sized_task(task, Source.read(SUBMISSION), runner.RunOptions(), True)
     assert seen == [("benchmark", True)] and len(fitted.benchmarks) == 1
     assert notes and "size: 999" in notes[0] and "not leaderboard-faithful" in notes[0]
+
+
+# ------------------------------------------------------------------------------------- warm race evals
+
+
+class _Pair:
+    """A stand-in warm pair: what Ahead asks of one."""
+
+    def __init__(self, key, log):
+        self.key, self.log, self.session = key, log, self
+        log.append(("start", key))
+
+    def go(self, content, progress):
+        self.log.append(("go", self.key))
+        return type("Result", (), {"runs": (content,)})()
+
+    def report(self, runs, started=None, t0=None):
+        return runs
+
+    def discard(self):
+        self.log.append(("discard", self.key))
+
+
+def test_ahead_starts_its_pairs_a_batch_at_a_time_and_ends_what_it_did_not_use():
+    """A start-up holds the GPU shared and a `go` exclusively, so pairs start together, once the last batch is used."""
+    from popkit.run import warm
+
+    log: list = []
+    with warm.Ahead(lambda key: _Pair(key, log), depth=2) as ahead:
+        for i, key in enumerate("abc"):
+            ahead.refill(list("abcd"[i:]))
+            assert ahead.run(key, key.encode(), lambda _m: None) == (key.encode(),)
+    assert log == [("start", "a"), ("start", "b"), ("go", "a"), ("discard", "a"), ("go", "b"), ("discard", "b"),
+                   ("start", "c"), ("start", "d"), ("go", "c"), ("discard", "c"), ("discard", "d")]
+
+
+def test_warm_race_evals_need_cpus_for_start_ups_side_by_side():
+    assert [tune.ahead_depth(n) for n in (1, 2, 7, 8, 12, 16, 128)] == [0, 0, 0, 2, 3, 4, 4]
+
+
+@pytest.mark.slow
+def test_race_evals_through_warm_pairs_time_and_pick_as_cold_evals_do(tmp_path, monkeypatch):
+    """Every race eval goes through a warm pair (the checks and the final check stay cold), and the race picks
+    the variant cold evals pick: the fixture's fastest by 3x or more."""
+    from popkit.run import warm
+
+    monkeypatch.setattr(tune, "ahead_depth", lambda cpus=None: 2)
+    gone = []
+    real_go = warm.WarmPair.go
+    monkeypatch.setattr(warm.WarmPair, "go", lambda self, *a, **k: gone.append(self.mode) or real_go(self, *a, **k))
+    report = tune.run_tune(load_task(TASK_DIR), SUBMISSION, tmp_path / "out.py", runner.RunOptions(harness="popkit"),
+                           tune.TuneSettings(confirm=1, record=False, per_shape=False))
+    race = next(p for p in report.phases if p.name == "race")
+    assert gone and set(gone) == {"benchmark"} and len(gone) == race.evals
+    assert report.winner_label == "CHUNK=4096"
+    assert all(len(v.rounds) >= 1 for v in report.variants if v.label in ("CHUNK=256", "CHUNK=4096"))
+    cold = tune.run_tune(load_task(TASK_DIR), SUBMISSION, tmp_path / "cold.py", runner.RunOptions(harness="popkit"),
+                         tune.TuneSettings(confirm=1, record=False, per_shape=False, warm_race=False))
+    assert len(gone) == race.evals and cold.winner_label == report.winner_label

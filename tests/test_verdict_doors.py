@@ -154,7 +154,15 @@ def tunable(task: str, folder: Path) -> Path:
     return path
 
 
-def test_tune_drops_each_cheating_variant_by_name_and_never_picks_one(tasks, tmp_path):
+@pytest.mark.parametrize("race", ["cold", "warm"])
+def test_tune_drops_each_cheating_variant_by_name_and_never_picks_one(tasks, tmp_path, race, monkeypatch):
+    """Cold race evals, and warm ones (pairs started ahead, as on a machine of 8 CPUs or more)."""
+    from popkit.run import warm
+    from popkit.tuning import workflow
+
+    monkeypatch.setattr(workflow, "ahead_depth", lambda cpus=None: 2 if race == "warm" else 0)
+    gone, real_go = [], warm.WarmPair.go
+    monkeypatch.setattr(warm.WarmPair, "go", lambda self, *a, **k: gone.append(self.mode) or real_go(self, *a, **k))
     task, out = "vectoradd", tmp_path / "tuned.py"
     result, doc = cli("tune", str(tunable(task, tmp_path)), "--task", str(tasks / task), "-o", str(out),
                       "--confirm", "1", "--rounds", "4", "--json", "--no-history")  # the default harness: popkit
@@ -167,6 +175,7 @@ def test_tune_drops_each_cheating_variant_by_name_and_never_picks_one(tasks, tmp
     assert forged["outcome"] == "passed" and FORGED in forged["race_failure"] and not forged["rounds"], forged
     assert variants["CHEAT=0"]["outcome"] == "passed" and variants["CHEAT=0"]["rounds"]
     assert doc["winner_label"] == "CHEAT=0" and "\nCHEAT = 0\n" in out.read_text()
+    assert bool(gone) == (race == "warm") and set(gone) <= {"benchmark"}
 
 
 # ------------------------------------------------------------------------------------------- submit --gate

@@ -37,6 +37,7 @@ def tune(
     ab_budget: Annotated[float, typer.Option("--ab-budget", min=0, callback=finite, help="Seconds of each A/B after which no new pair of rounds starts (never before round 4).")] = 60.0,
     jobs: Annotated[int, typer.Option("--jobs", min=0, max=64, help="Builds and checks at once (0: up to 8, one per CPU).")] = 0,
     always_ab: Annotated[bool, typer.Option("--always-ab", help="Confirm the finalists by an A/B even when the race's own rounds separate them (by default those rounds decide, with no A/B).")] = False,
+    cold_race: Annotated[bool, typer.Option("--cold-race", help="Run every race eval cold, a fresh eval each, rather than through warm evals started a few at a time ahead (on machines of 8 CPUs or more).")] = False,
     per_shape: Annotated[bool, typer.Option("--per-shape/--no-per-shape", help="Where the best values differ by benchmark shape, also try a file that picks them by the input's shapes.")] = True,
     resume: Annotated[bool, typer.Option("--resume", help="Reuse checks and race times of the same variant bytes on this task, harness and device from the history.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Replace OUTPUT if it exists (never the input).")] = False,
@@ -74,7 +75,8 @@ def tune(
     check_runnable(found, submission, source.content, "benchmark")
     settings = tuner.TuneSettings(engine=engine, max_variants=max_variants, seed=seed, budget_s=budget,
                                   confirm=confirm, ab_rounds=rounds, ab_budget_s=ab_budget, jobs=jobs,
-                                  per_shape=per_shape, resume=resume, record=history, race_decides=not always_ab)
+                                  per_shape=per_shape, resume=resume, record=history, race_decides=not always_ab,
+                                  warm_race=not cold_race)
     with common.progress_printer(json) as progress:
         found, notes = tuner.sized_task(found, source, options, allow_cpu, progress)
         report = tuner.run_tune(found, submission, output, options, settings, against=against, force=force,

@@ -13,6 +13,9 @@ cold eval runs it and exits. The pair's workspace, pre-step, decoding and tamper
 
 A pair is used once: it is discarded after its verdict (or when the watch stops), its processes killed and
 its folder removed, and the watch starts a new one. No process that ran submission code is ever reused.
+
+`Ahead` starts several pairs at once for evals that run one after another (tune's race rounds): their start-ups
+overlap, and each eval then pays its `go` alone.
 """
 
 from __future__ import annotations
@@ -25,13 +28,14 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass, replace
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from popkit.errors import UsageError
 from popkit.machine import gpulock
 from popkit.model.contract import entry_points
-from popkit.model.results import CompileStep, ModeRun
+from popkit.model.results import CompileStep, ModeRun, RunReport
 from popkit.model.tasks import Task
 from popkit.progress import Progress
 from popkit.run import proc
@@ -44,6 +48,7 @@ READY_LINE = b"popkit.warm: ready\n"  # tasks/popkit_protocol.py's WARM_READY_LI
 IDLE_S = 3600.0  # a pair that gets no `go` within this many seconds ends; the next save starts a new one
 REFERENCE_NAMES = ("generate_input", "ref_kernel", "check_implementation")  # what popkit's harness calls
 JOIN_S = 15.0  # discard(): the process tree is gone within DEADLINE_POLL_S + 2 x KILL_GRACE_S
+AHEAD = 4  # pairs an Ahead keeps starting: each holds a device context and its cases' inputs while it waits
 
 
 
@@ -301,4 +306,48 @@ class WarmPair:
         self._stack.close()
 
 
-__all__ = ["WarmPair", "Result", "harness_for", "unfit_reason", "refuse_unfit", "READY_LINE", "IDLE_S"]
+class Ahead:
+    """Warm pairs started ahead of their `go`, for evals that run one after another (tune's race rounds): while one
+    is judged, the next ones are starting, so their start-ups (a process tree, torch's import, the device, the
+    inputs) overlap one another instead of each eval paying its own. Each start-up holds its GPU shared and each
+    `go` exclusively (machine/gpulock.py), so no start-up runs beside a timed eval. Keys name the evals; every pair
+    is used once (`run`) or discarded (`close`)."""
+
+    def __init__(self, make: Callable[[Any], WarmPair], depth: int = AHEAD):
+        self._make, self.depth = make, max(1, depth)
+        self._pairs: dict[Any, WarmPair] = {}
+
+    def refill(self, keys: Sequence[Any]) -> None:
+        """Once every started pair has been used, start the pairs of the next `depth` of `keys` (the evals to come,
+        in order) together. Not one at a time: a start-up holds the GPU shared, so a `go` waits for every start-up
+        under way, and a pair started after each `go` would make each eval wait for a whole start-up again."""
+        if not self._pairs:
+            for key in keys[:self.depth]:
+                self._pairs[key] = self._make(key)
+
+    def run(self, key: Any, content: bytes, progress: Progress) -> RunReport | None:
+        """The verdict of `content` through the key's pair (started now if it was not), as a cold eval of the same
+        session reports it; None when the pair ended before `go` (the caller runs the eval cold)."""
+        pair = self._pairs.pop(key, None) or self._make(key)
+        try:
+            started, t0 = datetime.now(timezone.utc), time.monotonic()
+            result = pair.go(content, progress)
+            return None if result is None else pair.session.report(result.runs, started=started, t0=t0)
+        finally:
+            pair.discard()
+
+    def close(self) -> None:
+        """End every pair not used (their start-ups ran no submission code)."""
+        pairs, self._pairs = list(self._pairs.values()), {}
+        for pair in pairs:
+            pair.discard()
+
+    def __enter__(self) -> "Ahead":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ = ["WarmPair", "Ahead", "Result", "harness_for", "unfit_reason", "refuse_unfit", "READY_LINE", "IDLE_S",
+           "AHEAD"]

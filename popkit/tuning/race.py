@@ -115,7 +115,8 @@ class Race:
 
     def time_round(self, states: Sequence[State], r: int) -> None:
         """Round `r`: one benchmark-mode eval of each state that has fewer rounds (a resumed time counts); one
-        at a time on this GPU, or one per GPU at a time over `devices`."""
+        at a time on this GPU (through warm pairs started a few at a time ahead, Tuner.warm_evals), or one per GPU
+        at a time over `devices`."""
         t = self.t
         shapes = len(t.task.cases_for("benchmark"))  # `ranking_by: last`: the last shape alone
         order = [s for s in (states if r % 2 else list(reversed(states))) if len(s.rounds) < r]
@@ -144,8 +145,11 @@ class Race:
 
         if t.devices:
             t.parallel(one, order, jobs=len(t.devices))
-        else:
-            for state in order:
+            return
+        with t.warm_evals(order) as ahead:
+            for i, state in enumerate(order):
+                if ahead is not None and t.stopped != "budget":
+                    ahead.refill([s.index for s in order[i:] if len(s.resumed_rounds) < r])
                 one(state)
 
     def _cut(self, alive: list[State], r: int) -> list[State]:

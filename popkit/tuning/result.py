@@ -186,6 +186,7 @@ class TuneReport:
     phases: tuple[Phase, ...] = ()  # where the wall time went, in the order the phases began
     build_root: str = ""  # where the builds live: a variant's extensions folder is BUILD_ROOT/tune-<its build>
     benchmarks: tuple[str, ...] = ()  # the benchmark shapes the race timed (specs, in the order of `rounds`)
+    race_evals: str = ""  # "warm, N ahead" (warm pairs started N at a time), or "cold: why" (Tuner.warm_reason)
     schema: str = TUNE_SCHEMA
 
     @property

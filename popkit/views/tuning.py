@@ -97,7 +97,8 @@ def show_tune(report: TuneReport, *, json: bool = False) -> None:
     for note in report.notes:
         con.print(f"[yellow]note:[/] {escape(note)}")
     if report.phases:
-        con.print("[dim]time:[/] " + " · ".join(_phase(p) for p in report.phases))
+        con.print("[dim]time:[/] " + " · ".join(_phase(p) for p in report.phases)
+                  + (f" [dim](race evals {report.race_evals})[/]" if report.race_evals else ""))
     _verdict_lines(report, con)
 
 
