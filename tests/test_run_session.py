@@ -34,7 +34,10 @@ USERS = {
     "popkit/tuning/race.py": {},
     "popkit/tuning/probe.py": {},
     "popkit/tuning/workflow.py": {"proc": {"WorkDir"}, "sandbox": {"executor_for", "probe"},
-                                  "warm": {"refuse_unfit"}},  # tune's scratch, the sizing's
+                                  "warm": {"refuse_unfit", "Ahead"}},  # tune's scratch, the sizing's, the race's pairs
+    # the race's evals through warm pairs, started as the watch starts them
+    "popkit/tuning/ahead.py": {"sandbox": {"executor_for"},
+                               "warm": {"WarmPair", "Ahead", "AHEAD", "harness_for", "unfit_reason"}},
     "popkit/distributed/worker.py": {"sandbox": {"scripts_for"}},  # parity facts, before any session
     "popkit/operations/risk.py": {"protocol": {"secret_case_seed"}},  # the seeds its plan draws, as the runner does
     "popkit/operations/watch.py": {"sandbox": {"executor_for"}, "warm": {"WarmPair", "harness_for", "unfit_reason"}},

@@ -28,6 +28,7 @@ from popkit.model.results import CaseResult, CompileStep, ModeRun, RunReport
 from popkit.model.tasks import load_task
 from popkit.run import protocol
 from popkit.run import runner
+from popkit.tuning import ahead
 from popkit.tuning import race as tunerace
 from popkit.tuning import stats as tunestats
 from popkit.tuning import workflow as tune
@@ -704,16 +705,16 @@ def test_ahead_starts_its_pairs_a_batch_at_a_time_and_ends_what_it_did_not_use()
     from popkit.run import warm
 
     log: list = []
-    with warm.Ahead(lambda key: _Pair(key, log), depth=2) as ahead:
+    with warm.Ahead(lambda key: _Pair(key, log), depth=2) as pairs:
         for i, key in enumerate("abc"):
-            ahead.refill(list("abcd"[i:]))
-            assert ahead.run(key, key.encode(), lambda _m: None) == (key.encode(),)
+            pairs.refill(list("abcd"[i:]))
+            assert pairs.run(key, key.encode(), lambda _m: None) == (key.encode(),)
     assert log == [("start", "a"), ("start", "b"), ("go", "a"), ("discard", "a"), ("go", "b"), ("discard", "b"),
                    ("start", "c"), ("start", "d"), ("go", "c"), ("discard", "c"), ("discard", "d")]
 
 
 def test_warm_race_evals_need_cpus_for_start_ups_side_by_side():
-    assert [tune.ahead_depth(n) for n in (1, 2, 7, 8, 12, 16, 128)] == [0, 0, 0, 2, 3, 4, 4]
+    assert [ahead.ahead_depth(n) for n in (1, 2, 7, 8, 12, 16, 128)] == [0, 0, 0, 2, 3, 4, 4]
 
 
 @pytest.mark.slow
@@ -722,7 +723,7 @@ def test_race_evals_through_warm_pairs_time_and_pick_as_cold_evals_do(tmp_path, 
     the variant cold evals pick: the fixture's fastest by 3x or more."""
     from popkit.run import warm
 
-    monkeypatch.setattr(tune, "ahead_depth", lambda cpus=None: 2)
+    monkeypatch.setattr(ahead, "ahead_depth", lambda cpus=None: 2)
     gone = []
     real_go = warm.WarmPair.go
     monkeypatch.setattr(warm.WarmPair, "go", lambda self, *a, **k: gone.append(self.mode) or real_go(self, *a, **k))

@@ -158,9 +158,9 @@ def tunable(task: str, folder: Path) -> Path:
 def test_tune_drops_each_cheating_variant_by_name_and_never_picks_one(tasks, tmp_path, race, monkeypatch):
     """Cold race evals, and warm ones (pairs started ahead, as on a machine of 8 CPUs or more)."""
     from popkit.run import warm
-    from popkit.tuning import workflow
+    from popkit.tuning import ahead
 
-    monkeypatch.setattr(workflow, "ahead_depth", lambda cpus=None: 2 if race == "warm" else 0)
+    monkeypatch.setattr(ahead, "ahead_depth", lambda cpus=None: 2 if race == "warm" else 0)
     gone, real_go = [], warm.WarmPair.go
     monkeypatch.setattr(warm.WarmPair, "go", lambda self, *a, **k: gone.append(self.mode) or real_go(self, *a, **k))
     task, out = "vectoradd", tmp_path / "tuned.py"

@@ -28,6 +28,7 @@ from popkit.model.results import score_s
 from popkit.resources import replace_file
 from popkit.run import runner
 from popkit.tuning import freeze as tunefreeze
+from popkit.tuning.ahead import warm_evals
 from popkit.tuning.result import PER_SHAPE, ShapeChoice, Variant
 from popkit.tuning.stats import clearly_slower, first_line, halving_evals, race_ratio, race_spec, race_stats
 
@@ -115,7 +116,7 @@ class Race:
 
     def time_round(self, states: Sequence[State], r: int) -> None:
         """Round `r`: one benchmark-mode eval of each state that has fewer rounds (a resumed time counts); one
-        at a time on this GPU (through warm pairs started a few at a time ahead, Tuner.warm_evals), or one per GPU
+        at a time on this GPU (through warm pairs started a few at a time ahead: tuning/ahead.py), or one per GPU
         at a time over `devices`."""
         t = self.t
         shapes = len(t.task.cases_for("benchmark"))  # `ranking_by: last`: the last shape alone
@@ -146,10 +147,10 @@ class Race:
         if t.devices:
             t.parallel(one, order, jobs=len(t.devices))
             return
-        with t.warm_evals(order) as ahead:
+        with warm_evals(t, order) as pairs:
             for i, state in enumerate(order):
-                if ahead is not None and t.stopped != "budget":
-                    ahead.refill([s.index for s in order[i:] if len(s.resumed_rounds) < r])
+                if pairs is not None and t.stopped != "budget":
+                    pairs.refill([s.index for s in order[i:] if len(s.resumed_rounds) < r])
                 one(state)
 
     def _cut(self, alive: list[State], r: int) -> list[State]:

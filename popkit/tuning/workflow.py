@@ -20,7 +20,6 @@ timed on this task (same harness, same device) is not run again.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import queue
@@ -31,7 +30,7 @@ import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from popkit.errors import EnvironmentProblem, SubmissionError, UsageError
 from popkit.ledger import history
@@ -49,6 +48,7 @@ from popkit.run import sandbox
 from popkit.run import warm
 from popkit.run.executor import Executor
 from popkit.submission.source import Source
+from popkit.tuning import ahead
 from popkit.tuning import probe as tuneprobe
 from popkit.tuning import search as tunesearch
 from popkit.tuning.clock import Timekeeping
@@ -78,7 +78,7 @@ class TuneSettings:
     race_decides: bool = True  # the race's own rounds may decide, with no A/B, when they separate the finalists
     resume: bool = False  # reuse checks and race times of the same bytes from the history
     record: bool = True  # record every eval in the history
-    warm_race: bool = True  # race evals through warm pairs started ahead (run.warm.Ahead) where popkit's harness judges
+    warm_race: bool = True  # race evals through warm pairs started ahead, where they can (tuning/ahead.py)
 
 
 def build_step(task: Task, path: Path, content: bytes, options: runner.RunOptions,
@@ -146,15 +146,6 @@ def sized_task(task: Task, source: Source, options: runner.RunOptions, allow_cpu
     return fitted, ((sizing.skipped_note(skipped, len(task.benchmarks)),) if skipped else ())
 
 
-def ahead_depth(cpus: int | None = None) -> int:
-    """Warm pairs a race round starts at once (run.warm.Ahead): one per 4 CPUs, at most warm.AHEAD, and 0 (cold
-    evals) below 2. A pair's start-up is two processes importing torch; on too few CPUs the start-ups queue and a
-    warm round costs more than a cold one (a 2-core machine: 28.5 s against 24.6 s for the 9 race evals of the
-    chunksum fixture, each warm `go` 0.5-0.6 s against 2.7 s for a cold eval)."""
-    depth = min(warm.AHEAD, (os.cpu_count() or 1 if cpus is None else cpus) // 4)
-    return depth if depth >= 2 else 0
-
-
 def _jobs(settings: TuneSettings) -> int:
     return settings.jobs or max(1, min(MAX_JOBS, os.cpu_count() or 1))
 
@@ -201,7 +192,7 @@ class Tuner(Timekeeping):
         self.builds = 0
         self.notes: list[str] = []
         self.stopped = "done"
-        self.ahead: warm.Ahead | None = None  # set while a race round runs its evals through warm pairs
+        self.ahead: warm.Ahead | None = None  # set while a race round runs its evals through warm pairs (ahead.py)
         self.init_time()
         self.ext_root = popkit_home() / "build"
         sha = hashlib.sha256(incumbent_content).hexdigest()
@@ -238,14 +229,12 @@ class Tuner(Timekeeping):
         Its timeout is cut to what is left of the budget: None when that cut stopped it (no verdict, not recorded)."""
         task, cut = self.bounded(self.task)
         started = self.clock()
-        warm_report = None
-        if self.ahead is not None and mode == "benchmark":
-            warm_report = self.ahead.run(state.index, state.content, progress or self.quiet)
-        if warm_report is not None:
-            report = warm_report
-        elif not self.devices:
+        report = None
+        if self.ahead is not None and mode == "benchmark":  # a race round's, through a warm pair (ahead.py)
+            report = self.ahead.run(state.index, state.content, progress or self.quiet)
+        if report is None and not self.devices:
             report = self.backend.run(task, state.path, mode, options, progress=progress, system=self.sysinfo)
-        else:
+        elif report is None:
             gpu = self._free.get()
             try:
                 options = replace(options, env={**options.env, "CUDA_VISIBLE_DEVICES": gpu})
@@ -259,43 +248,6 @@ class Tuner(Timekeeping):
         self.timed(mode, self.clock() - started)
         self.record(report, state.content)
         return report
-
-    @property
-    def warm_reason(self) -> str:
-        """Why race evals run cold ('' when they run through warm pairs): warm pairs are popkit's harness on this
-        machine's one GPU, with what a cold benchmark eval of the variant would get."""
-        if not self.settings.warm_race:
-            return "asked to run cold"
-        if self.devices or self.backend.run is not runner.run_submission:
-            return "its evals run on several GPUs or another executor"
-        if self.options.harness != "popkit" and warm.harness_for(self.task) != "task":
-            return "the task's own eval judges it, not popkit's harness"
-        if self.options.world_size is not None or self.options.keep_workdir:
-            return "a scaled world size or a kept working folder runs cold"
-        if not ahead_depth():
-            return "this machine has too few CPUs for start-ups side by side"
-        return warm.unfit_reason(self.task)
-
-    @contextlib.contextmanager
-    def warm_evals(self, states: Sequence[State]) -> Iterator[warm.Ahead | None]:
-        """For the block, benchmark evals of `states` through warm pairs started ahead (None where they run cold)."""
-        if self.warm_reason:
-            yield None
-            return
-        executor = sandbox.executor_for(self.options.isolation)
-        by_index = {s.index: s for s in states}
-
-        def make(index: int) -> warm.WarmPair:
-            state = by_index[index]
-            return warm.WarmPair(self.bounded(self.task)[0], "benchmark", state.content, self.options_for(state),
-                                 executor, path=state.path, system=self.sysinfo)
-
-        with warm.Ahead(make, ahead_depth()) as ahead:
-            self.ahead = ahead
-            try:
-                yield ahead
-            finally:
-                self.ahead = None
 
     def parallel(self, fn: Callable[[State], None], states: Sequence[State], jobs: int | None = None) -> None:
         """`fn` on every state, `jobs` at a time; an interrupt cancels what has not started."""
@@ -541,8 +493,7 @@ def run_tune(task: Task, submission: Path | str, output: Path | str, options: ru
         output=written.path, output_sha256=written.sha256, final_check=written.check, stopped=tuner.stopped,
         system=sysinfo, notes=tuple(tuner.notes), signal=signum, phases=tuner.phase_report(),
         build_root=str(tuner.ext_root), benchmarks=tuple(race_spec(c) for c in task.cases_for("benchmark")),
-        race_evals=f"cold: {tuner.warm_reason}" if tuner.warm_reason else f"warm, {ahead_depth()} ahead")
+        race_evals=ahead.race_evals(tuner))
 
 
-__all__ = ["Backend", "ENGINES", "TuneSettings", "Tuner", "ahead_depth", "build_step", "sized_task", "check_paths",
-           "run_tune"]
+__all__ = ["Backend", "ENGINES", "TuneSettings", "Tuner", "build_step", "sized_task", "check_paths", "run_tune"]
