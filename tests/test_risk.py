@@ -174,3 +174,41 @@ def test_an_output_file_larger_than_its_header_says_is_not_read(tmp_path):
         judge._read(str(tmp_path / "0-0.bin"), judge._size(entry))
     with pytest.raises(ValueError):
         judge._size({"structure": "tensor", "tensors": [{"offset": 0, "nbytes": judge.MAX_FILE_BYTES + 1}]})
+
+
+def _vectoradd():
+    from popkit.submission.source import Source
+
+    return resolve_task("vectoradd", ()), Source.read(ROOT / "submissions" / "vectoradd" / "pytorch.py")
+
+
+def test_a_kernel_that_does_not_build_is_exit_5_with_the_compilers_first_message(monkeypatch):
+    """risk sets its run up as a cold eval does (the compile pre-step, the build store), so a failed build is
+    named before anything runs."""
+    from popkit.errors import ExitCode, PopkitError
+    from popkit.model.results import CompileStep
+    from popkit.run.runner import RunOptions, RunSession
+
+    failed = CompileStep(exit_code=1, duration_s=1.0, stderr="cuda.cu: error: expected a type\nninja: build stopped")
+    scripts = []
+    monkeypatch.setattr(RunSession, "pre_step", lambda self, *a, **k: failed)
+    monkeypatch.setattr(RunSession, "script", lambda self, *a, **k: scripts.append(a))
+    task, source = _vectoradd()
+    with pytest.raises(PopkitError) as raised:
+        risk.assess(task, source, RunOptions(), repeats=2, benchmarks=False)
+    assert raised.value.exit_code == ExitCode.COMPILE_FAILED
+    assert str(raised.value).endswith("the kernel did not build: cuda.cu: error: expected a type")
+    assert not scripts  # nothing of the submission ran
+
+
+@pytest.mark.slow
+def test_the_pre_step_runs_before_the_submission_does(monkeypatch):
+    from popkit.run.runner import RunOptions, RunSession
+
+    order = []
+    real_pre, real_script = RunSession.pre_step, RunSession.script
+    monkeypatch.setattr(RunSession, "pre_step", lambda self, *a, **k: order.append("pre-step") or real_pre(self, *a, **k))
+    monkeypatch.setattr(RunSession, "script", lambda self, *a, **k: order.append("run") or real_script(self, *a, **k))
+    task, source = _vectoradd()
+    report = risk.assess(task, source, RunOptions(), repeats=2, benchmarks=False)
+    assert order == ["pre-step", "run"] and report.level == "low"

@@ -176,13 +176,23 @@ def assess(task: Task, source: Source, options: RunOptions, *, repeats: int = 3,
                          progress=progress, check=False)
     options, env, executor = session.options, session.env(), session.executor
     timeout_s = task.test_timeout + task.benchmark_timeout
-    with session.opened("popkit-risk-", preflight=False, set_up=False):
-        session.place()
+    # The files placed and the compile pre-step run as for a cold eval: a build in the store (a `popkit test`
+    # before) is reused and a new one lands there, rather than the submission's import compiling in the run's cache.
+    with session.opened("popkit-risk-", preflight=False):
+        built = session.side.precompile
+        if built is not None and built.build_failed:
+            first = built.diagnostics[0] if built.diagnostics else None
+            lines = [line.strip() for line in (built.stderr + "\n" + built.stdout).splitlines() if line.strip()]
+            where = f"{first.location}: {first.message}" if first else \
+                next((line for line in lines if "error" in line.lower()), lines[-1] if lines else "no output")[:300]
+            raise PopkitError(f"{source.path}: the kernel did not build: {where}",
+                              f"popkit compile {source.path} shows every compiler message",
+                              exit_code=ExitCode.COMPILE_FAILED)
         ws = session.workspace
         ws.write_cases(PLAN, plan)
         progress(f"running {len(planned)} cases x {repeats} calls ({executor.isolation.level})")
         done = session.script(RUN_SCRIPT, (_CHILDREN / "run_submission.py").read_bytes(), [PLAN, OUT], timeout_s)
-        notes = [line for line in [ws.tampered("popkit risk's run")] if line]
+        notes = [line for line in [session.side.tampered, ws.tampered("popkit risk's run")] if line]
         if done.timed_out or done.code != 0:
             tail = " / ".join((done.stderr.strip() or done.stdout.strip()).splitlines()[-3:])
             what = f"ran past {timeout_s:g} s" if done.timed_out else f"ended with exit {done.code}"
