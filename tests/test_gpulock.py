@@ -4,6 +4,7 @@ import fcntl
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -191,7 +192,8 @@ def _warm_pair(task_mode="test"):
     from popkit.run.executor import Executor
     from test_watch import CHILD_ENV, DOUBLER, HONEST
 
-    return warm.WarmPair(load_task(DOUBLER), task_mode, HONEST, runner.RunOptions(env=CHILD_ENV), Executor())
+    return warm.WarmPair(load_task(DOUBLER), task_mode, HONEST, runner.RunOptions(env=CHILD_ENV), Executor(),
+                         system={"device": "cpu"})
 
 
 def test_a_warm_pairs_start_up_waits_while_a_timed_eval_holds_its_gpu(nvidia, tmp_path, monkeypatch):
@@ -224,3 +226,27 @@ def test_a_warm_pair_frees_its_gpu_once_ready(nvidia, tmp_path, monkeypatch):
             os.close(fd)
     finally:
         pair.discard()
+
+
+@pytest.mark.slow
+def test_pairs_started_ahead_on_one_gpu_each_judge_in_turn(nvidia, tmp_path, monkeypatch):
+    """tune's race on a GPU: two start-ups hold the GPU shared at once, then each `go` holds it alone. The first
+    `go` waits for the other start-up to be ready, never for its own (which would never come)."""
+    from popkit.run import warm
+    from test_watch import HONEST
+
+    monkeypatch.setattr(gpulock, "LOCK_DIR", tmp_path)
+    found: dict = {}
+
+    def race() -> None:
+        with warm.Ahead(lambda _key: _warm_pair("benchmark"), depth=2) as pairs:
+            pairs.refill([0, 1])
+            found["reports"] = [pairs.run(key, HONEST, lambda _msg: None) for key in (0, 1)]
+
+    thread = threading.Thread(target=race, daemon=True)
+    thread.start()
+    thread.join(180)
+    assert not thread.is_alive(), "a `go` holds the GPU while its own start-up waits for it"
+    reports = found["reports"]
+    assert [r.outcome for r in reports] == ["passed", "passed"]
+    assert all(r.runs[0].benchmarks for r in reports)

@@ -126,10 +126,10 @@ class Result:
 
 class _Hold:
     """A lock's `with` block held from `take()` to the first `release()`, which any thread may call (the pair's
-    thread, or the pipe's reader when the ready line comes)."""
+    thread, or the pipe's reader when the ready line comes); `over` is set by every `release()`."""
 
-    def __init__(self, block: contextlib.AbstractContextManager):
-        self._block, self._held, self._lock = block, False, threading.Lock()
+    def __init__(self, block: contextlib.AbstractContextManager, over: threading.Event):
+        self._block, self._held, self._lock, self.over = block, False, threading.Lock(), over
 
     def take(self) -> None:
         with self._lock:
@@ -141,6 +141,7 @@ class _Hold:
             if self._held:
                 self._held = False
                 self._block.__exit__(None, None, None)
+        self.over.set()
 
 
 class _PipeWatch:
@@ -190,6 +191,7 @@ class WarmPair:
         self._stack = contextlib.ExitStack()
         self._go_at: float | None = None
         self._kill = False
+        self._start_up_over = threading.Event()  # the start-up's shared hold on the GPU has ended (_run)
         self._done: proc.Finished | None = None
         self._error: BaseException | None = None
         self._control = -1
@@ -230,13 +232,15 @@ class WarmPair:
         env = self.session.env(**convention.env(None, None))
         # The start-up uses the GPU (its context, the cases' inputs, the flush buffer), so it holds the GPU as a
         # test-mode eval does until `ready`: it never runs beside another eval's timed calls. `go` locks anew.
-        start_up = _Hold(gpulock.timing("test", self.workspace.executor.env(env), stop=lambda: self._kill))
+        start_up = _Hold(gpulock.timing("test", self.workspace.executor.env(env), stop=lambda: self._kill),
+                         self._start_up_over)
         self._watch.on_ready = start_up.release
         try:
             start_up.take()
-        except BaseException as exc:  # a GPU held past gpulock.WAIT_S: the verdict says so
+        except BaseException as exc:  # a GPU held past gpulock.WAIT_S, or the pair ended: the verdict says so
             os.close(control_read)
             self._error = exc
+            start_up.release()
             return
         try:
             self._done = self.workspace.run(
@@ -272,6 +276,10 @@ class WarmPair:
         progress(self.mode)
         self._watch.live = LiveProgress(progress, self.mode, len(self.cases), protocol.case_kind(self.mode))
         env = ws.executor.env(self.session.env(**protocol.POPKIT_HARNESS.env(None, None)))
+        # The mode's own hold on the GPU waits for the start-up's to end: taken first, it would wait for a start-up
+        # that waits for it. A start-up still holding the GPU after the mode's timeout is ended, and the run says so.
+        if not self._start_up_over.wait(self.timeout_s):
+            self._kill = True
         with gpulock.timing(self.mode, env, waiting=progress):  # one timed eval per GPU (machine/gpulock.py)
             self._go_at = time.monotonic()
             try:
