@@ -186,13 +186,13 @@ def test_a_sessions_helper_script_shares_the_gpu_as_a_test_does(nvidia, tmp_path
     assert seen == {"exclusive_refused": True, "shared_granted": True}
 
 
-def _warm_pair(task_mode="test"):
+def _warm_pair(mode="test"):
     from popkit.model.tasks import load_task
     from popkit.run import runner, warm
     from popkit.run.executor import Executor
     from test_watch import CHILD_ENV, DOUBLER, HONEST
 
-    return warm.WarmPair(load_task(DOUBLER), task_mode, HONEST, runner.RunOptions(env=CHILD_ENV), Executor(),
+    return warm.WarmPair(load_task(DOUBLER), mode, HONEST, runner.RunOptions(env=CHILD_ENV), Executor(),
                          system={"device": "cpu"})
 
 

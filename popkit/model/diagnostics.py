@@ -82,6 +82,16 @@ class RawDiagnostic:
 # ------------------------------------------------------------------------------ parsing the log
 
 
+def first_error(found: Iterable[Diagnostic], output: str) -> str:
+    """Why a build failed, in one line: the first compiler message placed in the submission (`found`), else the
+    first line of the build's `output` that names an error, else its first line."""
+    first = next(iter(found), None)
+    if first is not None:
+        return f"{first.location}: {first.message}"
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    return next((line for line in lines if "error" in line.lower()), lines[0] if lines else "no output")[:300]
+
+
 def parse_log(log: str, compiler: str = "gcc") -> list[RawDiagnostic]:
     """Compiler, assembler and linker messages in a build log, in order, without duplicates.
 

@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from popkit.errors import ExitCode, PopkitError, UsageError
 from popkit.machine import nvml
+from popkit.model.diagnostics import first_error
 from popkit.model.tasks import SUBMISSION_SOURCE, Task
 from popkit.run import protocol
 from popkit.run.executor import Executor
@@ -181,11 +182,8 @@ def assess(task: Task, source: Source, options: RunOptions, *, repeats: int = 3,
     with session.opened("popkit-risk-", preflight=False):
         built = session.side.precompile
         if built is not None and built.build_failed:
-            first = built.diagnostics[0] if built.diagnostics else None
-            lines = [line.strip() for line in (built.stderr + "\n" + built.stdout).splitlines() if line.strip()]
-            where = f"{first.location}: {first.message}" if first else \
-                next((line for line in lines if "error" in line.lower()), lines[-1] if lines else "no output")[:300]
-            raise PopkitError(f"{source.path}: the kernel did not build: {where}",
+            why = first_error(built.diagnostics, f"{built.stderr}\n{built.stdout}")
+            raise PopkitError(f"{source.path}: the kernel did not build: {why}",
                               f"popkit compile {source.path} shows every compiler message",
                               exit_code=ExitCode.COMPILE_FAILED)
         ws = session.workspace

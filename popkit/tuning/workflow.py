@@ -38,6 +38,7 @@ from popkit.measure import ab
 from popkit.measure import sizing
 from popkit.model import tunespec
 from popkit.model import tunetriton
+from popkit.model.diagnostics import first_error
 from popkit.model.results import CompileStep, RunReport
 from popkit.model.tasks import Task
 from popkit.progress import Progress, timed
@@ -337,9 +338,7 @@ class Tuner(Timekeeping):
             if step is not None and step.timed_out:
                 why = f"compile failed: the build ran past {BUILD_TIMEOUT_S:.0f} s"
             elif step is not None and step.build_failed:
-                first = step.diagnostics[0] if step.diagnostics else None
-                why = (f"compile failed: {first.location}: {first.message}" if first else
-                       f"compile failed: {first_line_of(step.stderr + step.stdout)}")
+                why = "compile failed: " + first_error(step.diagnostics, f"{step.stderr}\n{step.stdout}")
             elif step is not None and step.duration_s > runner.PRECOMPILE_TIMEOUT_S:
                 self.note(f"the build took {step.duration_s:.0f} s, past the leaderboard's "
                           f"{runner.PRECOMPILE_TIMEOUT_S:.0f} s compile step: there the first eval would finish it "
@@ -429,11 +428,6 @@ def mark_built(root: Path, key: str) -> None:
     folder = tuneprobe.build_dir(root, key)
     if folder.is_dir() and any(folder.rglob("*.so")):
         (folder / BUILT_MARK).write_text(key)
-
-
-def first_line_of(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if "error" in line.lower()]
-    return (lines or [line.strip() for line in text.splitlines() if line.strip()] or ["no output"])[0][:300]
 
 
 def run_tune(task: Task, submission: Path | str, output: Path | str, options: runner.RunOptions | None = None,
