@@ -169,12 +169,18 @@ def test_side_queue_cheat_fails_with_its_class_on_every_bundled_task(task, tmp_p
 @pytest.mark.slow
 @pytest.mark.parametrize("task", list(TEST_CASES))
 def test_the_side_queue_cheat_on_one_call_in_ten_fails_by_name(task, tmp_path):
-    """No share to hide under: the trace audit names the call (the drain rule wanted half of them)."""
+    """No share to hide under: the trace audit names the call (the drain rule wanted half of them).
+
+    The cheat goes to the side queue on calls 10, 20, ... of the process, so the case must take more calls than
+    that: the smallest shape, whose time is noisy enough that the leaderboard loop runs to its 100 calls. (On the
+    largest shape, an H200 stopped the leaderboard loop after 3 timed calls: with the warm-up's, fewer than 10
+    calls in all, none of them a cheating one, so the run was honest and rightly passed.)"""
     result = run(SUBMISSIONS / "cheats" / "side_stream_share.py", "leaderboard", tmp_path, task_name=task,
-                 cases=load_task(TASKS / task).benchmarks[-1:], timeout_s=600, env={"POPKIT_CHEAT_SHARE": "0.1"})
+                 cases=load_task(TASKS / task).benchmarks[:1], timeout_s=600, env={"POPKIT_CHEAT_SHARE": "0.1"})
     errors = failures(result)
     assert result.raw["trust.audit"] == "trace", result.raw.get("trust.audit_note")
-    assert result.exit_code == 112 and errors and errors[0].startswith("unsynchronized work: call "), errors
+    timed = [case.runs for case in result.benchmarks]
+    assert result.exit_code == 112 and errors and errors[0].startswith("unsynchronized work: call "), (errors, timed)
 
 
 @pytest.mark.gpu
