@@ -55,8 +55,8 @@ DEFAULT_AUDIT = "trace"
 # A call's GPU work may end at most this long after its end event. The end event's GPU time is exact to a few
 # microseconds when its start was queued while the L2 flush still ran (the start event then completes when the
 # flush does): on an H100 honest calls measured -0.3 to 1.8 µs past it, a fork-join call 3.8 µs once. The margin
-# covers that with room to spare; a cheat that escapes by less gains less than what the tracer adds to its own
-# wait and launch on another queue (15 µs and more on that H100).
+# covers that with room to spare; work on another queue that escapes by less is added to the call's time
+# (untimed_ns), since such escapes are worth having on small shapes (docs/design.md).
 TRACE_MARGIN_NS = 10_000
 # The start event counts as queued in time when the host had queued it this long before the flush could end.
 ON_TIME_SLACK_NS = 2_000
@@ -318,6 +318,7 @@ class CallAudit:
     kernel_ns: float = 0.0  # GPU time the call's own work kept some queue busy (overlaps counted once)
     gap_ns: float = 0.0  # idle GPU time between the call's first work's start and its last work's end
     launches: int = 0  # activities of the call's own work (kernels, copies, sets)
+    early_ns: float | None = None  # ns its work on another queue started before the start event (None: no such work)
 
 
 def busy_ns(work: list[GpuRecord]) -> float:
@@ -386,9 +387,25 @@ def audit_trace(records: list[GpuRecord], calls: list[tuple[float, float]],
         overrun = latest.end_ns - (flush.end_ns + event_ns) if on_time else marker_overrun
         busy = busy_ns(work)
         span = latest.end_ns - min(r.start_ns for r in work)
+        # The start event completes no earlier than the flush: work on another queue that began before the
+        # flush ended began before the call's timer did (work on the timed queue cannot: it follows the flush).
+        elsewhere = [r.start_ns for r in work if r.queue != timed_queue]
+        early = flush.end_ns - min(elsewhere) if elsewhere else None
         audits.append(CallAudit(overrun, marker_overrun, on_time, latest.queue == timed_queue, busy, span - busy,
-                                len(work)))
+                                len(work), early))
     return audits
+
+
+def untimed_ns(audit: CallAudit) -> float:
+    """GPU time of the call's own work on another queue that its events did not enclose: how long it ran past
+    the end event (when the latest-ending work is on another queue) plus how long it started before the start
+    event. 0 for work on the timed queue alone: its overrun there is only the two clocks' disagreement (an
+    honest call measured -0.3 to 1.8 µs past), never time the events missed.
+
+    A call within the audit's margin is timed with this added (Session.traced): side-queue work of a few µs
+    per call, too short to prove against the margin, gains nothing."""
+    late = audit.overrun_ns if audit.overrun_ns is not None and not audit.on_current else 0.0
+    return max(late, 0.0) + max(audit.early_ns or 0.0, 0.0)
 
 
 def us(ns: float) -> str:
@@ -396,14 +413,22 @@ def us(ns: float) -> str:
 
 
 def unsynchronized_trace(audits: list[CallAudit], margin_ns: float = TRACE_MARGIN_NS) -> str | None:
-    """The failure when any timed call's GPU work ended more than `margin_ns` after its end event, or None.
+    """The failure when any timed call's GPU work ended more than `margin_ns` after its end event, or work of it on
+    another queue started more than `margin_ns` before its start event; else None.
 
     No share of calls: GPU timestamps carry no host stall, so one late call is proof. The message names the
     call whose work ran longest past its end event, and how many calls did it.
     """
     late = [(i, a) for i, a in enumerate(audits, 1) if a.overrun_ns is not None and a.overrun_ns > margin_ns]
     if not late:
-        return None
+        early = [(i, a) for i, a in enumerate(audits, 1) if a.early_ns is not None and a.early_ns > margin_ns]
+        if not early:
+            return None
+        call, worst = max(early, key=lambda item: item[1].early_ns)
+        return (f"unsynchronized work: call {call} of {len(audits)} started GPU work on another queue "
+                f"{us(worst.early_ns)} before its start event ({len(early)} of the {len(audits)} timed calls did; "
+                "GPU timestamps), so the event time misses it: work on another queue must wait for the current "
+                "one (an event recorded on it) before it starts")
     call, worst = max(late, key=lambda item: item[1].overrun_ns)
     where = "on the timed queue" if worst.on_current else "on another queue"
     return (f"unsynchronized work: call {call} of {len(audits)} left {us(worst.overrun_ns)} of GPU work running "
@@ -418,6 +443,7 @@ class LoopResult:
     stop: str  # a stop_reason, or "failed"
     failure: dict | None  # the failing call's reply when stop == "failed"
     drains: tuple[float, ...] = ()  # per timed call (GPU only): measure_drain
+    added: list[float] | None = None  # per timed call, GPU time its events missed, added to its sample (untimed_ns)
 
 
 def timing_loop(measure: Callable[[], dict], clock_ns: Callable[[], float], budget: Budget) -> LoopResult:

@@ -116,7 +116,7 @@ class TraceAudit:
         return {"overruns": [a.overrun_ns for a in audits], "marker_overruns": [a.marker_overrun_ns for a in audits],
                 "on_time": [a.on_time for a in audits], "on_current": [a.on_current for a in audits],
                 "kernel_ns": [a.kernel_ns for a in audits], "gap_ns": [a.gap_ns for a in audits],
-                "launches": [a.launches for a in audits]}
+                "launches": [a.launches for a in audits], "early": [a.early_ns for a in audits]}
 
     def abandon(self) -> None:
         """Stop a trace this harness left running (a failed case), discarding it."""

@@ -25,7 +25,7 @@ from popkit_protocol import (AUDIT_RULES, BUDGETS, Budget, CallAudit, CasesError
                              EXIT_CUDA, EXIT_FAILED, EXIT_NO_FD, EXIT_OK, EXIT_USAGE, LEADERBOARD_SEED_STEP,
                              LoopResult, MAX_GO_BYTES, MAX_REPLY_BYTES, MODES, Stats, TRUST_CHECKS, WARMUP_SEED_STEP,
                              WARM_READY_LINE, apply_secret_seed, escape_value, format_number, format_spec,
-                             parse_cases, read_cases, summarize, timing_loop, unsynchronized_trace,
+                             parse_cases, read_cases, summarize, timing_loop, untimed_ns, unsynchronized_trace,
                              unsynchronized_work, with_seed_offset)
 from popkit_seal import make_non_dumpable
 from popkit_shared import first_line
@@ -284,7 +284,7 @@ class Session:
                     return
                 continue
             self.write_audit(prefix, loop, info.get("audit"))
-            unsynchronized = self.timing_verdict(loop, info.get("audit"))
+            unsynchronized, traced = self.timing_verdict(loop, info.get("audit"))
             if unsynchronized:
                 median = summarize(loop.samples).median
                 self._fail(prefix, {"error": unsynchronized, "message": f"the event-timed median was "
@@ -295,7 +295,7 @@ class Session:
             if info.get("forged"):
                 self._fail(prefix, {"error": info["forged"]})
                 continue
-            self.write_stats(prefix, loop)
+            self.write_stats(prefix, traced)
             if isinstance(info.get("bytes"), int) and info["bytes"] > 0:
                 self.pipe.write(f"{prefix}.bytes", info["bytes"])
 
@@ -394,32 +394,43 @@ class Session:
             self.pipe.write(f"{prefix}.overruns", numbers(audit["overruns"]))
             self.pipe.write(f"{prefix}.marker_overruns", numbers(audit.get("marker_overruns") or []))
             self.pipe.write(f"{prefix}.late_starts", sum(1 for x in audit.get("on_time") or [] if not x))
+            if isinstance(audit.get("early"), list):
+                self.pipe.write(f"{prefix}.early_starts", numbers(audit["early"]))
             for key in ("kernel_ns", "gap_ns", "launches"):  # the worker's trace, per timed call (informational)
                 values = audit.get(key)
                 if isinstance(values, list) and all(isinstance(v, (int, float)) for v in values):
                     text = ",".join(str(int(v)) for v in values) if key == "launches" else numbers(values)
                     self.pipe.write(f"{prefix}.{key}", text)
 
-    def timing_verdict(self, loop: LoopResult, audit: dict | None) -> str | None:
-        """The failure the timing audit in force gives a case's timed calls, or None (trust off: none)."""
+    def timing_verdict(self, loop: LoopResult, audit: dict | None) -> tuple[str | None, LoopResult]:
+        """The failure the timing audit in force gives a case's timed calls, or None (trust off: none), and the
+        loop whose samples the case's statistics are made of: with the trace audit, each call timed to the
+        span of its own GPU work where work on another queue outlasted its events (untimed_ns)."""
         if not self.trust or self.audit == "off":
-            return None
+            return None, loop
         if self.audit == "drain":
-            return unsynchronized_work(loop.drains)
+            return unsynchronized_work(loop.drains), loop
         if not isinstance(audit, dict):
-            return "timing audit failed: the worker sent no GPU trace for this case"
+            return "timing audit failed: the worker sent no GPU trace for this case", loop
         if audit.get("error"):
-            return f"timing audit failed: {audit['error']}"
+            return f"timing audit failed: {audit['error']}", loop
+
+        def number(x: Any) -> float | None:
+            return None if x is None else float(x)
         try:
-            audits = [CallAudit(None if o is None else float(o), None if m is None else float(m), bool(t), bool(c))
-                      for o, m, t, c in zip(audit["overruns"], audit["marker_overruns"], audit["on_time"],
-                                            audit["on_current"], strict=True)]
+            early = audit.get("early") or [None] * len(audit["overruns"])
+            audits = [CallAudit(number(o), number(m), bool(t), bool(c), early_ns=number(e))
+                      for o, m, t, c, e in zip(audit["overruns"], audit["marker_overruns"], audit["on_time"],
+                                               audit["on_current"], early, strict=True)]
         except (KeyError, TypeError, ValueError):
-            return "timing audit failed: the worker's GPU trace summary is malformed"
+            return "timing audit failed: the worker's GPU trace summary is malformed", loop
         if len(audits) != len(loop.samples):
             return (f"timing audit failed: the GPU trace holds {len(audits)} timed calls, the timing loop made "
-                    f"{len(loop.samples)}")
-        return unsynchronized_trace(audits)
+                    f"{len(loop.samples)}"), loop
+        added = [untimed_ns(a) for a in audits]
+        if any(added):
+            loop = dataclasses.replace(loop, samples=[s + a for s, a in zip(loop.samples, added)], added=added)
+        return unsynchronized_trace(audits), loop
 
     def write_stats(self, prefix: str, loop: LoopResult) -> None:
         stats = summarize(loop.samples)
@@ -427,6 +438,8 @@ class Session:
             value = getattr(stats, field.name)
             self.pipe.write(f"{prefix}.{field.name}", value if field.name == "runs" else format_number(value))
         self.pipe.write(f"{prefix}.samples", ",".join(format_number(s) for s in loop.samples))
+        if loop.added:  # per call, the GPU time on another queue its events missed, added to its sample
+            self.pipe.write(f"{prefix}.added_ns", ",".join(format_number(a) for a in loop.added))
         self.pipe.write(f"{prefix}.stop", loop.stop)
         self.pipe.write(f"{prefix}.timer", self.timer)
 

@@ -80,3 +80,21 @@ def test_the_trace_breakdown_is_read_when_the_harness_sends_it_and_shown():
     raw["benchmark.0.gap_ns"] = "1,x"  # malformed fails the case by name, as a bad sample does
     (bad,) = protocol.decode_cases(raw, "benchmark", 1)
     assert not bad.passed and "`benchmark.0.gap_ns` is '1,x'" in bad.error
+
+
+def test_time_added_from_the_trace_is_read_and_said():
+    """`added_ns`: per timed call, GPU time on another queue its events missed (its sample includes it)."""
+    from popkit.views.running import _case_lines as case_lines
+
+    raw = {"benchmark-count": "1", "benchmark.0.spec": "n: 1", "benchmark.0.status": "pass", "benchmark.0.runs": "4",
+           "benchmark.0.mean": "6000", "benchmark.0.best": "6000", "benchmark.0.worst": "6000",
+           "benchmark.0.samples": "6000,6000,6000,6000",
+           "benchmark.0.added_ns": "0,4000,0,2000"}
+    (case,) = protocol.decode_cases(raw, "benchmark", 1)
+    assert case.added_ns == (0.0, 4000.0, 0.0, 2000.0) and CaseResult.from_json(case.to_json()) == case
+    said = "\n".join(case_lines(case))
+    assert ("2 of 4 calls left GPU work on another queue outside their events; timed to their trace (+1500 ns a "
+            "call on average)") in said
+    del raw["benchmark.0.added_ns"]
+    (plain,) = protocol.decode_cases(raw, "benchmark", 1)
+    assert plain.added_ns == () and "timed to their trace" not in "\n".join(case_lines(plain))

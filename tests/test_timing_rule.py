@@ -172,6 +172,7 @@ def test_honest_calls_pass_whatever_the_host_does():
     assert len(audits) == 300
     assert all(a.overrun_ns <= 0 and a.marker_overrun_ns <= 0 for a in audits)
     assert ev.unsynchronized_trace(audits) is None
+    assert all(ev.untimed_ns(a) == 0 for a in audits)  # nothing added to an honest call's time
 
 
 def test_work_on_the_timed_queue_never_fails():
@@ -283,6 +284,40 @@ def test_escapes_within_the_margin_pass_and_just_past_it_fail():
         return ev.unsynchronized_trace(ev.audit_trace(harness.gpu.records, calls))
     assert with_overrun(ev.TRACE_MARGIN_NS) is None
     assert with_overrun(ev.TRACE_MARGIN_NS + 1) is not None
+
+
+def test_side_queue_work_too_short_for_the_margin_is_timed_to_its_trace():
+    """A small shape's side-queue cheat: its work (6 µs) ends inside the margin after the end event, so nothing
+    proves it; the call is timed to the end of its work instead, and the cheat's time is no lower than the
+    honest kernel's (on an H100 the events alone timed such calls at 1.7 µs against a median of 6.8 µs)."""
+    harness = FakeHarness()
+    harness.timed(honest(6_000))
+    harness.timed(side_queue(6_000))
+    honest_call, cheat = harness.audit()
+    assert ev.unsynchronized_trace([honest_call, cheat]) is None
+    (honest_ns, _), (event_ns, _) = harness.calls
+    assert event_ns < honest_ns  # the events alone: the cheat looks faster
+    assert ev.untimed_ns(honest_call) == 0
+    assert event_ns + ev.untimed_ns(cheat) >= honest_ns  # timed to its trace: no faster than the honest call
+
+
+def test_side_queue_work_started_before_the_start_event_fails_or_is_counted():
+    """Work put on another queue without waiting for the timed one runs beside the L2 flush, before the start
+    event: long, it fails by name; short, its time before the start event is added."""
+    def early(ns: float):
+        return lambda g: g.launch(SIDE, ns)  # no wait: it starts as soon as the host queues it, under the flush
+    harness = FakeHarness()
+    harness.timed(early(60_000))
+    (audit,) = harness.audit()
+    assert audit.early_ns > ev.TRACE_MARGIN_NS
+    assert ev.unsynchronized_trace([audit]).startswith("unsynchronized work: call 1 of 1 started GPU work on "
+                                                       "another queue ")
+    harness = FakeHarness()
+    harness.timed(honest(6_000))
+    flush = next(r for r in harness.gpu.records if r.name.startswith("fill"))
+    harness.gpu.records.append(ev.GpuRecord(SIDE, flush.end_ns - 5_000, flush.end_ns + 1_000))
+    (audit,) = harness.audit()
+    assert audit.early_ns == 5_000 and ev.unsynchronized_trace([audit]) is None and ev.untimed_ns(audit) == 5_000
 
 
 def test_cuda_graph_kernels_count():
@@ -408,8 +443,23 @@ def test_a_case_with_one_late_call_fails_and_keeps_its_signals():
     assert "benchmark.0.mean" not in lines
 
 
+def test_a_case_is_timed_to_its_trace_where_side_queue_work_outlasted_the_events():
+    """Calls 2 and 3 left 4 µs and 1 µs of work on another queue past their end events, call 3 also started
+    2 µs early: within the margin, so the case passes, each sample with that time added (and said so)."""
+    summary = _summary([-2e3, 4e3, 1e3]) | {"early": [None, -1e3, 2e3]}
+    session, lines = _run_session(summary)
+    assert session.all_passed, lines.get("benchmark.0.error")
+    assert lines["benchmark.0.samples"] == "100000.0,104000.0,103000.0"
+    assert lines["benchmark.0.added_ns"] == "0.0,4000.0,3000.0"
+    assert lines["benchmark.0.early_starts"] == "nan,-1000.0,2000.0"
+    assert lines["benchmark.0.mean"] == format(float(ev.summarize([100e3, 104e3, 103e3]).mean))
+    # Late work on the timed queue is only the clocks' disagreement: nothing is added.
+    _, lines = _run_session(_summary([-2e3, 4e3, 1e3], on_current=[True] * 3))
+    assert lines["benchmark.0.samples"] == "100000.0,100000.0,100000.0" and "benchmark.0.added_ns" not in lines
+
+
 def test_an_honest_case_passes_with_its_statistics_and_signals():
-    session, lines = _run_session(_summary([-2e3, 1e3, 4.9e3], on_time=[True, False, True]))
+    session, lines = _run_session(_summary([-2e3, 1e3, 4.9e3], on_time=[True, False, True], on_current=[True] * 3))
     assert session.all_passed, lines.get("benchmark.0.error")
     assert lines["benchmark.0.mean"] == "100000.0" and lines["benchmark.0.late_starts"] == "1"
     assert "benchmark.0.audit_samples" not in lines

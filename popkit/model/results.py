@@ -42,11 +42,8 @@ def _build(cls, data: Mapping[str, Any], **nested):
         if f.name not in data:
             continue
         value = data[f.name]
-        if f.name in nested:
-            value = nested[f.name](value)
-        elif isinstance(value, list):
-            value = tuple(value)
-        kwargs[f.name] = value
+        kwargs[f.name] = nested[f.name](value) if f.name in nested else (
+            tuple(value) if isinstance(value, list) else value)
     return cls(**kwargs)
 
 
@@ -73,10 +70,12 @@ class CaseResult:
     report: str = ""  # profile mode: the profiler table, decoded
     bytes: int | None = None  # popkit harness extra: the fewest bytes one call must move
     # popkit harness extras, one per timed call from its trace of the call's own kernels: their GPU busy time,
-    # the idle time between the first kernel's start and the last one's end, and how many kernels it launched
+    # the idle time between the first kernel's start and the last one's end, how many kernels it launched, and
+    # the GPU time of its work on another queue that its events missed (which its sample includes)
     kernel_ns: tuple[float, ...] = ()
     gap_ns: tuple[float, ...] = ()
     launches: tuple[float, ...] = ()
+    added_ns: tuple[float, ...] = ()
 
     @property
     def breakdown(self) -> dict[str, float]:

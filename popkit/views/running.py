@@ -124,6 +124,11 @@ def _case_lines(case: CaseResult, submission: str = "", name: str = "submission.
     parts = breakdown_line(case)
     if parts:
         lines.append(f"   [dim]{escape(parts)}[/]")
+    added = [a for a in case.added_ns if a > 0]
+    if added:
+        lines.append(f"   [yellow]{len(added)} of {len(case.added_ns)} calls left GPU work on another queue outside "
+                     f"their events; timed to their trace (+{format_time(sum(added) / len(case.added_ns))} a call "
+                     "on average)[/]")
     return lines + profiled
 
 
