@@ -144,3 +144,33 @@ def test_another_harness_than_the_recorded_one_is_refused_with_exit_3(cli, tmp_p
     result = cli("verify", out, "--task", DOUBLE)
     assert result.exit_code == 3 and "popkit's harness here differs from the one that judged the run: " \
                                       "popkit_trusted.py" in result.output
+
+
+def _check(mode: str, recorded: list[float], here: list[float]) -> evidence.ShapeCheck:
+    from popkit.model.results import CaseResult, ModeRun, RunReport
+
+    def report(samples: list[float]) -> RunReport:
+        case = CaseResult("benchmark", 0, "n: 1", True, runs=len(samples), mean_ns=sum(samples) / len(samples),
+                          std_ns=1.0, samples_ns=tuple(samples))
+        run = ModeRun(mode, False, None, 0, 1.0, 60, False, "pass", benchmarks=(case,))
+        return RunReport("t", "t", None, "geom", "s.py", "0", mode, "popkit", "", 1.0, runs=(run,))
+    (check,) = evidence.compare(report(recorded), report(here), evidence.DEFAULT_TOLERANCE)
+    return check
+
+
+def test_a_host_stall_in_one_run_moves_the_mean_not_the_median_and_still_reproduces():
+    """An H100's re-run of vectoradd at 1024 (benchmark mode): medians 6.50 and 6.56 µs, but stalled calls put
+    the mean 17% higher, interval [1.02, 1.33]; the medians decide. Here 10 calls of 100 stalled to 20 µs."""
+    recorded = [6500.0 + (i % 7) * 20 for i in range(100)]
+    here = [6560.0 + (i % 7) * 20 for i in range(90)] + [20_000.0] * 10
+    check = _check("benchmark", recorded, here)
+    assert check.comparison.ratio.low > 1.05  # the means' interval alone says it differs
+    assert check.status == evidence.REPRODUCES and "medians 1.009" in check.note
+    slower = _check("benchmark", recorded, [x * 1.3 for x in recorded])
+    assert slower.status == "differs"
+
+
+def test_leaderboard_mode_shapes_are_compared_by_verdict_alone():
+    """Leaderboard-mode times vary between processes (0.83x-2.44x on one quiet H100): shown, never decisive."""
+    check = _check("leaderboard", [6800.0] * 50, [15000.0] * 50)
+    assert check.status == evidence.SAME_VERDICT and "times are not compared" in check.note

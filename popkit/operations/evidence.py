@@ -11,7 +11,10 @@ verify refuses before running when the file was tampered with (exit 1, naming wh
 not the recorded one (exit 11) and when the task's files or popkit's harness differ (exit 3); then it runs the
 same bytes the same way here and compares each timed shape with the A/B's statistics (popkit.measure.shapes): a
 shape reproduces when the ratio here / recorded has a 95% interval that spans 1 or lies within the tolerance
-(default 5%) of it, and every case's verdict is the one recorded.
+(default 5%) of it, or the ratio of its medians does (a host stall moves a mean, rarely a median), and every
+case's verdict is the one recorded. Leaderboard-mode shapes are compared by verdict alone: their times (fresh
+inputs and a check between calls) varied between two runs of one file on one quiet H100 by 0.83x to 2.44x
+(medians, 2026-11-28), while benchmark-mode medians agreed within 2.5%.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from popkit.errors import EnvironmentProblem, ExitCode, PopkitError, TaskError, 
 from popkit.machine import nvml
 from popkit.measure import shapes
 from popkit.model.results import CaseResult, RunReport
+from popkit.model.stats import median
 from popkit.model.tasks import SUBMISSION_SOURCE, Task
 from popkit.operations import workflows
 from popkit.run import sandbox
@@ -41,6 +45,7 @@ from popkit.submission.source import Source
 
 SCHEMA = "popkit/evidence/1"
 DEFAULT_TOLERANCE = 0.05  # a shape whose ratio is known to lie within 5% of 1 reproduces
+REPRODUCES, SAME_VERDICT = "reproduces", "same verdict"  # the statuses that pass (ShapeCheck)
 MAX_EVIDENCE_BYTES = 256 * 1024 * 1024
 
 
@@ -126,7 +131,9 @@ def write(outcome: workflows.RunOutcome, request: workflows.Request, path: Path)
 @dataclass(frozen=True)
 class ShapeCheck:
     key: str  # `benchmark: size: 1024; seed: 3211` (`secret` after the mode for a secret run)
-    status: str  # reproduces, differs, missing (timed on one side only), verdict (pass/fail differs)
+    # reproduces, same verdict (leaderboard mode: times not compared), differs, missing (timed on one side
+    # only), verdict (pass/fail differs)
+    status: str
     comparison: shapes.ShapeComparison | None = None
     note: str = ""
 
@@ -149,7 +156,8 @@ class VerifyReport:
 
     @property
     def reproduces(self) -> bool:
-        return bool(self.shapes) and all(s.status == "reproduces" for s in self.shapes)
+        return any(s.status == REPRODUCES for s in self.shapes) and all(
+            s.status in (REPRODUCES, SAME_VERDICT) for s in self.shapes)
 
     @property
     def exit_code(self) -> int:
@@ -217,12 +225,24 @@ def compare(recorded: RunReport, here: RunReport, tolerance: float) -> tuple[Sha
         if not found:
             checks.append(ShapeCheck(key, "missing", note="no timing on one side"))
             continue
-        ratio = found[0].ratio
-        within = ratio.defined and 1 / (1 + tolerance) <= ratio.low and ratio.high <= 1 + tolerance  # type: ignore
-        same = found[0].verdict == shapes.SAME or within
-        checks.append(ShapeCheck(key, "reproduces" if same else "differs", found[0],
-                                 f"here / recorded = {ratio.estimate:.3f}"))
+        shape = found[0]
+        ratio, medians = shape.ratio, median_ratio(shape)
+        note = f"here / recorded = {ratio.estimate:.3f}" + (f", medians {medians:.3f}" if medians else "")
+        if key.startswith("leaderboard"):
+            checks.append(ShapeCheck(key, SAME_VERDICT, shape, f"{note}; leaderboard-mode times are not compared"))
+            continue
+        bounds = (1 / (1 + tolerance), 1 + tolerance)
+        within = ratio.defined and bounds[0] <= ratio.low and ratio.high <= bounds[1]  # type: ignore[operator]
+        same = shape.verdict == shapes.SAME or within or (medians is not None and bounds[0] <= medians <= bounds[1])
+        checks.append(ShapeCheck(key, REPRODUCES if same else "differs", shape, note))
     return tuple(checks)
+
+
+def median_ratio(shape: shapes.ShapeComparison) -> float | None:
+    """The median of the timed calls here over the recorded one's, where both sides kept samples."""
+    if not shape.a_samples_ns or not shape.b_samples_ns:
+        return None
+    return median(shape.b_samples_ns) / median(shape.a_samples_ns)
 
 
 def verify(path: Path, *, tolerance: float = DEFAULT_TOLERANCE, task: str | None = None, roots=(),

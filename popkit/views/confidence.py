@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from popkit.operations.evidence import VerifyReport
+from popkit.operations.evidence import REPRODUCES, SAME_VERDICT, VerifyReport
 from popkit.operations.risk import RiskReport
 from popkit.views.common import console, emit_json, escape, table
 
@@ -54,8 +54,8 @@ def show_verify(report: VerifyReport, *, json: bool = False) -> None:
     for s in report.shapes:
         ratio = s.comparison.ratio if s.comparison else None
         interval = f"{ratio.low:.3f} - {ratio.high:.3f}" if ratio is not None and ratio.defined else "-"
-        colour = "green" if s.status == "reproduces" else "red"
-        out.add_row(escape(s.key), f"[{colour}]{s.status}[/]", f"{ratio.estimate:.3f}" if ratio else escape(s.note),
+        colour = "green" if s.status == REPRODUCES else "dim" if s.status == SAME_VERDICT else "red"
+        out.add_row(escape(s.key), f"[{colour}]{s.status}[/]", escape(s.note.removeprefix("here / recorded = ")),
                     interval)
     con.print(out)
     for note in report.notes:
@@ -65,9 +65,9 @@ def show_verify(report: VerifyReport, *, json: bool = False) -> None:
     if scores:
         con.print(f"[dim]score: {', '.join(scores)}[/]")
     if report.reproduces:
-        con.print(f"[green]reproduces[/]: every timed shape within the noise (or {report.tolerance:.0%}) of the "
-                  "evidence")
+        con.print(f"[green]reproduces[/]: every benchmark-mode shape within the noise (or {report.tolerance:.0%}) "
+                  "of the evidence, every verdict the same")
     else:
-        bad = sum(1 for s in report.shapes if s.status != "reproduces")
+        bad = sum(1 for s in report.shapes if s.status not in (REPRODUCES, SAME_VERDICT))
         con.print(f"[red]does not reproduce[/]: {bad} of {len(report.shapes)} shape(s)" if report.shapes else
                   "[red]does not reproduce[/]: the evidence holds no timed shape")
