@@ -212,3 +212,22 @@ def test_the_pre_step_runs_before_the_submission_does(monkeypatch):
     task, source = _vectoradd()
     report = risk.assess(task, source, RunOptions(), repeats=2, benchmarks=False)
     assert order == ["pre-step", "run"] and report.level == "low"
+
+
+def test_the_submissions_side_writes_each_outputs_exact_bytes_that_the_judge_loads_back(tmp_path):
+    """run_submission's writer and the judge's loader agree byte for byte, for the dtypes, shapes and layouts a
+    kernel returns (a transposed view, an empty tensor, a tuple), with the bytes taken at C speed."""
+    spec = importlib.util.spec_from_file_location("popkit_risk_run", ROOT / "popkit" / "operations" / "risk_children" / "run_submission.py")
+    writer = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(writer)
+    outputs = [torch.randn(3, 5).to(torch.bfloat16).t(), torch.arange(7, dtype=torch.int64), torch.zeros(0),
+               (torch.tensor([True, False]), torch.randn(2, 2, dtype=torch.float16))]
+    for i, output in enumerate(outputs):
+        path = tmp_path / f"{i}.bin"
+        entry = writer._write(output, str(path))
+        loaded = judge.load(entry, path.read_bytes(), torch.device("cpu"))
+        expected = output if isinstance(output, tuple) else (output,)
+        got = loaded if isinstance(loaded, tuple) else (loaded,)
+        assert len(got) == len(expected)
+        for a, b in zip(expected, got):
+            assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)

@@ -8,6 +8,7 @@ and `OUT/i-r.bin`, the tensors' bytes of call r one after another. Nothing is ju
 that never imports the submission, reads these files (no pickle: bytes and JSON only).
 """
 
+import ctypes
 import json
 import os
 import sys
@@ -36,8 +37,10 @@ def _write(output, path):
     entries, offset = [], 0
     with open(path, "wb") as f:
         for t in tensors:
-            flat = t.detach().to("cpu").contiguous().reshape(-1).clone()
-            data = bytes(flat.view(torch.uint8).untyped_storage()) if flat.numel() else b""
+            flat = t.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
+            # One copy of the bytes at C speed (bytes() of a storage walks it element by element in Python:
+            # 30 s for 8 MB, minutes for a benchmark shape's output).
+            data = ctypes.string_at(flat.data_ptr(), flat.numel()) if flat.numel() else b""
             f.write(data)
             entries.append({"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
                             "offset": offset, "nbytes": len(data)})
