@@ -4,7 +4,7 @@
 Run from the repository root on a machine with an NVIDIA GPU (about 5 minutes on one H100):
 
     python scripts/gpu_submit_check.py --out results/
-    python scripts/gpu_submit_check.py --out results/ --parts risk,evidence
+    python scripts/gpu_submit_check.py --out results/ --parts risk,evidence --budget-s 400   # under a time limit
     python scripts/gpu_submit_check.py --out results/ --dry-run      # the commands only
 
 Parts (comma-separated, in this order):
@@ -76,10 +76,12 @@ def commands(part: str, out: Path) -> list[tuple[str, list[str]]]:
             ("evidence verify", popkit("verify", evidence, "--json"))]
 
 
-def run(argv: list[str]) -> dict:
+def run(argv: list[str], deadline: float | None = None) -> dict:
+    """One command, stopped at TIMEOUT_S or at `deadline` (time.monotonic()), whichever comes first."""
     start = time.monotonic()
+    timeout = TIMEOUT_S if deadline is None else max(1.0, min(TIMEOUT_S, deadline - start))
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=ROOT,
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
                               stdin=subprocess.DEVNULL, env={**os.environ, "NO_COLOR": "1"})
         code, stdout, stderr = done.returncode, done.stdout, done.stderr
     except subprocess.TimeoutExpired as exc:
@@ -135,8 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("results"))
     parser.add_argument("--parts", default=",".join(PARTS))
+    parser.add_argument("--budget-s", type=float, default=0.0,
+                        help="stop every command this many seconds after the start (0: each has its own 600 s), so "
+                             "a run under an outer time limit still writes what it measured")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     args = parser.parse_args(argv)
+    deadline = time.monotonic() + args.budget_s if args.budget_s > 0 else None
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     unknown = [p for p in parts if p not in PARTS]
     if unknown:
@@ -157,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         if part in ("risk", "compile"):  # independent files three at a time; a compile before its check
             jobs = [[step] for step in steps] if part == "risk" else [steps[i:i + 2] for i in range(0, len(steps), 2)]
             with ThreadPoolExecutor(3) as pool:
-                for job, found in zip(jobs, pool.map(lambda job: [run(argv) for _name, argv in job], jobs)):
+                for job, found in zip(jobs, pool.map(lambda job: [run(argv, deadline) for _name, argv in job], jobs)):
                     for (name, _argv), result in zip(job, found):
                         results[name] = result
                         print(f"[{time.strftime('%H:%M:%S')}] {name}: exit {result['exit']} in {result['seconds']} s",
@@ -165,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
                         save()  # a run cut short keeps every step that ended
         else:
             for name, command in steps:
-                results[name] = run(command)
+                results[name] = run(command, deadline)
                 print(f"[{time.strftime('%H:%M:%S')}] {name}: exit {results[name]['exit']} in "
                       f"{results[name]['seconds']} s", flush=True)
                 save()

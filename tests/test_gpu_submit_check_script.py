@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,7 +55,7 @@ def test_results_are_judged_against_the_expectations():
 def test_a_run_writes_its_results_and_checks_each_compile_before_its_check(tmp_path, monkeypatch, capsys):
     calls = []
 
-    def fake(argv):
+    def fake(argv, deadline=None):
         calls.append(argv[3:5])
         return {"argv": argv, "exit": 0, "seconds": 0.0, "doc": {}, "stderr_tail": ""}
 
@@ -63,3 +64,19 @@ def test_a_run_writes_its_results_and_checks_each_compile_before_its_check(tmp_p
     for task in script.COMPILE_TASKS:
         assert calls.index(["compile", f"submissions/{task}/cuda.py"]) < calls.index(["check", f"submissions/{task}/cuda.py"])
     assert (tmp_path / "submit_check.json").is_file() and "| FAIL |" in (tmp_path / "submit_check.md").read_text()
+
+
+def test_a_budget_stops_each_command_by_the_deadline(monkeypatch):
+    """--budget-s: a command's timeout is what is left of the budget (at least 1 s), never more than TIMEOUT_S."""
+    seen = []
+
+    def fake_run(argv, **kwargs):
+        seen.append(kwargs["timeout"])
+        return types.SimpleNamespace(returncode=0, stdout="{}", stderr="")
+
+    monkeypatch.setattr(script.subprocess, "run", fake_run)
+    now = script.time.monotonic()
+    script.run(["x"], now + 30)
+    script.run(["x"], now - 5)
+    script.run(["x"])
+    assert 25 < seen[0] <= 30 and seen[1] == 1.0 and seen[2] == script.TIMEOUT_S
