@@ -214,6 +214,22 @@ def test_this_interpreter_is_probed_here_as_its_facts_script_would_say(monkeypat
     assert not system.answers_here(sys.executable, {**env, "PYTHONPATH": "/elsewhere"})
 
 
+def test_the_sandboxs_no_user_site_is_answered_here_unless_this_process_uses_a_user_site(monkeypatch):
+    """The sandbox's environment sets PYTHONNOUSERSITE (its HOME is empty): the same packages are found when this
+    process's path holds no user site, so nothing is started before a run; with a user site on the path, not."""
+    import site
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONNOUSERSITE"} | {"PYTHONNOUSERSITE": "1"}
+    monkeypatch.delenv("PYTHONNOUSERSITE", raising=False)
+    user = "/home/someone/.local/lib/python3/site-packages"
+    monkeypatch.setattr(site, "ENABLE_USER_SITE", True)
+    monkeypatch.setattr(site, "getusersitepackages", lambda: user)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != user])
+    assert system.answers_here(sys.executable, env)
+    monkeypatch.setattr(sys, "path", [*sys.path, user])
+    assert not system.answers_here(sys.executable, env)
+
+
 class ClockedNvml(FakeNvml):
     """FakeNvml that also reports clocks, temperature, power and clock-event reasons, one reading after another."""
 

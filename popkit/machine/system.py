@@ -195,7 +195,17 @@ def answers_here(python: str, env: Mapping[str, str]) -> bool:
     return (os.path.abspath(python) == os.path.abspath(sys.executable)
             and not (flags.isolated or flags.ignore_environment or flags.no_user_site or flags.no_site
                      or getattr(flags, "safe_path", False))  # -P is Python 3.11+
-            and all(env.get(k) == os.environ.get(k) for k in PATH_ENV))
+            and all(env.get(k) == os.environ.get(k) for k in PATH_ENV if not _user_site_moot(k, env)))
+
+
+def _user_site_moot(key: str, env: Mapping[str, str]) -> bool:
+    """PYTHONNOUSERSITE set for the child (the sandbox sets it: HOME is empty there) changes nothing when this
+    process's path holds no user site either: both find the same packages."""
+    if key != "PYTHONNOUSERSITE" or not env.get(key):
+        return False
+    import site
+    user = site.getusersitepackages() if site.ENABLE_USER_SITE else None
+    return not (user and user in sys.path)
 
 
 def find_here(name: str, first: str | None = None) -> importlib.machinery.ModuleSpec | None:
