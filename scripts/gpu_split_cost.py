@@ -1,0 +1,130 @@
+"""What the sealed check costs a ranked score: leaderboard mode with the trust checks on against off, per shape.
+
+Run from the repository root on a CUDA machine (no popkit install needed; no network):
+
+    python3 scripts/gpu_split_cost.py --out DIR [--tasks vectoradd,softmax] [--pairs 3] [--budget-s 500]
+
+With the trust checks on (popkit's default), every timed call's output crosses to the eval's trusted process,
+which judges it there with its own CUDA context while the worker waits; off (`POPKIT_TRUST=0`, what the
+leaderboard's runner does) the worker checks its own output in its own process. Per bundled CUDA example
+(submissions/TASK/cuda.py), the task's eval runs in leaderboard mode directly (scripts/bare_eval.py, no popkit
+around it), once to build, then `--pairs` times each way in alternating order. Per shape: the median of each
+run's median (the kernel's typical call) and of each run's mean (what the leaderboard ranks), sealed over open,
+and the spread between runs of one way (largest run median over smallest), so a cost can be told from the
+noise between processes.
+
+Writes OUT/split_cost.json after every run and OUT/split_cost.md (the table), printed last. `--budget-s` starts
+no new run after that many seconds. `--dry-run` prints the plan only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from bare_eval import bare_run  # noqa: E402
+
+TASKS = ("identity", "vectoradd", "grayscale", "vectorsum", "softmax", "matmul")
+WAYS = {"sealed": {"POPKIT_TRUST": "1"}, "open": {"POPKIT_TRUST": "0"}}
+
+
+def shapes(result: dict) -> dict[str, tuple[float, float]]:
+    """spec -> (median, mean) in ns of one run's timed shapes (those that passed)."""
+    found = {}
+    for i in range(int(result.get("benchmark-count", 0) or 0)):
+        p = f"benchmark.{i}."
+        if p + "median" in result and p + "mean" in result:
+            found[result.get(p + "spec", str(i))] = (float(result[p + "median"]), float(result[p + "mean"]))
+    return found
+
+
+def summarize(runs: dict[str, list[dict]]) -> list[dict]:
+    """Per shape timed by both ways: the medians over runs, sealed / open, and each way's spread."""
+    rows = []
+    specs = [s for s in shapes(runs["sealed"][0]) if all(s in shapes(r) for way in WAYS for r in runs[way])] \
+        if runs["sealed"] and runs["open"] else []
+    for spec in specs:
+        row = {"shape": spec}
+        for way in WAYS:
+            medians = [shapes(r)[spec][0] for r in runs[way]]
+            means = [shapes(r)[spec][1] for r in runs[way]]
+            row[way] = {"median_ns": statistics.median(medians), "mean_ns": statistics.median(means),
+                        "spread": max(medians) / min(medians), "runs": len(medians)}
+        row["median_ratio"] = row["sealed"]["median_ns"] / row["open"]["median_ns"]
+        row["mean_ratio"] = row["sealed"]["mean_ns"] / row["open"]["mean_ns"]
+        rows.append(row)
+    return rows
+
+
+def table(results: dict) -> str:
+    lines = ["| task | shape | open median | sealed median | sealed / open (medians) | sealed / open (means) | "
+             "spread open, sealed |", "|---|---|---|---|---|---|---|"]
+    for task, entry in results["tasks"].items():
+        for row in entry.get("rows", []):
+            lines.append(f"| {task} | {row['shape']} | {row['open']['median_ns'] / 1e3:.1f} µs | "
+                         f"{row['sealed']['median_ns'] / 1e3:.1f} µs | {row['median_ratio']:.3f} | "
+                         f"{row['mean_ratio']:.3f} | {row['open']['spread']:.2f}x, {row['sealed']['spread']:.2f}x |")
+        if entry.get("failed"):
+            lines.append(f"| {task} | runs that did not pass: {', '.join(entry['failed'])} | | | | | |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--tasks", default=",".join(TASKS))
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--budget-s", type=float, default=500.0)
+    parser.add_argument("--tasks-root", type=Path, default=ROOT / "tasks", help=argparse.SUPPRESS)
+    parser.add_argument("--file", default="cuda.py", help="the example file in submissions/TASK/")
+    parser.add_argument("--dry-run", action="store_true")
+    args = parser.parse_args(argv)
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    unknown = [t for t in tasks if not (args.tasks_root / t / "task.yml").is_file()]
+    if unknown:
+        parser.error(f"no task {', '.join(unknown)} under {args.tasks_root}")
+    order = [("sealed", "open") if i % 2 == 0 else ("open", "sealed") for i in range(args.pairs)]
+    if args.dry_run:
+        for task in tasks:
+            print(f"{task}: build once, then {', '.join('/'.join(o) for o in order)} (leaderboard mode)")
+        return 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    results: dict = {"tasks": {}, "pairs": args.pairs}
+
+    def save() -> None:
+        (args.out / "split_cost.json").write_text(json.dumps(results, indent=1))
+
+    for task in tasks:
+        source = (ROOT / "submissions" / task / args.file).read_text()
+        entry = results["tasks"].setdefault(task, {"runs": {way: [] for way in WAYS}, "failed": []})
+        bare_run(args.tasks_root / task, source, "leaderboard", env=WAYS["sealed"])  # the build, untimed
+        for pair in order:
+            for way in pair:
+                if time.monotonic() - started > args.budget_s:
+                    results.setdefault("skipped", []).append(f"{task} {way}")
+                    continue
+                t = time.monotonic()
+                result = bare_run(args.tasks_root / task, source, "leaderboard", env=WAYS[way])
+                if not result["_passed"]:
+                    entry["failed"].append(f"{way} (exit {result['_exit']})")
+                    continue
+                entry["runs"][way].append({**{k: v for k, v in result.items() if not k.startswith("_")},
+                                           "_seconds": round(time.monotonic() - t, 2)})
+                entry["rows"] = summarize(entry["runs"])
+                save()
+    save()
+    (args.out / "split_cost.md").write_text(table(results) + "\n")
+    print(table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

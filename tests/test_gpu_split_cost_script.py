@@ -1,0 +1,58 @@
+"""scripts/gpu_split_cost.py on the CPU: the trust checks on and off in alternating order, the per-shape table."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("gpu_split_cost", ROOT / "scripts" / "gpu_split_cost.py")
+script = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(script)
+
+
+def _run(median_ns: float, mean_ns: float) -> dict:
+    return {"benchmark-count": "2", "benchmark.0.spec": "size: 1", "benchmark.0.median": str(median_ns),
+            "benchmark.0.mean": str(mean_ns), "benchmark.1.spec": "size: 2", "_exit": 0, "_passed": True}
+
+
+def test_rows_compare_medians_and_means_and_say_each_ways_spread():
+    runs = {"sealed": [_run(12e3, 15e3), _run(10e3, 11e3), _run(11e3, 13e3)],
+            "open": [_run(10e3, 10e3), _run(10e3, 10e3), _run(8e3, 12e3)]}
+    (row,) = script.summarize(runs)  # shape 2 has no timing: left out
+    assert row["shape"] == "size: 1"
+    assert row["median_ratio"] == 11e3 / 10e3 and row["mean_ratio"] == 13e3 / 10e3
+    assert row["sealed"]["spread"] == 12e3 / 10e3 and row["open"]["spread"] == 10e3 / 8e3
+    text = script.table({"tasks": {"vectoradd": {"rows": [row], "failed": ["open (exit 1)"]}}})
+    assert "| vectoradd | size: 1 | 10.0 µs | 11.0 µs | 1.100 | 1.300 | 1.25x, 1.20x |" in text
+    assert "runs that did not pass: open (exit 1)" in text
+
+
+def test_the_ways_alternate_with_the_trust_switch_and_results_are_saved(tmp_path, monkeypatch, capsys):
+    calls = []
+
+    def fake(task_dir, source, mode, cases=None, **kwargs):
+        calls.append((Path(task_dir).name, mode, kwargs["env"]["POPKIT_TRUST"]))
+        return _run(10e3, 10e3)
+
+    monkeypatch.setattr(script, "bare_run", fake)
+    assert script.main(["--out", str(tmp_path), "--tasks", "vectoradd", "--pairs", "2"]) == 0
+    assert calls == [("vectoradd", "leaderboard", "1"), ("vectoradd", "leaderboard", "1"),
+                     ("vectoradd", "leaderboard", "0"), ("vectoradd", "leaderboard", "0"),
+                     ("vectoradd", "leaderboard", "1")]  # the build, then sealed/open, open/sealed
+    saved = json.loads((tmp_path / "split_cost.json").read_text())
+    assert len(saved["tasks"]["vectoradd"]["runs"]["sealed"]) == 2 and saved["tasks"]["vectoradd"]["rows"]
+    assert "| vectoradd | size: 1 |" in capsys.readouterr().out
+
+
+def test_the_dry_run_plans_every_bundled_task_and_an_unknown_one_is_refused(capsys):
+    assert script.main(["--out", "x", "--dry-run", "--pairs", "2"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"{t}: build once, then sealed/open, open/sealed (leaderboard mode)" in out for t in script.TASKS)
+    try:
+        script.main(["--out", "x", "--tasks", "nosuch"])
+    except SystemExit as exc:
+        assert exc.code == 2
+    else:
+        raise AssertionError("an unknown task was accepted")
