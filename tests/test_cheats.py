@@ -169,14 +169,17 @@ def test_side_queue_cheat_fails_with_its_class_on_every_bundled_task(task, tmp_p
 @pytest.mark.slow
 @pytest.mark.parametrize("task", list(TEST_CASES))
 def test_the_side_queue_cheat_on_one_call_in_ten_fails_by_name_or_is_timed_to_its_trace(task, tmp_path):
-    """No share to hide under: every cheating call is named (work past the margin) or timed to its trace.
+    """No share to hide under: a cheating call is named (work past the margin), or no call's time is shorter than
+    its own GPU work by the trace (`kernel_ns`: busy time on every queue, the side one included).
 
     The cheat goes to the side queue on calls 10, 20, ... of the process, so the case must take more calls than
     that: the smallest shape, whose time is noisy enough that the leaderboard loop runs to its 100 calls. (On the
     largest shape, an H200 stopped the leaderboard loop after 3 timed calls: with the warm-up's, fewer than 10
     calls in all, none of them a cheating one, so the run was honest and rightly passed.) There the side work is
     short: on an H100 it ended within the audit's 10 µs margin, and 5 of 6 tasks passed with cheating calls
-    timed at 1.7 µs against a median of 6.8 µs (vectoradd), before such calls were timed to their trace."""
+    timed at 1.7 µs against a median of 6.8 µs (vectoradd), before such calls were timed to their trace. Where
+    launching the reference takes the host longer than the GPU takes to run it (softmax, matmul), the side work
+    ends before the end event is even queued: the events cover it and nothing is added."""
     result = run(SUBMISSIONS / "cheats" / "side_stream_share.py", "leaderboard", tmp_path, task_name=task,
                  cases=load_task(TASKS / task).benchmarks[:1], timeout_s=600, env={"POPKIT_CHEAT_SHARE": "0.1"})
     errors = failures(result)
@@ -185,11 +188,10 @@ def test_the_side_queue_cheat_on_one_call_in_ten_fails_by_name_or_is_timed_to_it
         assert errors and errors[0].startswith("unsynchronized work: call "), errors
         return
     (case,) = result.benchmarks
-    timed_to_trace = sum(1 for a in case.added_ns if a > 0)
-    # About runs // 10 calls cheat; one whose start event the host queued late is bounded by the end marker
-    # only (docs/design.md), which may leave it unseen: a few such are allowed.
-    assert result.exit_code == 0 and case.runs >= 20 and timed_to_trace >= case.runs // 10 - 3, (
-        result.exit_code, errors, case.runs, case.added_ns)
+    assert result.exit_code == 0 and case.runs >= 20 and len(case.kernel_ns) == case.runs, (errors, case.runs)
+    # The clocks of events and trace disagree by up to a few µs on honest calls (docs/design.md).
+    short = [(i, t, k) for i, (t, k) in enumerate(zip(case.samples_ns, case.kernel_ns), 1) if t < k - 3_000]
+    assert not short, (short, case.added_ns)
 
 
 @pytest.mark.gpu

@@ -301,6 +301,22 @@ def test_side_queue_work_too_short_for_the_margin_is_timed_to_its_trace():
     assert event_ns + ev.untimed_ns(cheat) >= honest_ns  # timed to its trace: no faster than the honest call
 
 
+def test_no_call_passing_the_audit_is_timed_shorter_than_its_own_gpu_work():
+    """Event time plus what the trace adds covers the call's busy GPU time on every queue, whatever the call
+    does: on the timed queue, forked and joined, short side-queue escapes, work started beside the flush."""
+    rng = random.Random(11)
+    harness = FakeHarness()
+    bodies = [honest, fork_join, side_queue, lambda ns: (lambda g: g.launch(SIDE, ns))]
+    for _ in range(200):
+        harness.timed(rng.choice(bodies)(rng.choice([1_000, 3_000, 6_000, 9_000])),
+                      stall_after_end=rng.choice([0, 20_000]))
+    audits = harness.audit()
+    judged = [(call, a) for call, a in zip(harness.calls, audits)
+              if ev.unsynchronized_trace([a]) is None and a.kernel_ns]
+    assert len(judged) > 100
+    assert all(event_ns + ev.untimed_ns(a) >= a.kernel_ns for (event_ns, _lead), a in judged)
+
+
 def test_side_queue_work_started_before_the_start_event_fails_or_is_counted():
     """Work put on another queue without waiting for the timed one runs beside the L2 flush, before the start
     event: long, it fails by name; short, its time before the start event is added."""
