@@ -189,8 +189,9 @@ def test_the_side_queue_cheat_on_one_call_in_ten_fails_by_name_or_is_timed_to_it
         return
     (case,) = result.benchmarks
     assert result.exit_code == 0 and case.runs >= 20 and len(case.kernel_ns) == case.runs, (errors, case.runs)
-    # The clocks of events and trace disagree by up to a few µs on honest calls (docs/design.md).
-    short = [(i, t, k) for i, (t, k) in enumerate(zip(case.samples_ns, case.kernel_ns), 1) if t < k - 3_000]
+    # An event time is read to about 0.5 µs; before the fix, identity's cheating calls read 1.2 µs over ~4 µs of
+    # their own work, vectoradd's 1.7 over ~6.
+    short = [(i, t, k) for i, (t, k) in enumerate(zip(case.samples_ns, case.kernel_ns), 1) if t < k - 1_500]
     assert not short, (short, case.added_ns)
 
 
