@@ -72,13 +72,22 @@ def test_the_trusted_side_measures_a_copy_bandwidth():
 @pytest.mark.parametrize("mode", ["benchmark", "leaderboard"])
 def test_a_patched_short_time_beats_physics_on_the_cpu(mode, tmp_path):
     """physics_forge.py reports 10 ns for a right kernel of microseconds: within the time witness's tolerance,
-    and caught by the floor the trusted side measured."""
+    and caught by the floor the trusted side measured.
+
+    On a loaded 2-core machine the trusted clock once saw 258 µs unexplained a call, past the witness's 250 µs,
+    and the witness named the lie first (`time forged`; 1 run in 5 in leaderboard mode there): such a run is tried
+    again, up to 3 in all, since what is tested here is the floor. Every run must fail by name."""
     cases = [{"size": 256, "seed": 72}]
-    result = run("physics_forge.py", mode, tmp_path, cases=cases,
-                 seed=random.randrange(1, 2**31) if mode == "leaderboard" else None)
-    assert float(result.raw["system.copy_bandwidth"]) > 0
-    errors = errors_of(result)
-    assert result.exit_code == 112 and errors and all(e.startswith("time beats physics: ") for e in errors), errors
+    for attempt in range(3):
+        result = run("physics_forge.py", mode, tmp_path / str(attempt), cases=cases,
+                     seed=random.randrange(1, 2**31) if mode == "leaderboard" else None)
+        assert float(result.raw["system.copy_bandwidth"]) > 0
+        errors = errors_of(result)
+        assert result.exit_code == 112 and errors and all(e.startswith(("time beats physics: ", "time forged: "))
+                                                          for e in errors), errors
+        if all(e.startswith("time beats physics: ") for e in errors):
+            return
+    raise AssertionError(f"the witness, not the floor, named the lie in 3 runs: {errors}")
 
 
 @pytest.mark.slow
