@@ -402,8 +402,8 @@ def untimed_ns(audit: CallAudit) -> float:
     event. 0 for work on the timed queue alone: its overrun there is only the two clocks' disagreement (an
     honest call measured -0.3 to 1.8 µs past), never time the events missed.
 
-    A call within the audit's margin is timed with this added (Session.traced): side-queue work of a few µs
-    per call, too short to prove against the margin, gains nothing."""
+    A call within the audit's margin is timed with this added (popkit_trusted.Session.timing_verdict):
+    side-queue work of a few µs per call, too short to prove against the margin, gains nothing."""
     late = audit.overrun_ns if audit.overrun_ns is not None and not audit.on_current else 0.0
     return max(late, 0.0) + max(audit.early_ns or 0.0, 0.0)
 
