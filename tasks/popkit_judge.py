@@ -21,8 +21,8 @@ from popkit_shared import (Device, ReferenceTask, clone_data, first_line, flatte
 CHECKED_CALLS = ((0, 0xFF), (0, 0x7F), (FRESH_SEED_STEP, 0xFF))  # a case's checked calls: (seed offset, poison)
 MAX_OUTPUT_BYTES = 1 << 36  # a description of more bytes than this is not an output
 FORGE_MIN_NS = {"cpu": 250_000.0, "cuda": 1_000_000.0}  # unexplained time per call always tolerated
-FORGE_OVERHEAD_CAP_NS = 1_000_000.0  # the empty call's overhead is credited up to this much
-EMPTY_CALLS = 5  # empty calls that measure the per-call overhead of a timed case
+FORGE_OVERHEAD_CAP_NS = 1_000_000.0  # an empty call's overhead is credited up to this much
+EMPTY_CALLS = 5  # empty calls that measure the per-call overhead of a timed case on a GPU, before it
 # The CPU's copy bandwidth, measured once per timed run on the trusted side (Judge.copy_bandwidth): the best of
 # COPY_REPEATS copies at each size, sizes a core's caches hold (the fastest a kernel's bytes can move; larger
 # sizes only copy slower). popkit fails a CPU case implying more than a margin over it (model/results.py).
@@ -229,18 +229,22 @@ def fingerprint(tensors: list) -> tuple:
     return tuple(parts)
 
 
-def forged_time(samples: list[float], walls: list[float], overhead_ns: float, device: str) -> str | None:
+def forged_time(samples: list[float], walls: list[float], overheads: list[float], device: str) -> str | None:
     """The trusted clock's witness of a timed case: each timed call's time as this process saw it (request sent
-    to reply received; the worker synchronizes before it replies) against the time the worker reported. A
-    case fails when the median time the report leaves unexplained, beyond the per-call overhead of an empty
-    call (credited up to FORGE_OVERHEAD_CAP_NS), exceeds both the reported median and FORGE_MIN_NS."""
-    if not samples or len(samples) != len(walls):
+    to reply received; the worker synchronizes before it replies) against the time the worker reported. Each
+    call is credited with its own per-call overhead, the time this process saw for an empty call (up to
+    FORGE_OVERHEAD_CAP_NS): on a CPU the empty call made just before it, under the same load; on a GPU the
+    median of the empty calls before the case (an empty call inside the case would enter its GPU trace). A
+    case fails when the median time the report leaves unexplained exceeds both the reported median and
+    FORGE_MIN_NS."""
+    if not samples or not len(samples) == len(walls) == len(overheads):
         return None
-    credit = min(max(overhead_ns, 0.0), FORGE_OVERHEAD_CAP_NS)
-    unexplained = sorted(w - s - credit for s, w in zip(samples, walls))
+    credits = [min(max(o, 0.0), FORGE_OVERHEAD_CAP_NS) for o in overheads]
+    unexplained = sorted(w - s - c for s, w, c in zip(samples, walls, credits))
     reported = sorted(samples)[len(samples) // 2]
     gap = unexplained[len(unexplained) // 2]
     if gap > max(reported, FORGE_MIN_NS[device]):
+        credit = sorted(credits)[len(credits) // 2]
         return (f"time forged: the worker reported a median of {us(reported)} per call, the trusted process "
                 f"saw {us(sorted(walls)[len(walls) // 2])} (after {us(credit)} of per-call overhead, "
                 f"{us(gap)} unexplained)")

@@ -315,7 +315,11 @@ class Session:
     def time_case(self, case: dict, budget: Budget) -> tuple[LoopResult | None, dict]:
         """Checked call(s), then the timing loop, then (benchmark mode) the last output's check."""
         judge = self.judge
-        overhead = self._overhead() if judge is not None else 0.0  # before the case's GPU trace starts
+        # The per-call overhead the time witness credits: on a GPU measured before the case's trace starts; on a
+        # CPU an empty call beside each timed call, so a load that slows the round trips slows both alike.
+        beside = judge is not None and not judge.cuda
+        overhead = self._overhead() if judge is not None and not beside else 0.0
+        overheads: list[float] = []
         begin = self._ask("bench_begin", case=case, mode=self.mode)
         failure = self._probed(case, judge.checked(case, begin)) if judge is not None else (
             None if begin["ok"] else begin)
@@ -330,6 +334,14 @@ class Session:
                 ready = self._ask("bench_next")
                 if not ready["ok"]:
                     return ready
+            credit = overhead
+            if beside:
+                started = self.clock_ns()
+                empty = self._ask("bench_empty")
+                if not empty["ok"]:
+                    return empty
+                credit = float(self.clock_ns() - started)
+            overheads.append(credit)
             started = self.clock_ns()
             reply = self._ask("bench_call")
             walls.append(float(self.clock_ns() - started))
@@ -367,7 +379,7 @@ class Session:
                                                   f"check (the checked calls passed): {failure.get('error')}"}
         # Judged after the timing audit (run_benchmarks): work left on a side queue also slows the trusted
         # clock, and the failure then names its own class rather than the witness's.
-        forged = forged_time(loop.samples, walls, overhead, "cuda" if judge.cuda else "cpu")
+        forged = forged_time(loop.samples, walls, overheads, "cuda" if judge.cuda else "cpu")
         return loop, {"ok": True, "bytes": size, "audit": end.get("audit"), "forged": forged}
 
     def _overhead(self) -> float:

@@ -99,16 +99,29 @@ ev = _load_eval()
 
 def test_a_reported_time_far_below_the_trusted_clock_is_forged():
     walls = [20.3e6] * 5  # the trusted clock: 20 ms per call
-    assert ev.forged_time([1234.0] * 5, walls, 100e3, "cpu").startswith("time forged: the worker reported a median "
-                                                                        "of 1.2 µs per call")
-    assert ev.forged_time([20.0e6] * 5, walls, 100e3, "cpu") is None  # the honest report of the same calls
+    assert ev.forged_time([1234.0] * 5, walls, [100e3] * 5, "cpu").startswith(
+        "time forged: the worker reported a median of 1.2 µs per call")
+    assert ev.forged_time([20.0e6] * 5, walls, [100e3] * 5, "cpu") is None  # the honest report of the same calls
 
 
 def test_the_empty_calls_overhead_is_credited_only_up_to_its_cap():
     """A worker that makes its empty calls slow cannot buy an unlimited allowance."""
     walls = [5e6] * 5
-    assert ev.forged_time([1e3] * 5, walls, 4.9e6, "cpu") is not None
-    assert ev.forged_time([1e3] * 5, [1.1e6] * 5, 1e6, "cpu") is None  # within the overhead and the floor
+    assert ev.forged_time([1e3] * 5, walls, [4.9e6] * 5, "cpu") is not None
+    assert ev.forged_time([1e3] * 5, [1.1e6] * 5, [1e6] * 5, "cpu") is None  # within the overhead and the floor
+
+
+def test_a_load_that_slows_each_round_trip_is_credited_call_by_call():
+    """A loaded machine: every round trip waits for a core, by a different amount each time (0.1-1.5 ms). An
+    honest 30 µs call is credited with the empty call beside it and passes; one overhead measured before the load
+    would leave the waits unexplained. A 600 µs call reported as 30 µs still fails under the same load."""
+    rng = random.Random(7)
+    waits = [rng.uniform(100e3, 1.5e6) for _ in range(200)]
+    beside = [w + rng.uniform(-50e3, 50e3) for w in waits]
+    honest = [30e3 + w for w in waits]
+    assert ev.forged_time([30e3] * 200, honest, beside, "cpu") is None
+    assert ev.forged_time([30e3] * 200, honest, [100e3] * 200, "cpu") is not None  # the credit of a quiet moment
+    assert "time forged" in ev.forged_time([30e3] * 200, [600e3 + w for w in waits], beside, "cpu")
 
 
 class FakeJudge:
