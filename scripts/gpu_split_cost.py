@@ -11,7 +11,8 @@ leaderboard's runner does) the worker checks its own output in its own process. 
 around it), once to build, then `--pairs` times each way in alternating order. Per shape: the median of each
 run's median (the kernel's typical call) and of each run's mean (what the leaderboard ranks), sealed over open,
 and the spread between runs of one way (largest run median over smallest), so a cost can be told from the
-noise between processes.
+noise between processes. And the time witness's margin on the sealed side: per timed call, the trusted clock's
+time beyond the report and the credited overhead (its tolerance on a GPU is 1 ms a call), median and largest.
 
 Writes OUT/split_cost.json after every run and OUT/split_cost.md (the table), printed last. `--budget-s` starts
 no new run after that many seconds. `--dry-run` prints the plan only.
@@ -45,6 +46,16 @@ def shapes(result: dict) -> dict[str, tuple[float, float]]:
     return found
 
 
+def unexplained(result: dict, spec: str) -> list[float]:
+    """One run's time-witness margins of a shape: per timed call, the trusted clock's time beyond the report and
+    the credited overhead (`benchmark.I.unexplained_ns`, written with the trust checks on)."""
+    for i in range(int(result.get("benchmark-count", 0) or 0)):
+        p = f"benchmark.{i}."
+        if result.get(p + "spec", str(i)) == spec:
+            return [float(x) for x in result.get(p + "unexplained_ns", "").split(",") if x.strip()]
+    return []
+
+
 def summarize(runs: dict[str, list[dict]]) -> list[dict]:
     """Per shape timed by both ways: the medians over runs, sealed / open, and each way's spread."""
     rows = []
@@ -59,20 +70,26 @@ def summarize(runs: dict[str, list[dict]]) -> list[dict]:
                         "spread": max(medians) / min(medians), "runs": len(medians)}
         row["median_ratio"] = row["sealed"]["median_ns"] / row["open"]["median_ns"]
         row["mean_ratio"] = row["sealed"]["mean_ns"] / row["open"]["mean_ns"]
+        margins = sorted(x for r in runs["sealed"] for x in unexplained(r, spec))
+        if margins:  # how close honest calls come to the witness's tolerance (1 ms a call on a GPU)
+            row["unexplained_ns"] = {"median": statistics.median(margins), "max": margins[-1]}
         rows.append(row)
     return rows
 
 
 def table(results: dict) -> str:
     lines = ["| task | shape | open median | sealed median | sealed / open (medians) | sealed / open (means) | "
-             "spread open, sealed |", "|---|---|---|---|---|---|---|"]
+             "spread open, sealed | witness: unexplained median, max |", "|---|---|---|---|---|---|---|---|"]
     for task, entry in results["tasks"].items():
         for row in entry.get("rows", []):
+            margin = row.get("unexplained_ns")
+            witness = f"{margin['median'] / 1e3:.1f} µs, {margin['max'] / 1e3:.1f} µs" if margin else "-"
             lines.append(f"| {task} | {row['shape']} | {row['open']['median_ns'] / 1e3:.1f} µs | "
                          f"{row['sealed']['median_ns'] / 1e3:.1f} µs | {row['median_ratio']:.3f} | "
-                         f"{row['mean_ratio']:.3f} | {row['open']['spread']:.2f}x, {row['sealed']['spread']:.2f}x |")
+                         f"{row['mean_ratio']:.3f} | {row['open']['spread']:.2f}x, {row['sealed']['spread']:.2f}x | "
+                         f"{witness} |")
         if entry.get("failed"):
-            lines.append(f"| {task} | runs that did not pass: {', '.join(entry['failed'])} | | | | | |")
+            lines.append(f"| {task} | runs that did not pass: {', '.join(entry['failed'])} | | | | | | |")
     return "\n".join(lines)
 
 

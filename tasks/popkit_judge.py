@@ -229,6 +229,14 @@ def fingerprint(tensors: list) -> tuple:
     return tuple(parts)
 
 
+def unexplained_ns(samples: list[float], walls: list[float], overheads: list[float]) -> list[float]:
+    """Per timed call, the time this process saw that neither the reported time nor the call's credited
+    overhead (an empty call's time, up to FORGE_OVERHEAD_CAP_NS) explains; [] when the lists do not match."""
+    if not len(samples) == len(walls) == len(overheads):
+        return []
+    return [w - s - min(max(o, 0.0), FORGE_OVERHEAD_CAP_NS) for s, w, o in zip(samples, walls, overheads)]
+
+
 def forged_time(samples: list[float], walls: list[float], overheads: list[float], device: str) -> str | None:
     """The trusted clock's witness of a timed case: each timed call's time as this process saw it (request sent
     to reply received; the worker synchronizes before it replies) against the time the worker reported. Each
@@ -237,14 +245,13 @@ def forged_time(samples: list[float], walls: list[float], overheads: list[float]
     median of the empty calls before the case (an empty call inside the case would enter its GPU trace). A
     case fails when the median time the report leaves unexplained exceeds both the reported median and
     FORGE_MIN_NS."""
-    if not samples or not len(samples) == len(walls) == len(overheads):
+    unexplained = sorted(unexplained_ns(samples, walls, overheads))
+    if not samples or not unexplained:
         return None
-    credits = [min(max(o, 0.0), FORGE_OVERHEAD_CAP_NS) for o in overheads]
-    unexplained = sorted(w - s - c for s, w, c in zip(samples, walls, credits))
     reported = sorted(samples)[len(samples) // 2]
     gap = unexplained[len(unexplained) // 2]
     if gap > max(reported, FORGE_MIN_NS[device]):
-        credit = sorted(credits)[len(credits) // 2]
+        credit = sorted(min(max(o, 0.0), FORGE_OVERHEAD_CAP_NS) for o in overheads)[len(overheads) // 2]
         return (f"time forged: the worker reported a median of {us(reported)} per call, the trusted process "
                 f"saw {us(sorted(walls)[len(walls) // 2])} (after {us(credit)} of per-call overhead, "
                 f"{us(gap)} unexplained)")

@@ -20,7 +20,7 @@ import time
 import traceback
 from typing import Any, Callable
 
-from popkit_judge import EMPTY_CALLS, Judge, forged_time
+from popkit_judge import EMPTY_CALLS, Judge, forged_time, unexplained_ns
 from popkit_protocol import (AUDIT_RULES, BUDGETS, Budget, CallAudit, CasesError, DEFAULT_AUDIT, EXIT_BAD_CASES,
                              EXIT_CUDA, EXIT_FAILED, EXIT_NO_FD, EXIT_OK, EXIT_USAGE, LEADERBOARD_SEED_STEP,
                              LoopResult, MAX_GO_BYTES, MAX_REPLY_BYTES, MODES, Stats, TRUST_CHECKS, WARMUP_SEED_STEP,
@@ -296,6 +296,8 @@ class Session:
                 self._fail(prefix, {"error": info["forged"]})
                 continue
             self.write_stats(prefix, traced)
+            if info.get("unexplained"):  # per call, the trusted clock's time that the report leaves unexplained
+                self.pipe.write(f"{prefix}.unexplained_ns", ",".join(format_number(x) for x in info["unexplained"]))
             if isinstance(info.get("bytes"), int) and info["bytes"] > 0:
                 self.pipe.write(f"{prefix}.bytes", info["bytes"])
 
@@ -380,7 +382,8 @@ class Session:
         # Judged after the timing audit (run_benchmarks): work left on a side queue also slows the trusted
         # clock, and the failure then names its own class rather than the witness's.
         forged = forged_time(loop.samples, walls, overheads, "cuda" if judge.cuda else "cpu")
-        return loop, {"ok": True, "bytes": size, "audit": end.get("audit"), "forged": forged}
+        return loop, {"ok": True, "bytes": size, "audit": end.get("audit"), "forged": forged,
+                      "unexplained": unexplained_ns(loop.samples, walls, overheads)}
 
     def _overhead(self) -> float:
         """The median time this process sees for a timed call of a kernel that does nothing (EMPTY_CALLS)."""

@@ -25,8 +25,16 @@ def test_rows_compare_medians_and_means_and_say_each_ways_spread():
     assert row["median_ratio"] == 11e3 / 10e3 and row["mean_ratio"] == 13e3 / 10e3
     assert row["sealed"]["spread"] == 12e3 / 10e3 and row["open"]["spread"] == 10e3 / 8e3
     text = script.table({"tasks": {"vectoradd": {"rows": [row], "failed": ["open (exit 1)"]}}})
-    assert "| vectoradd | size: 1 | 10.0 µs | 11.0 µs | 1.100 | 1.300 | 1.25x, 1.20x |" in text
+    assert "| vectoradd | size: 1 | 10.0 µs | 11.0 µs | 1.100 | 1.300 | 1.25x, 1.20x | - |" in text
     assert "runs that did not pass: open (exit 1)" in text
+
+
+def test_the_sealed_runs_witness_margins_are_pooled_per_shape():
+    sealed = [{**_run(10e3, 10e3), "benchmark.0.unexplained_ns": "2000,-500,4000"},
+              {**_run(10e3, 10e3), "benchmark.0.unexplained_ns": "1000,90000"}]
+    (row,) = script.summarize({"sealed": sealed, "open": [_run(10e3, 10e3)]})
+    assert row["unexplained_ns"] == {"median": 2000.0, "max": 90000.0}
+    assert "| 2.0 µs, 90.0 µs |" in script.table({"tasks": {"softmax": {"rows": [row]}}})
 
 
 def test_the_ways_alternate_with_the_trust_switch_and_results_are_saved(tmp_path, monkeypatch, capsys):

@@ -82,6 +82,21 @@ def test_the_trace_breakdown_is_read_when_the_harness_sends_it_and_shown():
     assert not bad.passed and "`benchmark.0.gap_ns` is '1,x'" in bad.error
 
 
+def test_the_time_witness_margin_is_read_per_call():
+    """`unexplained_ns`: per timed call, the trusted clock's time beyond the report and the credited overhead
+    (negative where the empty call beside it took longer); it reaches --json and survives a round trip."""
+    raw = {"benchmark-count": "1", "benchmark.0.spec": "n: 1", "benchmark.0.status": "pass", "benchmark.0.runs": "3",
+           "benchmark.0.mean": "6000", "benchmark.0.samples": "6000,6000,6000",
+           "benchmark.0.unexplained_ns": "1500,-300,2.5e4"}
+    (case,) = protocol.decode_cases(raw, "benchmark", 1)
+    assert case.unexplained_ns == (1500.0, -300.0, 25000.0)
+    assert case.to_json()["unexplained_ns"] == (1500.0, -300.0, 25000.0)
+    assert CaseResult.from_json(case.to_json()) == case
+    raw["benchmark.0.unexplained_ns"] = "1500,nan,0"
+    (bad,) = protocol.decode_cases(raw, "benchmark", 1)
+    assert not bad.passed and "unexplained_ns" in bad.error
+
+
 def test_time_added_from_the_trace_is_read_and_said():
     """`added_ns`: per timed call, GPU time on another queue its events missed (its sample includes it)."""
     from popkit.views.running import _case_lines as case_lines

@@ -84,6 +84,9 @@ def test_an_honest_kernel_is_timed_as_before(tmp_path):
     assert result.exit_code == 0 and result.check == "pass", errors_of(result)
     samples = [float(x) for x in result.raw["benchmark.0.samples"].split(",")]
     assert statistics.median(samples) > 0
+    # the witness's margin, per timed call, each credited with the empty call beside it
+    unexplained = [float(x) for x in result.raw["benchmark.0.unexplained_ns"].split(",")]
+    assert len(unexplained) == len(samples) and statistics.median(unexplained) < ev.FORGE_MIN_NS["cpu"]
 
 
 # ============================================================================ the trusted side, without processes
@@ -109,6 +112,11 @@ def test_the_empty_calls_overhead_is_credited_only_up_to_its_cap():
     walls = [5e6] * 5
     assert ev.forged_time([1e3] * 5, walls, [4.9e6] * 5, "cpu") is not None
     assert ev.forged_time([1e3] * 5, [1.1e6] * 5, [1e6] * 5, "cpu") is None  # within the overhead and the floor
+
+
+def test_a_calls_unexplained_time_is_what_its_report_and_credit_leave():
+    assert ev.unexplained_ns([10e3, 20e3], [100e3, 2.5e6], [50e3, 3e6]) == [40e3, 2.5e6 - 20e3 - 1e6]
+    assert ev.unexplained_ns([10e3], [100e3, 200e3], [50e3]) == []  # lists that do not match: nothing to say
 
 
 def test_a_load_that_slows_each_round_trip_is_credited_call_by_call():

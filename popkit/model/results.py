@@ -69,13 +69,14 @@ class CaseResult:
     timer: str = ""  # popkit harness extra: cuda-event or cpu-monotonic
     report: str = ""  # profile mode: the profiler table, decoded
     bytes: int | None = None  # popkit harness extra: the fewest bytes one call must move
-    # popkit harness extras, one per timed call from its trace of the call's own kernels: their GPU busy time,
-    # the idle time between the first kernel's start and the last one's end, how many kernels it launched, and
-    # the GPU time of its work on another queue that its events missed (which its sample includes)
+    # popkit harness extras, one per timed call. From its trace: its kernels' GPU busy time, the idle time between
+    # its first kernel's start and last one's end, its launches, its work on another queue its events missed (in
+    # its sample). The time witness's: what the trusted clock saw beyond the report and the credited overhead.
     kernel_ns: tuple[float, ...] = ()
     gap_ns: tuple[float, ...] = ()
     launches: tuple[float, ...] = ()
     added_ns: tuple[float, ...] = ()
+    unexplained_ns: tuple[float, ...] = ()
 
     @property
     def breakdown(self) -> dict[str, float]:

@@ -30,8 +30,9 @@ CASE_STATISTICS = ("runs", "mean", "std", "err", "best", "worst")
 HARNESS_STATISTICS = ("median",)
 # Lists popkit's harness may add per benchmark case, one value per timed call like `samples` (ns, but
 # `launches`): what the call's own kernels took on the GPU by its trace (CaseResult.breakdown), and the GPU time
-# of work on another queue its events missed, which its sample includes (`added_ns`).
-HARNESS_LISTS = ("samples", "kernel_ns", "gap_ns", "launches", "added_ns")
+# of work on another queue its events missed, which its sample includes (`added_ns`); and the trusted clock's
+# time the call's report and its credited overhead leave unexplained (`unexplained_ns`, the time witness).
+HARNESS_LISTS = ("samples", "kernel_ns", "gap_ns", "launches", "added_ns", "unexplained_ns")
 
 PIPE_END_KEY = "popkit.end"  # popkit's harness writes this record last (tasks/popkit_trusted.py, ResultPipe)
 MALFORMED = "the eval wrote a malformed result"
@@ -246,6 +247,7 @@ def decode_cases(raw: Mapping[str, str], kind: str, limit: int) -> tuple[CaseRes
             best_ns=numbers["best"], worst_ns=numbers["worst"], median_ns=numbers["median"], samples_ns=samples,
             stop=raw.get(p + "stop", ""), timer=raw.get(p + "timer", ""), report=report, kernel_ns=lists["kernel_ns"],
             gap_ns=lists["gap_ns"], launches=lists["launches"], added_ns=lists["added_ns"],
+            unexplained_ns=lists["unexplained_ns"],
             bytes=int(raw[p + "bytes"]) if raw.get(p + "bytes", "").isdigit() else None,
         ))
     return tuple(cases)
