@@ -5,13 +5,20 @@ that fails as `time beats physics` (popkit.model.results.judge_physics)."""
 from __future__ import annotations
 
 import math
+import os
 import random
+import subprocess
+import sys
+import time
 from dataclasses import replace
 
 import pytest
 
 from popkit.model.gpus import CPU_COPY_MARGIN, cpu_copy_peak
 from popkit.model.results import CaseResult, ModeRun, beats_physics, judge_physics
+from popkit.model.tasks import load_task
+from popkit.run import runner
+from popkit.run.executor import Executor
 from test_harness_split import load_harness
 from test_verdict import ROOT, CHEATS, errors_of, run
 
@@ -66,6 +73,63 @@ def test_the_trusted_side_measures_a_copy_bandwidth():
     judge.torch = torch
     measured = judge.copy_bandwidth()
     assert math.isfinite(measured) and measured > 0
+
+
+def test_the_copy_is_timed_on_one_thread_and_counted_once_per_cpu(monkeypatch):
+    """A copy split over threads waits for its slowest: on a machine whose other cores are busy it read 0.9 GB/s,
+    and honest 64 MB sums failed as `time beats physics`. The trusted side times one thread and counts each CPU
+    it may run on; the torch thread count it found is restored."""
+    ev = load_harness("popkit_harness_cpu_physics_threads")
+
+    class Tensor:
+        def copy_(self, _source):
+            threads.append(fake.get_num_threads())
+
+    class FakeTorch:
+        uint8, count = "uint8", 6
+
+        def get_num_threads(self):
+            return self.count
+
+        def set_num_threads(self, n):
+            self.count = n
+
+        def ones(self, size, dtype):
+            return Tensor()
+
+        def empty_like(self, _tensor):
+            return Tensor()
+
+    threads: list[int] = []
+    fake, clock = FakeTorch(), iter(range(0, 10**9, 1000))  # every copy takes 1 µs by this clock
+    judge = object.__new__(ev.Judge)
+    judge.torch = fake
+    monkeypatch.setattr(ev.time, "perf_counter_ns", lambda: next(clock))
+    monkeypatch.setattr(ev.os, "sched_getaffinity", lambda _pid: {0, 1, 2}, raising=False)
+    measured = judge.copy_bandwidth()
+    assert set(threads) == {1} and fake.count == 6
+    assert measured == 3 * 2 * max(ev.COPY_SIZES) * 1e9 / 1000
+
+
+@pytest.mark.slow
+def test_an_honest_threaded_sum_passes_the_floor_while_every_core_is_busy(tmp_path):
+    """vectorsum's PyTorch example on 16M and 50M elements with torch's own thread count, beside a busy loop on
+    every CPU this process may use: the floor measured meanwhile must not call its times impossible."""
+    task = load_task(ROOT / "tasks" / "vectorsum")
+    ws = Executor().new_workspace(tmp_path)
+    main = ws.prepare(task, (ROOT / "submissions" / "vectorsum" / "pytorch.py").read_bytes())
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cpus)]
+    try:
+        time.sleep(0.5)
+        result = runner.run_mode(ws, main, "benchmark", [{"size": 16777216, "seed": 6256},
+                                                        {"size": 50000017, "seed": 8711}], timeout_s=300,
+                                 options=runner.RunOptions())
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    assert result.exit_code == 0 and result.check == "pass", errors_of(result)
 
 
 @pytest.mark.slow

@@ -76,9 +76,10 @@ def peak_bandwidth(device: str | None) -> float | None:
 
 
 # On the CPU the peak is measured, not a datasheet's: popkit's harness copies buffers a core's caches hold on its
-# trusted side once per timed run (`system.copy_bandwidth`, bytes moved per second). A kernel may beat one torch
-# copy (wider loads, more threads, a cache closer to the core), never by this much: a time that implies more was
-# lowered by the worker (a patched measurement) and fails as "time beats physics" (results.judge_physics).
+# trusted side once per timed run, on one thread, counted once per CPU (`system.copy_bandwidth`, bytes moved per
+# second). A kernel may beat that (wider loads, a cache closer to the core), never by this much: a time that
+# implies more was lowered by the worker (a patched measurement) and fails as "time beats physics"
+# (results.judge_physics).
 CPU_COPY_MARGIN = 8.0
 
 
