@@ -720,7 +720,9 @@ def test_warm_race_evals_need_cpus_for_start_ups_side_by_side():
 @pytest.mark.slow
 def test_race_evals_through_warm_pairs_time_and_pick_as_cold_evals_do(tmp_path, monkeypatch):
     """Every race eval goes through a warm pair (the checks and the final check stay cold), and the race picks
-    the variant cold evals pick: the fixture's fastest by 3x or more."""
+    the variant cold evals pick: the fixture's fastest by 3x or more. The warm run's winner must be it too; the
+    cold run's final word, after its A/B against the input's values, is not compared (on a loaded CI machine a
+    cold run once ended on the input's CHUNK=256, and the assertion then said too little to tell why)."""
     from popkit.run import warm
 
     monkeypatch.setattr(ahead, "ahead_depth", lambda cpus=None: 2)
@@ -735,4 +737,11 @@ def test_race_evals_through_warm_pairs_time_and_pick_as_cold_evals_do(tmp_path, 
     assert all(len(v.rounds) >= 1 for v in report.variants if v.label in ("CHUNK=256", "CHUNK=4096"))
     cold = tune.run_tune(load_task(TASK_DIR), SUBMISSION, tmp_path / "cold.py", runner.RunOptions(harness="popkit"),
                          tune.TuneSettings(confirm=1, record=False, per_shape=False, warm_race=False))
-    assert len(gone) == race.evals and cold.winner_label == report.winner_label
+    assert len(gone) == race.evals
+
+    def finalists(r: TuneReport) -> list[str]:  # what the race picked, before the A/B against the input's values
+        return [v.label for v in r.variants if v.outcome == "passed" and not v.race_failure and v.left_after is None]
+
+    assert finalists(cold) == finalists(report) == ["CHUNK=4096"], (  # what each run saw, should a flip happen
+        [(r.winner_label, r.decided_by, r.notes, [(v.label, v.outcome, v.race_failure, v.left_after, v.scores_s)
+                                                  for v in r.variants]) for r in (report, cold)])
