@@ -238,12 +238,17 @@ def fingerprint(tensors: list) -> tuple:
     return tuple(parts)
 
 
+def credited(overhead_ns: float) -> float:
+    """The part of an empty call's time the witness credits to a timed call: 0 to FORGE_OVERHEAD_CAP_NS."""
+    return min(max(overhead_ns, 0.0), FORGE_OVERHEAD_CAP_NS)
+
+
 def unexplained_ns(samples: list[float], walls: list[float], overheads: list[float]) -> list[float]:
     """Per timed call, the time this process saw that neither the reported time nor the call's credited
     overhead (an empty call's time, up to FORGE_OVERHEAD_CAP_NS) explains; [] when the lists do not match."""
     if not len(samples) == len(walls) == len(overheads):
         return []
-    return [w - s - min(max(o, 0.0), FORGE_OVERHEAD_CAP_NS) for s, w, o in zip(samples, walls, overheads)]
+    return [w - s - credited(o) for s, w, o in zip(samples, walls, overheads)]
 
 
 def forged_time(samples: list[float], walls: list[float], overheads: list[float], device: str) -> str | None:
@@ -260,7 +265,7 @@ def forged_time(samples: list[float], walls: list[float], overheads: list[float]
     reported = sorted(samples)[len(samples) // 2]
     gap = unexplained[len(unexplained) // 2]
     if gap > max(reported, FORGE_MIN_NS[device]):
-        credit = sorted(min(max(o, 0.0), FORGE_OVERHEAD_CAP_NS) for o in overheads)[len(overheads) // 2]
+        credit = sorted(map(credited, overheads))[len(overheads) // 2]
         return (f"time forged: the worker reported a median of {us(reported)} per call, the trusted process "
                 f"saw {us(sorted(walls)[len(walls) // 2])} (after {us(credit)} of per-call overhead, "
                 f"{us(gap)} unexplained)")

@@ -338,11 +338,9 @@ class Session:
                     return ready
             credit = overhead
             if beside:
-                started = self.clock_ns()
-                empty = self._ask("bench_empty")
+                empty, credit = self._empty_call()
                 if not empty["ok"]:
                     return empty
-                credit = float(self.clock_ns() - started)
             overheads.append(credit)
             started = self.clock_ns()
             reply = self._ask("bench_call")
@@ -389,11 +387,17 @@ class Session:
         """The median time this process sees for a timed call of a kernel that does nothing (EMPTY_CALLS)."""
         walls = []
         for _ in range(EMPTY_CALLS):
-            started = self.clock_ns()
-            if not self._ask("bench_empty")["ok"]:
+            reply, wall = self._empty_call()
+            if not reply["ok"]:
                 return 0.0
-            walls.append(float(self.clock_ns() - started))
+            walls.append(wall)
         return sorted(walls)[len(walls) // 2]
+
+    def _empty_call(self) -> tuple[dict, float]:
+        """One timed call of a kernel that does nothing: the worker's reply and the time this process saw."""
+        started = self.clock_ns()
+        reply = self._ask("bench_empty")
+        return reply, float(self.clock_ns() - started)
 
     def write_audit(self, prefix: str, loop: LoopResult, audit: dict | None) -> None:
         """The timing audit's signals of a case, per timed call: drains (host clock) and, from the GPU trace,
