@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = [("side_stream", t, bench_argv(CHEAT, t, precompile=False)) for t in tasks if args.only != "honest"]
     plan += [("cuda.py", p.parent.name, bench_argv(p, p.parent.name)) for p in honest]
     return execute(args.out, "sealed", honest, plan, args.dry_run, summarize, markdown, expected,
-                   lambda row: row["class"])
+                   lambda row: f"{row['outcome']} {row['class']}")
 
 
 def execute(out: Path, stem: str, honest: list[Path], plan: list[tuple[str, str, list[str]]], dry_run: bool,
@@ -152,7 +152,7 @@ def execute(out: Path, stem: str, honest: list[Path], plan: list[tuple[str, str,
         row = summarize(label, task, *run_json(command))
         results["rows"].append(row)
         save()
-        print(f"[{time.strftime('%H:%M:%S')}] {task} {label}: {row['outcome']} {describe(row)}", flush=True)
+        print(f"[{time.strftime('%H:%M:%S')}] {task} {label}: {describe(row)}", flush=True)
     text = markdown(results["rows"], device)
     (out / f"{stem}.md").write_text(text)
     print(text)

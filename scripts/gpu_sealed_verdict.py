@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             for name in VERDICT_CHEATS if args.only != "honest"]
     plan += [("cuda.py", p.parent.name, bench_argv(p, p.parent.name)) for p in honest]
     return execute(args.out, "verdict", honest, plan, args.dry_run, summarize, markdown, expected,
-                   lambda row: row["error"][:80])
+                   lambda row: f"{row['outcome']} {row['error'][:80]}")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -210,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
             return row
 
         return execute(args.out, "doors", [], rows, args.dry_run, read, markdown, expected,
-                       lambda row: ", ".join(row["classes"]) or row["stderr"][-200:])
+                       lambda row: f"{'as expected' if row['ok'] else 'NOT as expected'}: "
+                       + (", ".join(row["classes"]) or row["stderr"][-200:]))
 
 
 if __name__ == "__main__":

@@ -63,3 +63,20 @@ def test_tune_and_ab_rows_need_the_cheat_dropped_and_never_counted():
     assert not doors.summarize("ab measure_forge", "vectoradd", 1, {**ab, "score": {"b_ns": [1.2]}}, 1.0)["ok"]
     assert not doors.summarize("ab measure_forge", "vectoradd", 1, {**ab, "judged": "open"}, 1.0)["ok"]
     assert "| ab | vectoradd | measure_forge | 1 | time forged | sealed |" in doors.markdown([row], "H100")
+
+
+def test_a_run_of_every_door_writes_its_rows_and_prints_a_line_per_row(tmp_path, monkeypatch, capsys):
+    """main() through gpu_sealed.execute, with a stand-in GPU and popkit: each row read, saved and printed."""
+    import sys
+    import types
+
+    fake_torch = types.SimpleNamespace(cuda=types.SimpleNamespace(is_available=lambda: True,
+                                                                  get_device_name=lambda: "Stand-in GPU"))
+    monkeypatch.setitem(sys.modules, "torch", fake_torch)
+    monkeypatch.setattr(sys.modules["gpu_sealed"], "run_json", lambda argv: (1, _run(), 0.5))
+    assert doors.main(["--out", str(tmp_path), "--tasks", "vectoradd"]) == 1  # tune/ab rows read a test's doc
+    printed = capsys.readouterr().out
+    saved = __import__("json").loads((tmp_path / "doors.json").read_text())
+    assert saved["device"] == "Stand-in GPU" and len(saved["rows"]) == 6
+    assert "vectoradd test tensor_int: as expected: elements mismatch" in printed
+    assert "| test | vectoradd | tensor_int | 1 | elements mismatch | sealed |" in (tmp_path / "doors.md").read_text()
