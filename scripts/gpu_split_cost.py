@@ -14,7 +14,11 @@ and the spread between runs of one way (largest run median over smallest), so a 
 noise between processes. And the time witness's margin on the sealed side: per timed call, the trusted clock's
 time beyond the report and the credited overhead (its tolerance on a GPU is 1 ms a call), median and largest.
 
-Writes OUT/split_cost.json after every run and OUT/split_cost.md (the table), printed last. `--budget-s` starts
+A third way, `untraced` (trust checks on, `POPKIT_TIMING_AUDIT=off`: the split without the GPU trace audit),
+tells the split's cost from the trace's; and on the sealed side the trace's own time of the call's kernels
+(median over calls), so an event time far above it shows time between the events that no kernel ran.
+
+Writes OUT/split_cost.json and OUT/split_cost.md (the table, printed last) after every run. `--budget-s` starts
 no new run after that many seconds. `--dry-run` prints the plan only.
 """
 
@@ -33,7 +37,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from bare_eval import bare_run  # noqa: E402
 
 TASKS = ("identity", "vectoradd", "grayscale", "vectorsum", "softmax", "matmul")
-WAYS = {"sealed": {"POPKIT_TRUST": "1"}, "open": {"POPKIT_TRUST": "0"}}
+WAYS = {"sealed": {"POPKIT_TRUST": "1"}, "open": {"POPKIT_TRUST": "0"},
+        "untraced": {"POPKIT_TRUST": "1", "POPKIT_TIMING_AUDIT": "off"}}
 
 
 def shapes(result: dict) -> dict[str, tuple[float, float]]:
@@ -46,50 +51,61 @@ def shapes(result: dict) -> dict[str, tuple[float, float]]:
     return found
 
 
-def unexplained(result: dict, spec: str) -> list[float]:
-    """One run's time-witness margins of a shape: per timed call, the trusted clock's time beyond the report and
-    the credited overhead (`benchmark.I.unexplained_ns`, written with the trust checks on)."""
+def per_call(result: dict, spec: str, key: str) -> list[float]:
+    """One run's per-call list `benchmark.I.KEY` of a shape: `unexplained_ns` (the time witness's margins: the
+    trusted clock's time beyond the report and the credited overhead) or `kernel_ns` (the trace's time of the
+    call's kernels); both are written with the trust checks on, the second with the trace audit."""
     for i in range(int(result.get("benchmark-count", 0) or 0)):
         p = f"benchmark.{i}."
         if result.get(p + "spec", str(i)) == spec:
-            return [float(x) for x in result.get(p + "unexplained_ns", "").split(",") if x.strip()]
+            return [float(x) for x in result.get(p + key, "").split(",") if x.strip()]
     return []
 
 
 def summarize(runs: dict[str, list[dict]]) -> list[dict]:
-    """Per shape timed by both ways: the medians over runs, sealed / open, and each way's spread."""
+    """Per shape timed by the sealed and open ways (and untraced, where it ran): the medians over runs, each
+    over open, and each way's spread."""
     rows = []
-    specs = [s for s in shapes(runs["sealed"][0]) if all(s in shapes(r) for way in WAYS for r in runs[way])] \
-        if runs["sealed"] and runs["open"] else []
+    ways = [way for way in WAYS if runs.get(way)]
+    specs = [s for s in shapes(runs["sealed"][0]) if all(s in shapes(r) for way in ways for r in runs[way])] \
+        if runs.get("sealed") and runs.get("open") else []
     for spec in specs:
         row = {"shape": spec}
-        for way in WAYS:
+        for way in ways:
             medians = [shapes(r)[spec][0] for r in runs[way]]
             means = [shapes(r)[spec][1] for r in runs[way]]
             row[way] = {"median_ns": statistics.median(medians), "mean_ns": statistics.median(means),
                         "spread": max(medians) / min(medians), "runs": len(medians)}
         row["median_ratio"] = row["sealed"]["median_ns"] / row["open"]["median_ns"]
         row["mean_ratio"] = row["sealed"]["mean_ns"] / row["open"]["mean_ns"]
-        margins = sorted(x for r in runs["sealed"] for x in unexplained(r, spec))
+        if "untraced" in row:
+            row["untraced_median_ratio"] = row["untraced"]["median_ns"] / row["open"]["median_ns"]
+        margins = sorted(x for r in runs["sealed"] for x in per_call(r, spec, "unexplained_ns"))
         if margins:  # how close honest calls come to the witness's tolerance (1 ms a call on a GPU)
             row["unexplained_ns"] = {"median": statistics.median(margins), "max": margins[-1]}
+        kernels = [x for r in runs["sealed"] for x in per_call(r, spec, "kernel_ns")]
+        if kernels:
+            row["sealed"]["trace_kernel_ns"] = statistics.median(kernels)
         rows.append(row)
     return rows
 
 
 def table(results: dict) -> str:
     lines = ["| task | shape | open median | sealed median | sealed / open (medians) | sealed / open (means) | "
-             "spread open, sealed | witness: unexplained median, max |", "|---|---|---|---|---|---|---|---|"]
+             "untraced / open (medians) | sealed: trace's kernel time | spread open, sealed | "
+             "witness: unexplained median, max |", "|---|---|---|---|---|---|---|---|---|---|"]
     for task, entry in results["tasks"].items():
         for row in entry.get("rows", []):
-            margin = row.get("unexplained_ns")
+            margin, kernel = row.get("unexplained_ns"), row["sealed"].get("trace_kernel_ns")
             witness = f"{margin['median'] / 1e3:.1f} µs, {margin['max'] / 1e3:.1f} µs" if margin else "-"
+            untraced = f"{row['untraced_median_ratio']:.3f}" if "untraced_median_ratio" in row else "-"
             lines.append(f"| {task} | {row['shape']} | {row['open']['median_ns'] / 1e3:.1f} µs | "
                          f"{row['sealed']['median_ns'] / 1e3:.1f} µs | {row['median_ratio']:.3f} | "
-                         f"{row['mean_ratio']:.3f} | {row['open']['spread']:.2f}x, {row['sealed']['spread']:.2f}x | "
-                         f"{witness} |")
+                         f"{row['mean_ratio']:.3f} | {untraced} | "
+                         f"{f'{kernel / 1e3:.1f} µs' if kernel else '-'} | "
+                         f"{row['open']['spread']:.2f}x, {row['sealed']['spread']:.2f}x | {witness} |")
         if entry.get("failed"):
-            lines.append(f"| {task} | runs that did not pass: {', '.join(entry['failed'])} | | | | | | |")
+            lines.append(f"| {task} | runs that did not pass: {', '.join(entry['failed'])} | | | | | | | | |")
     return "\n".join(lines)
 
 
@@ -107,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [t for t in tasks if not (args.tasks_root / t / "task.yml").is_file()]
     if unknown:
         parser.error(f"no task {', '.join(unknown)} under {args.tasks_root}")
-    order = [("sealed", "open") if i % 2 == 0 else ("open", "sealed") for i in range(args.pairs)]
+    order = [tuple(WAYS) if i % 2 == 0 else tuple(reversed(WAYS)) for i in range(args.pairs)]
     if args.dry_run:
         for task in tasks:
             print(f"{task}: build once, then {', '.join('/'.join(o) for o in order)} (leaderboard mode)")
@@ -116,8 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     results: dict = {"tasks": {}, "pairs": args.pairs}
 
-    def save() -> None:
+    def save() -> None:  # both files after every run: a run cut by its time limit keeps its table
         (args.out / "split_cost.json").write_text(json.dumps(results, indent=1))
+        (args.out / "split_cost.md").write_text(table(results) + "\n")
 
     for task in tasks:
         source = (ROOT / "submissions" / task / args.file).read_text()
@@ -138,7 +155,6 @@ def main(argv: list[str] | None = None) -> int:
                 entry["rows"] = summarize(entry["runs"])
                 save()
     save()
-    (args.out / "split_cost.md").write_text(table(results) + "\n")
     print(table(results))
     return 0
 

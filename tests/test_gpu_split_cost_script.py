@@ -25,8 +25,17 @@ def test_rows_compare_medians_and_means_and_say_each_ways_spread():
     assert row["median_ratio"] == 11e3 / 10e3 and row["mean_ratio"] == 13e3 / 10e3
     assert row["sealed"]["spread"] == 12e3 / 10e3 and row["open"]["spread"] == 10e3 / 8e3
     text = script.table({"tasks": {"vectoradd": {"rows": [row], "failed": ["open (exit 1)"]}}})
-    assert "| vectoradd | size: 1 | 10.0 µs | 11.0 µs | 1.100 | 1.300 | 1.25x, 1.20x | - |" in text
+    assert "| vectoradd | size: 1 | 10.0 µs | 11.0 µs | 1.100 | 1.300 | - | - | 1.25x, 1.20x | - |" in text
     assert "runs that did not pass: open (exit 1)" in text
+
+
+def test_the_untraced_way_and_the_traces_kernel_time_tell_the_splits_cost_from_the_traces():
+    sealed = [{**_run(30e3, 40e3), "benchmark.0.kernel_ns": "10000,10500,11000"}]
+    runs = {"sealed": sealed, "open": [_run(15e3, 15e3)], "untraced": [_run(16.5e3, 17e3)]}
+    (row,) = script.summarize(runs)
+    assert row["median_ratio"] == 2.0 and row["untraced_median_ratio"] == 1.1
+    assert row["sealed"]["trace_kernel_ns"] == 10500.0
+    assert "| 2.000 | 2.667 | 1.100 | 10.5 µs |" in script.table({"tasks": {"softmax": {"rows": [row]}}})
 
 
 def test_the_sealed_runs_witness_margins_are_pooled_per_shape():
@@ -41,23 +50,25 @@ def test_the_ways_alternate_with_the_trust_switch_and_results_are_saved(tmp_path
     calls = []
 
     def fake(task_dir, source, mode, cases=None, **kwargs):
-        calls.append((Path(task_dir).name, mode, kwargs["env"]["POPKIT_TRUST"]))
+        env = kwargs["env"]
+        calls.append((Path(task_dir).name, mode, env["POPKIT_TRUST"] + env.get("POPKIT_TIMING_AUDIT", "")))
         return _run(10e3, 10e3)
 
     monkeypatch.setattr(script, "bare_run", fake)
     assert script.main(["--out", str(tmp_path), "--tasks", "vectoradd", "--pairs", "2"]) == 0
-    assert calls == [("vectoradd", "leaderboard", "1"), ("vectoradd", "leaderboard", "1"),
-                     ("vectoradd", "leaderboard", "0"), ("vectoradd", "leaderboard", "0"),
-                     ("vectoradd", "leaderboard", "1")]  # the build, then sealed/open, open/sealed
+    # the build, then sealed/open/untraced, untraced/open/sealed
+    assert [trust for *_, trust in calls] == ["1", "1", "0", "1off", "1off", "0", "1"]
+    assert {(task, mode) for task, mode, _ in calls} == {("vectoradd", "leaderboard")}
     saved = json.loads((tmp_path / "split_cost.json").read_text())
     assert len(saved["tasks"]["vectoradd"]["runs"]["sealed"]) == 2 and saved["tasks"]["vectoradd"]["rows"]
     assert "| vectoradd | size: 1 |" in capsys.readouterr().out
+    assert "| vectoradd | size: 1 |" in (tmp_path / "split_cost.md").read_text()
 
 
 def test_the_dry_run_plans_every_bundled_task_and_an_unknown_one_is_refused(capsys):
     assert script.main(["--out", "x", "--dry-run", "--pairs", "2"]) == 0
     out = capsys.readouterr().out
-    assert all(f"{t}: build once, then sealed/open, open/sealed (leaderboard mode)" in out for t in script.TASKS)
+    assert all(f"{t}: build once, then sealed/open/untraced, untraced/open/sealed (leaderboard mode)" in out for t in script.TASKS)
     try:
         script.main(["--out", "x", "--tasks", "nosuch"])
     except SystemExit as exc:
