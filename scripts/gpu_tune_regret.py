@@ -20,7 +20,8 @@ in scripts/gpu_tune.py; with --tasks-root, also the public pmpp_v2 vectoradd and
               and the wall time tune's evals took (checks, race, A/B, final check) against the exhaustive evals'.
 Writes OUTDIR/regret.json (raw scores of every eval, tune's report) and OUTDIR/regret.md, and prints the
 markdown table last. `--dry-run` does it on the CPU with the fixture task tests/fixtures/tasks/chunksum.
-About 8 minutes on an H100 with the defaults (10 points x 3 repeats per template, one cold build each).
+About 8 minutes on an H100 with the defaults (10 points x 3 repeats per template, one cold build each);
+`--devices 0,1,2` tunes on GPU 0 and spreads the exhaustive evals over the three at once.
 Only popkit.api is used (scripts/ use no internals).
 """
 
@@ -34,6 +35,7 @@ import shutil
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -94,9 +96,12 @@ def shape_times(report: Any) -> tuple[float, ...] | str:
 
 def exhaustive(task: str, path: Path, points: Sequence[dict], repeats: int, deadline: float, build_root: str,
                folder: Path, bench: Callable[..., Any] = api.bench, clock: Callable[[], float] = time.monotonic,
-               allow_cpu: bool = False, on_repeat: Callable[[list[dict]], None] = lambda rows: None) -> list[dict]:
+               allow_cpu: bool = False, on_repeat: Callable[[list[dict]], None] = lambda rows: None,
+               devices: Sequence[str] = ()) -> list[dict]:
     """Every point `repeats` times (at least MIN_REPEATS, more only before `deadline`), rounds alternating in order,
     each one benchmark-mode eval (`api.bench`, not recorded) in the extensions folder tune built the grid in.
+    With `devices`, a repeat's evals run on those GPUs at once, one eval per GPU at a time, in the repeat's order:
+    point i of repeat r on devices[(i + r) % n], so over n repeats every point meets every GPU once.
     The variant files are written under `folder`; `on_repeat` gets the rows after every repeat (a run cut short
     keeps them). Returns per point: label, values, scores (s, one per passed eval), failures, eval wall times."""
     text = path.read_text()
@@ -110,16 +115,31 @@ def exhaustive(task: str, path: Path, points: Sequence[dict], repeats: int, dead
         if rep >= MIN_REPEATS and clock() > deadline:
             log(f"exhaustive: stopped after {rep} repeats (--minutes)")
             break
-        for row in (rows if rep % 2 == 0 else rows[::-1]):
+        ordered = rows if rep % 2 == 0 else rows[::-1]
+
+        def timed(row: dict, device: str | None = None) -> None:
             env = {"TORCH_EXTENSIONS_DIR": f"{build_root}/tune-{row['build']}"} if row["build"] and build_root else {}
+            pin = {"device": device} if device is not None else {}
             t0 = clock()
-            outcome = bench(row["path"], task=task, record=False, env=env, label="regret", allow_cpu=allow_cpu)
+            outcome = bench(row["path"], task=task, record=False, env=env, label="regret", allow_cpu=allow_cpu, **pin)
             row["eval_s"].append(clock() - t0)
             times = shape_times(outcome.report)
             if isinstance(times, str):
                 row["failures"].append(times)
             else:
                 row["scores"].append(api.score(times, outcome.report.ranking_by))
+
+        if devices:
+            n = len(devices)
+            lane_of = {id(row): (i + rep) % n for i, row in enumerate(rows)}
+            lanes = [[row for row in ordered if lane_of[id(row)] == d] for d in range(n)]
+            with ThreadPoolExecutor(max_workers=n) as pool:
+                for done in [pool.submit(lambda lane=lane, dev=dev: [timed(r, dev) for r in lane])
+                             for lane, dev in zip(lanes, devices)]:
+                    done.result()
+        else:
+            for row in ordered:
+                timed(row)
         log(f"exhaustive: repeat {rep + 1}/{repeats} of {len(rows)} points")
         on_repeat(rows)
     for row in rows:
@@ -205,10 +225,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="comma-separated task names (softmax, matmul, ...)")
     parser.add_argument("--always-ab", action="store_true", help="tune confirms by A/B even when the race decides")
     parser.add_argument("--cold-race", action="store_true", help="tune's race evals cold, not through warm pairs")
+    parser.add_argument("--devices", default="",
+                        help="comma-separated GPU indices: tune on the first, the exhaustive evals on all at once")
     parser.add_argument("--dry-run", action="store_true", help="the CPU fixture task instead of the GPU tasks")
     args = parser.parse_args(argv)
     if args.repeats < MIN_REPEATS or args.points < 0:
         parser.error(f"--repeats must be at least {MIN_REPEATS} and --points at least 0")
+    devices = [d.strip() for d in args.devices.split(",") if d.strip()]
+    if any(not d.isdigit() for d in devices):
+        parser.error(f"--devices {args.devices}: give GPU indices, e.g. 0,1,2")
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     results: dict = {"started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -231,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
                               harness="task", task=str(row["task"]),
                               max_variants=args.points or 10_000, seed=args.seed, per_shape=False, record=False,
                               force=True, budget_s=max(90.0, 0.45 * share), always_ab=args.always_ab,
-                              cold_race=args.cold_race,
+                              cold_race=args.cold_race, devices=devices[:1] or None,
                               allow_cpu=args.dry_run, progress=lambda m, name=row["name"]: log(f"{name}: {m}"))
             doc = api.document(report)
             points = [p for p in points_of(report) if p["passed"]]
@@ -246,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
             found_points = exhaustive(str(row["task"]), row["file"], points, args.repeats,
                                       deadline=t0 + share, build_root=report.build_root,
                                       folder=tmp / "points" / row["file"].stem, allow_cpu=args.dry_run,
-                                      on_repeat=keep)
+                                      on_repeat=keep, devices=devices)
             found = regret(found_points, picked)
             results["tasks"].append(summary(row["name"], found_points, doc, found))
             results["raw"][row["name"]] = {"points": found_points, "tune": doc}

@@ -120,3 +120,24 @@ def test_dry_run_writes_both_files(tmp_path, capsys):
     assert row["regret"] is not None and row["tune_builds"] == 0 and row["exhaustive_s"] > 0
     assert capsys.readouterr().out.startswith("`python3 scripts/gpu_tune_regret.py` on cpu (dry run)")
     assert sorted((ROOT / "tests" / "fixtures" / "tune").iterdir()) == fixtures  # nothing written beside the input
+
+
+def test_exhaustive_spreads_a_repeats_evals_over_the_gpus_so_each_point_meets_each_gpu(tmp_path):
+    import threading
+
+    seen: list[tuple[str, str]] = []
+    lock = threading.Lock()
+
+    def bench(path, task=None, record=True, env=None, label="", allow_cpu=False, device=None):
+        with lock:
+            seen.append((tunespec.label(tunespec.parse(Path(path).read_text(), "v").default), device))
+        return SimpleNamespace(report=SimpleNamespace(outcome="failed"))  # a failure is enough here
+
+    path = tmp_path / "chunksum.py"
+    path.write_text(SUBMISSION.read_text())
+    points = [{"label": f"CHUNK={c}", "values": {"CHUNK": c}, "build": "", "passed": True} for c in (1, 256, 4096)]
+    rows = regret_script.exhaustive(str(TASK_DIR), path, points, 3, deadline=10**9, build_root="",
+                                    folder=tmp_path / "points", bench=bench, devices=["0", "1", "2"])
+    assert all(len(r["eval_s"]) == 3 and len(r["failures"]) == 3 for r in rows)
+    for label in (p["label"] for p in points):
+        assert sorted(d for lab, d in seen if lab == label) == ["0", "1", "2"], seen  # every GPU once
