@@ -226,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--always-ab", action="store_true", help="tune confirms by A/B even when the race decides")
     parser.add_argument("--cold-race", action="store_true", help="tune's race evals cold, not through warm pairs")
     parser.add_argument("--devices", default="",
-                        help="GPUs as CUDA_VISIBLE_DEVICES names them, comma-separated: tune on the first, the exhaustive evals on all at once")
+                        help="GPUs as CUDA_VISIBLE_DEVICES names them, comma-separated: tune on the first, "
+                             "the exhaustive evals on all of them at once")
     parser.add_argument("--dry-run", action="store_true", help="the CPU fixture task instead of the GPU tasks")
     args = parser.parse_args(argv)
     if args.repeats < MIN_REPEATS or args.points < 0:
