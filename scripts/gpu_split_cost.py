@@ -14,9 +14,11 @@ and the spread between runs of one way (largest run median over smallest), so a 
 noise between processes. And the time witness's margin on the sealed side: per timed call, the trusted clock's
 time beyond the report and the credited overhead (its tolerance on a GPU is 1 ms a call), median and largest.
 
-A third way, `untraced` (trust checks on, `POPKIT_TIMING_AUDIT=off`: the split without the GPU trace audit),
-tells the split's cost from the trace's; and on the sealed side the trace's own time of the call's kernels
-(median over calls), so an event time far above it shows time between the events that no kernel ran.
+Two more ways tell the parts of that cost apart: `untraced` (trust checks on, `POPKIT_TIMING_AUDIT=off`: the split
+without the GPU trace audit) and `unspun` (trust checks on, `POPKIT_WORKER_SPIN=0`: the worker sleeps until each
+request instead of polling for it); `--ways` picks them. On the sealed side also the trace's own time of the
+call's kernels (median over calls), so an event time far above it shows time between the events that no kernel
+ran.
 
 Writes OUT/split_cost.json and OUT/split_cost.md (the table, printed last) after every run. `--budget-s` starts
 no new run after that many seconds. `--dry-run` prints the plan only.
@@ -38,7 +40,9 @@ from bare_eval import bare_run  # noqa: E402
 
 TASKS = ("identity", "vectoradd", "grayscale", "vectorsum", "softmax", "matmul")
 WAYS = {"sealed": {"POPKIT_TRUST": "1"}, "open": {"POPKIT_TRUST": "0"},
-        "untraced": {"POPKIT_TRUST": "1", "POPKIT_TIMING_AUDIT": "off"}}
+        "untraced": {"POPKIT_TRUST": "1", "POPKIT_TIMING_AUDIT": "off"},
+        "unspun": {"POPKIT_TRUST": "1", "POPKIT_WORKER_SPIN": "0"}}
+PARTS = ("untraced", "unspun")  # the ways that leave one part of the sealed run out
 
 
 def shapes(result: dict) -> dict[str, tuple[float, float]]:
@@ -78,8 +82,9 @@ def summarize(runs: dict[str, list[dict]]) -> list[dict]:
                         "spread": max(medians) / min(medians), "runs": len(medians)}
         row["median_ratio"] = row["sealed"]["median_ns"] / row["open"]["median_ns"]
         row["mean_ratio"] = row["sealed"]["mean_ns"] / row["open"]["mean_ns"]
-        if "untraced" in row:
-            row["untraced_median_ratio"] = row["untraced"]["median_ns"] / row["open"]["median_ns"]
+        for way in PARTS:
+            if way in row:
+                row[f"{way}_median_ratio"] = row[way]["median_ns"] / row["open"]["median_ns"]
         margins = sorted(x for r in runs["sealed"] for x in per_call(r, spec, "unexplained_ns"))
         if margins:  # how close honest calls come to the witness's tolerance (1 ms a call on a GPU)
             row["unexplained_ns"] = {"median": statistics.median(margins), "max": margins[-1]}
@@ -92,20 +97,21 @@ def summarize(runs: dict[str, list[dict]]) -> list[dict]:
 
 def table(results: dict) -> str:
     lines = ["| task | shape | open median | sealed median | sealed / open (medians) | sealed / open (means) | "
-             "untraced / open (medians) | sealed: trace's kernel time | spread open, sealed | "
-             "witness: unexplained median, max |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "untraced / open (medians) | unspun / open (medians) | sealed: trace's kernel time | "
+             "spread open, sealed | witness: unexplained median, max |", "|---" * 11 + "|"]
     for task, entry in results["tasks"].items():
         for row in entry.get("rows", []):
             margin, kernel = row.get("unexplained_ns"), row["sealed"].get("trace_kernel_ns")
             witness = f"{margin['median'] / 1e3:.1f} µs, {margin['max'] / 1e3:.1f} µs" if margin else "-"
-            untraced = f"{row['untraced_median_ratio']:.3f}" if "untraced_median_ratio" in row else "-"
+            parts = " | ".join(f"{row[f'{way}_median_ratio']:.3f}" if f"{way}_median_ratio" in row else "-"
+                               for way in PARTS)
             lines.append(f"| {task} | {row['shape']} | {row['open']['median_ns'] / 1e3:.1f} µs | "
                          f"{row['sealed']['median_ns'] / 1e3:.1f} µs | {row['median_ratio']:.3f} | "
-                         f"{row['mean_ratio']:.3f} | {untraced} | "
+                         f"{row['mean_ratio']:.3f} | {parts} | "
                          f"{f'{kernel / 1e3:.1f} µs' if kernel else '-'} | "
                          f"{row['open']['spread']:.2f}x, {row['sealed']['spread']:.2f}x | {witness} |")
         if entry.get("failed"):
-            lines.append(f"| {task} | runs that did not pass: {', '.join(entry['failed'])} | | | | | | | | |")
+            lines.append(f"| {task} | runs that did not pass: {', '.join(entry['failed'])} | | | | | | | | | |")
     return "\n".join(lines)
 
 
@@ -117,13 +123,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=500.0)
     parser.add_argument("--tasks-root", type=Path, default=ROOT / "tasks", help=argparse.SUPPRESS)
     parser.add_argument("--file", default="cuda.py", help="the example file in submissions/TASK/")
+    parser.add_argument("--ways", default=",".join(WAYS), help=f"comma-separated, sealed and open among them: "
+                                                              f"{', '.join(WAYS)}")
     parser.add_argument("--dry-run", action="store_true")
     args = parser.parse_args(argv)
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     unknown = [t for t in tasks if not (args.tasks_root / t / "task.yml").is_file()]
     if unknown:
         parser.error(f"no task {', '.join(unknown)} under {args.tasks_root}")
-    order = [tuple(WAYS) if i % 2 == 0 else tuple(reversed(WAYS)) for i in range(args.pairs)]
+    ways = tuple(w.strip() for w in args.ways.split(",") if w.strip())
+    if not {"sealed", "open"} <= set(ways) or set(ways) - set(WAYS):
+        parser.error(f"--ways {args.ways}: sealed and open, and any of {', '.join(PARTS)}")
+    order = [ways if i % 2 == 0 else ways[::-1] for i in range(args.pairs)]
     if args.dry_run:
         for task in tasks:
             print(f"{task}: build once, then {', '.join('/'.join(o) for o in order)} (leaderboard mode)")
@@ -138,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
 
     for task in tasks:
         source = (ROOT / "submissions" / task / args.file).read_text()
-        entry = results["tasks"].setdefault(task, {"runs": {way: [] for way in WAYS}, "failed": []})
+        entry = results["tasks"].setdefault(task, {"runs": {way: [] for way in ways}, "failed": []})
         bare_run(args.tasks_root / task, source, "leaderboard", env=WAYS["sealed"])  # the build, untimed
         for pair in order:
             for way in pair:

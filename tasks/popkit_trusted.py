@@ -561,11 +561,11 @@ def start_judge(fd: int | None) -> tuple[Judge | None, dict | None]:
                                             f"{first_line(exc)}", "message": traceback.format_exc()}
 
 
-def worker_settings(trust: bool, audit: str, fd: int | None) -> dict:
+def worker_settings(trust: bool, audit: str, fd: int | None, spin: bool = True) -> dict:
     """What the worker starts with; the output buffer travels as a descriptor the spawn passes on."""
     from multiprocessing.reduction import DupFd
 
-    return {"trust": trust, "audit": audit, "outputs_fd": DupFd(fd) if fd is not None else None}
+    return {"trust": trust, "audit": audit, "spin": spin, "outputs_fd": DupFd(fd) if fd is not None else None}
 
 
 def run_session(pipe: ResultPipe, link: WorkerLink, mode: str, cases: list[dict], trust: bool,
@@ -591,11 +591,12 @@ def run_session(pipe: ResultPipe, link: WorkerLink, mode: str, cases: list[dict]
 
 
 def warm_main(worker_entry: Callable, fd: int, control: int, mode: str, cases: list[dict], trust: bool,
-              secret: int | None, audit: str = "off") -> int:
+              secret: int | None, audit: str = "off", spin: bool = True) -> int:
     """A warm start (POPKIT_CONTROL_FD): the worker prepares everything but the submission, `popkit.warm: ready`
     goes on the pipe, and on `go` the mode runs as in a cold start, with `go`'s cases and key."""
     outputs = output_buffer() if trust else None
-    link = WorkerLink(worker_entry, {**worker_settings(trust, audit, outputs), "warm": {"mode": mode, "cases": cases}})
+    link = WorkerLink(worker_entry, {**worker_settings(trust, audit, outputs, spin),
+                                     "warm": {"mode": mode, "cases": cases}})
     judged = start_judge(outputs)
     gone = None
     try:
@@ -646,6 +647,7 @@ def main(worker_entry: Callable, argv: list[str] | None = None) -> int:
     seed_text = os.environ.pop("POPCORN_SEED", None)  # read, then unset: the worker never sees it
     trust = os.environ.pop("POPKIT_TRUST", "1").strip() != "0"
     audit = os.environ.pop("POPKIT_TIMING_AUDIT", "").strip() or DEFAULT_AUDIT  # read, then unset
+    spin = os.environ.pop("POPKIT_WORKER_SPIN", "1").strip() != "0"
     control = read_control()
     pipe_key = read_key() if control is None else ""
     if audit not in AUDIT_RULES:
@@ -666,7 +668,7 @@ def main(worker_entry: Callable, argv: list[str] | None = None) -> int:
     # Only timed modes audit their timing, and only with the trust checks on (off: what the leaderboard does).
     audit = audit if trust and mode in BUDGETS else "off"
     if control is not None:
-        return warm_main(worker_entry, fd, control, mode, cases, trust, secret, audit)
+        return warm_main(worker_entry, fd, control, mode, cases, trust, secret, audit, spin)
     outputs = output_buffer() if trust else None
-    link = WorkerLink(worker_entry, worker_settings(trust, audit, outputs))
+    link = WorkerLink(worker_entry, worker_settings(trust, audit, outputs, spin))
     return run_session(ResultPipe(fd, pipe_key), link, mode, cases, trust, audit=audit, outputs=outputs)

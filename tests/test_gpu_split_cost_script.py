@@ -6,6 +6,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("gpu_split_cost", ROOT / "scripts" / "gpu_split_cost.py")
 script = importlib.util.module_from_spec(spec)
@@ -25,17 +27,21 @@ def test_rows_compare_medians_and_means_and_say_each_ways_spread():
     assert row["median_ratio"] == 11e3 / 10e3 and row["mean_ratio"] == 13e3 / 10e3
     assert row["sealed"]["spread"] == 12e3 / 10e3 and row["open"]["spread"] == 10e3 / 8e3
     text = script.table({"tasks": {"vectoradd": {"rows": [row], "failed": ["open (exit 1)"]}}})
-    assert "| vectoradd | size: 1 | 10.0 µs | 11.0 µs | 1.100 | 1.300 | - | - | 1.25x, 1.20x | - |" in text
+    assert "| vectoradd | size: 1 | 10.0 µs | 11.0 µs | 1.100 | 1.300 | - | - | - | 1.25x, 1.20x | - |" in text
     assert "runs that did not pass: open (exit 1)" in text
 
 
-def test_the_untraced_way_and_the_traces_kernel_time_tell_the_splits_cost_from_the_traces():
+def test_the_untraced_and_unspun_ways_and_the_traces_kernel_time_tell_the_parts_of_the_cost_apart():
     sealed = [{**_run(30e3, 40e3), "benchmark.0.kernel_ns": "10000,10500,11000"}]
-    runs = {"sealed": sealed, "open": [_run(15e3, 15e3)], "untraced": [_run(16.5e3, 17e3)]}
+    runs = {"sealed": sealed, "open": [_run(15e3, 15e3)], "untraced": [_run(16.5e3, 17e3)],
+            "unspun": [_run(45e3, 50e3)]}
     (row,) = script.summarize(runs)
-    assert row["median_ratio"] == 2.0 and row["untraced_median_ratio"] == 1.1
+    assert row["median_ratio"] == 2.0 and row["untraced_median_ratio"] == 1.1 and row["unspun_median_ratio"] == 3.0
     assert row["sealed"]["trace_kernel_ns"] == 10500.0
-    assert "| 2.000 | 2.667 | 1.100 | 10.5 µs |" in script.table({"tasks": {"softmax": {"rows": [row]}}})
+    assert "| 2.000 | 2.667 | 1.100 | 3.000 | 10.5 µs |" in script.table({"tasks": {"softmax": {"rows": [row]}}})
+    del runs["unspun"]
+    rows = script.summarize(runs)
+    assert "| 2.000 | 2.667 | 1.100 | - | 10.5 µs |" in script.table({"tasks": {"softmax": {"rows": rows}}})
 
 
 def test_the_sealed_runs_witness_margins_are_pooled_per_shape():
@@ -51,13 +57,14 @@ def test_the_ways_alternate_with_the_trust_switch_and_results_are_saved(tmp_path
 
     def fake(task_dir, source, mode, cases=None, **kwargs):
         env = kwargs["env"]
-        calls.append((Path(task_dir).name, mode, env["POPKIT_TRUST"] + env.get("POPKIT_TIMING_AUDIT", "")))
+        calls.append((Path(task_dir).name, mode, env["POPKIT_TRUST"] + env.get("POPKIT_TIMING_AUDIT", "")
+                      + env.get("POPKIT_WORKER_SPIN", "")))
         return _run(10e3, 10e3)
 
     monkeypatch.setattr(script, "bare_run", fake)
     assert script.main(["--out", str(tmp_path), "--tasks", "vectoradd", "--pairs", "2"]) == 0
-    # the build, then sealed/open/untraced, untraced/open/sealed
-    assert [trust for *_, trust in calls] == ["1", "1", "0", "1off", "1off", "0", "1"]
+    # the build, then sealed/open/untraced/unspun, unspun/untraced/open/sealed
+    assert [trust for *_, trust in calls] == ["1", "1", "0", "1off", "10", "10", "1off", "0", "1"]
     assert {(task, mode) for task, mode, _ in calls} == {("vectoradd", "leaderboard")}
     saved = json.loads((tmp_path / "split_cost.json").read_text())
     assert len(saved["tasks"]["vectoradd"]["runs"]["sealed"]) == 2 and saved["tasks"]["vectoradd"]["rows"]
@@ -68,8 +75,13 @@ def test_the_ways_alternate_with_the_trust_switch_and_results_are_saved(tmp_path
 def test_the_dry_run_plans_every_bundled_task_and_an_unknown_one_is_refused(capsys):
     assert script.main(["--out", "x", "--dry-run", "--pairs", "2"]) == 0
     out = capsys.readouterr().out
-    plan = "build once, then sealed/open/untraced, untraced/open/sealed (leaderboard mode)"
+    plan = "build once, then sealed/open/untraced/unspun, unspun/untraced/open/sealed (leaderboard mode)"
     assert all(f"{t}: {plan}" in out for t in script.TASKS)
+    assert script.main(["--out", "x", "--dry-run", "--pairs", "2", "--ways", "open,sealed,unspun"]) == 0
+    assert "vectoradd: build once, then open/sealed/unspun, unspun/sealed/open" in capsys.readouterr().out
+    for bad in ("sealed,untraced", "sealed,open,fast"):
+        with pytest.raises(SystemExit):
+            script.main(["--out", "x", "--dry-run", "--ways", bad])
     try:
         script.main(["--out", "x", "--tasks", "nosuch"])
     except SystemExit as exc:

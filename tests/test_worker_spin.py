@@ -1,0 +1,68 @@
+"""The worker awaits its next request by polling while a timed case runs on a GPU (popkit_worker.SPIN_S), and
+POPKIT_WORKER_SPIN=0 turns that off without the submission ever seeing the switch."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from test_harness import DOUBLER, GOOD_DOUBLER, SMALL, run_eval
+from test_harness_split import load_harness
+
+h = load_harness()
+
+
+class Conn:
+    """A worker's end of the channel: the request is there after `ready_after` polls (never, with None)."""
+
+    def __init__(self, ready_after: int | None):
+        self.ready_after, self.polls, self.received = ready_after, 0, 0
+
+    def poll(self, timeout: float) -> bool:
+        assert timeout == 0  # a poll that never sleeps
+        self.polls += 1
+        return self.ready_after is not None and self.polls > self.ready_after
+
+    def recv(self) -> dict:
+        self.received += 1
+        return {"op": "bench_call"}
+
+
+def test_a_spinning_worker_polls_until_the_request_is_there_then_receives_it():
+    conn = Conn(ready_after=25)
+    assert h.next_request(conn, spin=True) == {"op": "bench_call"}
+    assert conn.polls == 26 and conn.received == 1
+
+
+def test_the_spin_ends_after_its_time_and_the_worker_blocks_as_before():
+    conn, ticks = Conn(ready_after=None), iter(range(10**6))
+    clock = lambda: next(ticks) * h.SPIN_S / 10  # noqa: E731  ten polls' worth of time, then the deadline
+    assert h.next_request(conn, spin=True, clock=clock) == {"op": "bench_call"}
+    assert conn.polls == 10 and conn.received == 1
+
+
+def test_without_spin_the_worker_never_polls():
+    conn = Conn(ready_after=0)
+    h.next_request(conn, spin=False)
+    assert conn.polls == 0 and conn.received == 1
+
+
+def test_the_worker_spins_only_during_a_timed_case_on_a_gpu_with_the_switch_on():
+    def worker(spin: bool, cuda: bool, bench: dict) -> bool:
+        w = h.Worker({"spin": spin, "outputs_fd": None})
+        w.device, w.timed = SimpleNamespace(cuda=cuda), SimpleNamespace(bench=bench)
+        return w.spinning()
+
+    case = {"case": {"size": 8}, "mode": "leaderboard"}
+    assert worker(spin=True, cuda=True, bench=case)
+    assert not worker(spin=True, cuda=False, bench=case)  # the CPU: a core is not spent on waiting
+    assert not worker(spin=True, cuda=True, bench={})  # between cases, tests, start-up
+    assert not worker(spin=False, cuda=True, bench=case)
+    assert not h.Worker({"outputs_fd": None}).spinning()  # nothing prepared yet
+    assert h.worker_settings(True, "trace", None)["spin"] is True
+    assert h.worker_settings(True, "trace", None, spin=False)["spin"] is False
+
+
+def test_the_switch_is_read_and_removed_before_the_submission_is_imported(tmp_path):
+    peek = "import os\nassert 'POPKIT_WORKER_SPIN' not in os.environ, 'the switch reached the submission'\n"
+    run = run_eval(DOUBLER, peek + GOOD_DOUBLER, "test", SMALL, tmp_path, env={"POPKIT_WORKER_SPIN": "0"})
+    assert run.passed, run.raw
