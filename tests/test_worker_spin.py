@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
 from test_harness import DOUBLER, GOOD_DOUBLER, SMALL, run_eval
 from test_harness_split import load_harness
 
@@ -66,3 +68,28 @@ def test_the_switch_is_read_and_removed_before_the_submission_is_imported(tmp_pa
     peek = "import os\nassert 'POPKIT_WORKER_SPIN' not in os.environ, 'the switch reached the submission'\n"
     run = run_eval(DOUBLER, peek + GOOD_DOUBLER, "test", SMALL, tmp_path, env={"POPKIT_WORKER_SPIN": "0"})
     assert run.passed, run.raw
+
+
+def test_a_sealed_worker_may_poll_its_channel(tmp_path):
+    """The seccomp filter the worker runs under leaves the calls a poll makes: a request sent at once and one sent
+    10 ms later both arrive through next_request's spin (a child process: the seal is for life)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tasks = Path(__file__).resolve().parents[1] / "tasks"
+    code = ("import sys, threading; sys.path.insert(0, sys.argv[1])\n"
+            "import popkit_seal, popkit_worker\n"
+            "from multiprocessing import Pipe\n"
+            "a, b = Pipe()\n"
+            "print(popkit_seal.seal_worker() or 'sealed')\n"
+            "b.send({'op': 'now'}); print(popkit_worker.next_request(a, True)['op'])\n"
+            "threading.Timer(0.01, lambda: b.send({'op': 'later'})).start()\n"
+            "print(popkit_worker.next_request(a, True)['op'])\n")
+    done = subprocess.run([sys.executable, "-c", code, str(tasks)], capture_output=True, text=True, timeout=60,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    sealed, *ops = done.stdout.splitlines()
+    if sealed != "sealed":
+        pytest.skip(f"no seccomp filter here: {sealed}")
+    assert ops == ["now", "later"]
