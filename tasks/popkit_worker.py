@@ -20,9 +20,10 @@ from popkit_seal import die_with_parent, seal_worker
 from popkit_shared import CaseFailure, Device, ReferenceTask, exception_failure, first_line
 from popkit_timed import TimedCase, TraceAudit
 
-# While a timed case runs on a GPU the worker polls for its next request, this long at most, instead of
+# On a GPU, once the submission is loaded, the worker polls for its next request, this long at most, instead of
 # sleeping in recv: the host work of a timed call (launching the kernel, recording the events) then starts on a
-# thread that was running, not one the scheduler (or a virtual machine's host) has just woken. POPKIT_WORKER_SPIN=0
+# thread that was running, not one the scheduler (or a virtual machine's host) has just woken; and the empty calls
+# whose round trip the time witness credits are served the same way as the timed calls. POPKIT_WORKER_SPIN=0
 # (a measurement switch, scripts/gpu_split_cost.py) turns it off.
 SPIN_S = 0.05
 
@@ -140,9 +141,8 @@ class Worker:
         return reply
 
     def spinning(self) -> bool:
-        """Whether the next request is awaited by polling (SPIN_S): spin on, a GPU, a timed case under way."""
-        return (self.spin and self.device is not None and bool(self.device.cuda) and self.timed is not None
-                and bool(self.timed.bench))
+        """Whether the next request is awaited by polling (SPIN_S): spin on, a GPU, the submission loaded."""
+        return self.spin and self.device is not None and bool(self.device.cuda) and self.timed is not None
 
     def handle(self, request: dict) -> dict:
         op = request["op"]

@@ -1,5 +1,5 @@
-"""The worker awaits its next request by polling while a timed case runs on a GPU (popkit_worker.SPIN_S), and
-POPKIT_WORKER_SPIN=0 turns that off without the submission ever seeing the switch."""
+"""On a GPU the loaded worker awaits its next request by polling (popkit_worker.SPIN_S), and POPKIT_WORKER_SPIN=0
+turns that off without the submission ever seeing the switch."""
 
 from __future__ import annotations
 
@@ -48,17 +48,16 @@ def test_without_spin_the_worker_never_polls():
     assert conn.polls == 0 and conn.received == 1
 
 
-def test_the_worker_spins_only_during_a_timed_case_on_a_gpu_with_the_switch_on():
-    def worker(spin: bool, cuda: bool, bench: dict) -> bool:
+def test_the_worker_spins_only_on_a_gpu_once_the_submission_is_loaded_with_the_switch_on():
+    def worker(spin: bool, cuda: bool, loaded: bool = True) -> bool:
         w = h.Worker({"spin": spin, "outputs_fd": None})
-        w.device, w.timed = SimpleNamespace(cuda=cuda), SimpleNamespace(bench=bench)
+        w.device, w.timed = SimpleNamespace(cuda=cuda), SimpleNamespace(bench={}) if loaded else None
         return w.spinning()
 
-    case = {"case": {"size": 8}, "mode": "leaderboard"}
-    assert worker(spin=True, cuda=True, bench=case)
-    assert not worker(spin=True, cuda=False, bench=case)  # the CPU: a core is not spent on waiting
-    assert not worker(spin=True, cuda=True, bench={})  # between cases, tests, start-up
-    assert not worker(spin=False, cuda=True, bench=case)
+    assert worker(spin=True, cuda=True)  # between cases too: the witness's empty calls are served alike
+    assert not worker(spin=True, cuda=False)  # the CPU: a core is not spent on waiting
+    assert not worker(spin=True, cuda=True, loaded=False)  # start-up: nothing to serve yet
+    assert not worker(spin=False, cuda=True)
     assert not h.Worker({"outputs_fd": None}).spinning()  # nothing prepared yet
     assert h.worker_settings(True, "trace", None)["spin"] is True
     assert h.worker_settings(True, "trace", None, spin=False)["spin"] is False
