@@ -15,8 +15,8 @@ noise between processes. And the time witness's margin on the sealed side: per t
 time beyond the report and the credited overhead (its tolerance on a GPU is 1 ms a call), median and largest.
 
 Two more ways tell the parts of that cost apart: `untraced` (trust checks on, `POPKIT_TIMING_AUDIT=off`: the split
-without the GPU trace audit) and `unspun` (trust checks on, `POPKIT_WORKER_SPIN=0`: the worker sleeps until each
-request instead of polling for it); `--ways` picks them. On the sealed side also the trace's own time of the
+without the GPU trace audit) and `spun` (trust checks on, `POPKIT_WORKER_SPIN=1`: the worker polls for each request
+instead of sleeping until it comes); `--ways` picks them. On the sealed side also the trace's own time of the
 call's kernels (median over calls), so an event time far above it shows time between the events that no kernel
 ran.
 
@@ -41,8 +41,8 @@ from bare_eval import bare_run  # noqa: E402
 TASKS = ("identity", "vectoradd", "grayscale", "vectorsum", "softmax", "matmul")
 WAYS = {"sealed": {"POPKIT_TRUST": "1"}, "open": {"POPKIT_TRUST": "0"},
         "untraced": {"POPKIT_TRUST": "1", "POPKIT_TIMING_AUDIT": "off"},
-        "unspun": {"POPKIT_TRUST": "1", "POPKIT_WORKER_SPIN": "0"}}
-PARTS = ("untraced", "unspun")  # the ways that leave one part of the sealed run out
+        "spun": {"POPKIT_TRUST": "1", "POPKIT_WORKER_SPIN": "1"}}
+PARTS = ("untraced", "spun")  # the ways that change one part of the sealed run
 
 
 def shapes(result: dict) -> dict[str, tuple[float, float]]:
@@ -97,7 +97,7 @@ def summarize(runs: dict[str, list[dict]]) -> list[dict]:
 
 def table(results: dict) -> str:
     lines = ["| task | shape | open median | sealed median | sealed / open (medians) | sealed / open (means) | "
-             "untraced / open (medians) | unspun / open (medians) | sealed: trace's kernel time | "
+             "untraced / open (medians) | spun / open (medians) | sealed: trace's kernel time | "
              "spread open, sealed | witness: unexplained median, max |", "|---" * 11 + "|"]
     for task, entry in results["tasks"].items():
         for row in entry.get("rows", []):

@@ -27,9 +27,9 @@ Environment:
                   running after the end event. `trace` (default): GPU timestamps of every timed call
                   (TraceAudit); `drain`: the host-clock share rule (unsynchronized_work); `off`: none.
                   Removed from the environment before the submission is imported; an unknown value exits 2.
-    POPKIT_WORKER_SPIN  a measurement switch (scripts/gpu_split_cost.py): "0" makes the worker on a GPU sleep
-                  until its next request; by default it polls for it (popkit_worker SPIN_S). Removed from
-                  the environment before the submission is imported.
+    POPKIT_WORKER_SPIN  a measurement switch (scripts/gpu_split_cost.py): "1" makes the worker on a GPU poll
+                  for its next request instead of sleeping until it comes (popkit_worker SPIN_S). Removed
+                  from the environment before the submission is imported.
     POPKIT_CONTROL_FD  set by `popkit test --watch` instead of POPKIT_KEY_FD: a warm start (warm_main).
                   The parent and its worker do everything that does not need the submission (torch,
                   the device, the reference, the L2 flush buffer, the inputs of CASES_FILE's cases),

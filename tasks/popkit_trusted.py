@@ -561,7 +561,7 @@ def start_judge(fd: int | None) -> tuple[Judge | None, dict | None]:
                                             f"{first_line(exc)}", "message": traceback.format_exc()}
 
 
-def worker_settings(trust: bool, audit: str, fd: int | None, spin: bool = True) -> dict:
+def worker_settings(trust: bool, audit: str, fd: int | None, spin: bool = False) -> dict:
     """What the worker starts with; the output buffer travels as a descriptor the spawn passes on."""
     from multiprocessing.reduction import DupFd
 
@@ -591,7 +591,7 @@ def run_session(pipe: ResultPipe, link: WorkerLink, mode: str, cases: list[dict]
 
 
 def warm_main(worker_entry: Callable, fd: int, control: int, mode: str, cases: list[dict], trust: bool,
-              secret: int | None, audit: str = "off", spin: bool = True) -> int:
+              secret: int | None, audit: str = "off", spin: bool = False) -> int:
     """A warm start (POPKIT_CONTROL_FD): the worker prepares everything but the submission, `popkit.warm: ready`
     goes on the pipe, and on `go` the mode runs as in a cold start, with `go`'s cases and key."""
     outputs = output_buffer() if trust else None
@@ -647,7 +647,7 @@ def main(worker_entry: Callable, argv: list[str] | None = None) -> int:
     seed_text = os.environ.pop("POPCORN_SEED", None)  # read, then unset: the worker never sees it
     trust = os.environ.pop("POPKIT_TRUST", "1").strip() != "0"
     audit = os.environ.pop("POPKIT_TIMING_AUDIT", "").strip() or DEFAULT_AUDIT  # read, then unset
-    spin = os.environ.pop("POPKIT_WORKER_SPIN", "1").strip() != "0"
+    spin = os.environ.pop("POPKIT_WORKER_SPIN", "0").strip() == "1"
     control = read_control()
     pipe_key = read_key() if control is None else ""
     if audit not in AUDIT_RULES:

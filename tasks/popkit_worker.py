@@ -20,11 +20,11 @@ from popkit_seal import die_with_parent, seal_worker
 from popkit_shared import CaseFailure, Device, ReferenceTask, exception_failure, first_line
 from popkit_timed import TimedCase, TraceAudit
 
-# On a GPU, once the submission is loaded, the worker polls for its next request, this long at most, instead of
-# sleeping in recv: the host work of a timed call (launching the kernel, recording the events) then starts on a
-# thread that was running, not one the scheduler (or a virtual machine's host) has just woken; and the empty calls
-# whose round trip the time witness credits are served the same way as the timed calls. POPKIT_WORKER_SPIN=0
-# (a measurement switch, scripts/gpu_split_cost.py) turns it off.
+# POPKIT_WORKER_SPIN=1, a measurement switch (scripts/gpu_split_cost.py): on a GPU, once the submission is loaded,
+# the worker polls for its next request, this long at most, instead of sleeping in recv, so that the host work of a
+# timed call (launching the kernel, recording the events) starts on a thread that was running, not one the
+# scheduler (or a virtual machine's host) has just woken; the empty calls whose round trip the time witness credits
+# are served the same way as the timed calls. Off by default until a GPU run shows what it changes.
 SPIN_S = 0.05
 
 

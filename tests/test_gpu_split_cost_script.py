@@ -31,15 +31,15 @@ def test_rows_compare_medians_and_means_and_say_each_ways_spread():
     assert "runs that did not pass: open (exit 1)" in text
 
 
-def test_the_untraced_and_unspun_ways_and_the_traces_kernel_time_tell_the_parts_of_the_cost_apart():
+def test_the_untraced_and_spun_ways_and_the_traces_kernel_time_tell_the_parts_of_the_cost_apart():
     sealed = [{**_run(30e3, 40e3), "benchmark.0.kernel_ns": "10000,10500,11000"}]
     runs = {"sealed": sealed, "open": [_run(15e3, 15e3)], "untraced": [_run(16.5e3, 17e3)],
-            "unspun": [_run(45e3, 50e3)]}
+            "spun": [_run(45e3, 50e3)]}
     (row,) = script.summarize(runs)
-    assert row["median_ratio"] == 2.0 and row["untraced_median_ratio"] == 1.1 and row["unspun_median_ratio"] == 3.0
+    assert row["median_ratio"] == 2.0 and row["untraced_median_ratio"] == 1.1 and row["spun_median_ratio"] == 3.0
     assert row["sealed"]["trace_kernel_ns"] == 10500.0
     assert "| 2.000 | 2.667 | 1.100 | 3.000 | 10.5 µs |" in script.table({"tasks": {"softmax": {"rows": [row]}}})
-    del runs["unspun"]
+    del runs["spun"]
     rows = script.summarize(runs)
     assert "| 2.000 | 2.667 | 1.100 | - | 10.5 µs |" in script.table({"tasks": {"softmax": {"rows": rows}}})
 
@@ -63,8 +63,8 @@ def test_the_ways_alternate_with_the_trust_switch_and_results_are_saved(tmp_path
 
     monkeypatch.setattr(script, "bare_run", fake)
     assert script.main(["--out", str(tmp_path), "--tasks", "vectoradd", "--pairs", "2"]) == 0
-    # the build, then sealed/open/untraced/unspun, unspun/untraced/open/sealed
-    assert [trust for *_, trust in calls] == ["1", "1", "0", "1off", "10", "10", "1off", "0", "1"]
+    # the build, then sealed/open/untraced/spun, spun/untraced/open/sealed
+    assert [trust for *_, trust in calls] == ["1", "1", "0", "1off", "11", "11", "1off", "0", "1"]
     assert {(task, mode) for task, mode, _ in calls} == {("vectoradd", "leaderboard")}
     saved = json.loads((tmp_path / "split_cost.json").read_text())
     assert len(saved["tasks"]["vectoradd"]["runs"]["sealed"]) == 2 and saved["tasks"]["vectoradd"]["rows"]
@@ -75,10 +75,10 @@ def test_the_ways_alternate_with_the_trust_switch_and_results_are_saved(tmp_path
 def test_the_dry_run_plans_every_bundled_task_and_an_unknown_one_is_refused(capsys):
     assert script.main(["--out", "x", "--dry-run", "--pairs", "2"]) == 0
     out = capsys.readouterr().out
-    plan = "build once, then sealed/open/untraced/unspun, unspun/untraced/open/sealed (leaderboard mode)"
+    plan = "build once, then sealed/open/untraced/spun, spun/untraced/open/sealed (leaderboard mode)"
     assert all(f"{t}: {plan}" in out for t in script.TASKS)
-    assert script.main(["--out", "x", "--dry-run", "--pairs", "2", "--ways", "open,sealed,unspun"]) == 0
-    assert "vectoradd: build once, then open/sealed/unspun, unspun/sealed/open" in capsys.readouterr().out
+    assert script.main(["--out", "x", "--dry-run", "--pairs", "2", "--ways", "open,sealed,spun"]) == 0
+    assert "vectoradd: build once, then open/sealed/spun, spun/sealed/open" in capsys.readouterr().out
     for bad in ("sealed,untraced", "sealed,open,fast"):
         with pytest.raises(SystemExit):
             script.main(["--out", "x", "--dry-run", "--ways", bad])

@@ -1,5 +1,5 @@
-"""On a GPU the loaded worker awaits its next request by polling (popkit_worker.SPIN_S), and POPKIT_WORKER_SPIN=0
-turns that off without the submission ever seeing the switch."""
+"""POPKIT_WORKER_SPIN=1, a measurement switch: on a GPU the loaded worker awaits its next request by polling
+(popkit_worker.SPIN_S); the submission never sees the switch."""
 
 from __future__ import annotations
 
@@ -59,13 +59,13 @@ def test_the_worker_spins_only_on_a_gpu_once_the_submission_is_loaded_with_the_s
     assert not worker(spin=True, cuda=True, loaded=False)  # start-up: nothing to serve yet
     assert not worker(spin=False, cuda=True)
     assert not h.Worker({"outputs_fd": None}).spinning()  # nothing prepared yet
-    assert h.worker_settings(True, "trace", None)["spin"] is True
-    assert h.worker_settings(True, "trace", None, spin=False)["spin"] is False
+    assert h.worker_settings(True, "trace", None)["spin"] is False  # off unless asked for
+    assert h.worker_settings(True, "trace", None, spin=True)["spin"] is True
 
 
 def test_the_switch_is_read_and_removed_before_the_submission_is_imported(tmp_path):
     peek = "import os\nassert 'POPKIT_WORKER_SPIN' not in os.environ, 'the switch reached the submission'\n"
-    run = run_eval(DOUBLER, peek + GOOD_DOUBLER, "test", SMALL, tmp_path, env={"POPKIT_WORKER_SPIN": "0"})
+    run = run_eval(DOUBLER, peek + GOOD_DOUBLER, "test", SMALL, tmp_path, env={"POPKIT_WORKER_SPIN": "1"})
     assert run.passed, run.raw
 
 
