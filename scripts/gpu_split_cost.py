@@ -67,7 +67,7 @@ def per_call(result: dict, spec: str, key: str) -> list[float]:
 
 
 def summarize(runs: dict[str, list[dict]]) -> list[dict]:
-    """Per shape timed by the sealed and open ways (and untraced, where it ran): the medians over runs, each
+    """Per shape timed by the sealed and open ways (and each of PARTS that ran): the medians over runs, each
     over open, and each way's spread."""
     rows = []
     ways = [way for way in WAYS if runs.get(way)]

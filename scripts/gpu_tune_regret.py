@@ -111,34 +111,31 @@ def exhaustive(task: str, path: Path, points: Sequence[dict], repeats: int, dead
         variant = folder / f"{path.stem}.{i:03d}.py"
         variant.write_text(variant_text(text, point["values"]))
         rows.append({**point, "path": variant, "scores": [], "failures": [], "eval_s": []})
+
+    def timed(row: dict, device: str | None = None) -> None:
+        env = {"TORCH_EXTENSIONS_DIR": f"{build_root}/tune-{row['build']}"} if row["build"] and build_root else {}
+        pin = {"device": device} if device is not None else {}
+        t0 = clock()
+        outcome = bench(row["path"], task=task, record=False, env=env, label="regret", allow_cpu=allow_cpu, **pin)
+        row["eval_s"].append(clock() - t0)
+        times = shape_times(outcome.report)
+        if isinstance(times, str):
+            row["failures"].append(times)
+        else:
+            row["scores"].append(api.score(times, outcome.report.ranking_by))
+
     for rep in range(repeats):
         if rep >= MIN_REPEATS and clock() > deadline:
             log(f"exhaustive: stopped after {rep} repeats (--minutes)")
             break
-        ordered = rows if rep % 2 == 0 else rows[::-1]
-
-        def timed(row: dict, device: str | None = None) -> None:
-            env = {"TORCH_EXTENSIONS_DIR": f"{build_root}/tune-{row['build']}"} if row["build"] and build_root else {}
-            pin = {"device": device} if device is not None else {}
-            t0 = clock()
-            outcome = bench(row["path"], task=task, record=False, env=env, label="regret", allow_cpu=allow_cpu, **pin)
-            row["eval_s"].append(clock() - t0)
-            times = shape_times(outcome.report)
-            if isinstance(times, str):
-                row["failures"].append(times)
-            else:
-                row["scores"].append(api.score(times, outcome.report.ranking_by))
-
+        step = 1 if rep % 2 == 0 else -1  # the order alternates from one repeat to the next
         if devices:
             n = len(devices)
-            lane_of = {id(row): (i + rep) % n for i, row in enumerate(rows)}
-            lanes = [[row for row in ordered if lane_of[id(row)] == d] for d in range(n)]
-            with ThreadPoolExecutor(max_workers=n) as pool:
-                for done in [pool.submit(lambda lane=lane, dev=dev: [timed(r, dev) for r in lane])
-                             for lane, dev in zip(lanes, devices)]:
-                    done.result()
+            lanes = [[row for i, row in enumerate(rows) if (i + rep) % n == d][::step] for d in range(n)]
+            with ThreadPoolExecutor(max_workers=n) as pool:  # list(): an eval's exception reaches the caller
+                list(pool.map(lambda lane, dev: [timed(row, dev) for row in lane], lanes, devices))
         else:
-            for row in ordered:
+            for row in rows[::step]:
                 timed(row)
         log(f"exhaustive: repeat {rep + 1}/{repeats} of {len(rows)} points")
         on_repeat(rows)
