@@ -51,6 +51,7 @@ class Judge:
         self.dtypes = {name: value for name, value in vars(torch).items() if isinstance(value, torch.dtype)}
         self.seen: set = set()
         self.inputs: dict[str, Any] = {}
+        self._stages: dict[bool, Any] = {}  # staging memory of read: pageable (CPU outputs), pinned (GPU outputs)
         self.task = ReferenceTask(reference, Device(torch))  # the reference's layout of a case, as the worker has it
         if self.cuda:
             torch.empty(1, device="cuda")  # the device's context, made while the worker starts (not on a case)
@@ -119,14 +120,33 @@ class Judge:
                 raise ValueError(f"a tensor description whose bytes do not fit {str(t)[:120]}")
             if t.get("device") not in ("cpu", "cuda") or (t["device"] == "cuda" and not self.cuda):
                 raise ValueError(f"a tensor on a device this machine lacks {str(t)[:120]}")
-            raw = bytearray(os.pread(self.fd, nbytes, offset)) if nbytes else bytearray(itemsize)
-            flat = torch.frombuffer(raw, dtype=torch.uint8)[:nbytes]
+            flat = self._stage(offset, nbytes, t["device"] == "cuda")
             try:
                 tensor = (flat.view(dtype) if nbytes else torch.empty(0, dtype=dtype)).reshape(shape)
             except (RuntimeError, TypeError) as exc:
                 raise ValueError(f"bytes that are no {t['dtype']} tensor ({first_line(exc)})") from None
-            tensors.append(tensor.to("cuda") if t["device"] == "cuda" else tensor)  # where the kernel left it
+            # Where the kernel left it, as this process's own copy (the staging memory is read again next time).
+            tensors.append(tensor.to("cuda") if t["device"] == "cuda" else tensor.clone())
         return self._decode(output.get("structure"), tensors)
+
+    def _stage(self, offset: int, nbytes: int, cuda: bool) -> Any:
+        """`nbytes` of the buffer from `offset`, read in one copy into staging memory this process keeps (pinned
+        when the bytes go on to the GPU, so that copy runs at the bus's speed): a leaderboard run reads every
+        timed call's output, and fresh pages, a second copy or a pageable upload cost as much as the check."""
+        torch = self.torch
+        stage = self._stages.get(cuda)
+        if stage is None or stage.numel() < nbytes:
+            self._stages.pop(cuda, None)
+            size = max(nbytes, 1 << 20)
+            try:
+                stage = torch.empty(size, dtype=torch.uint8, pin_memory=cuda)
+            except RuntimeError:  # no pinned memory to be had: pageable, slower
+                stage = torch.empty(size, dtype=torch.uint8)
+            self._stages[cuda] = stage
+        flat = stage[:nbytes]
+        if nbytes and os.preadv(self.fd, [flat.numpy()], offset) != nbytes:
+            raise ValueError(f"a tensor description past the buffer's end (offset {offset}, {nbytes} bytes)")
+        return flat
 
     def _decode(self, node: Any, tensors: list) -> Any:
         if isinstance(node, dict) and isinstance(node.get("tensor"), int) and 0 <= node["tensor"] < len(tensors):

@@ -186,6 +186,7 @@ def _judge_reading(tmp_path, data: bytes):
 
     judge.torch, judge.fd, judge.cuda = torch, fd, False
     judge.dtypes = {n: v for n, v in vars(torch).items() if isinstance(v, torch.dtype)}
+    judge._stages = {}
     return judge
 
 
@@ -198,6 +199,24 @@ def test_the_trusted_side_rebuilds_an_output_from_bytes_and_json_only(tmp_path):
                  "tensors": [{"dtype": "float32", "shape": [2, 3], "offset": 0, "nbytes": 24, "device": "cpu"}]}
     out = judge.read(described)
     assert isinstance(out, tuple) and torch.equal(out[0], t) and out[1] == 3
+
+
+def test_an_output_read_is_its_own_copy_when_the_staging_memory_is_read_again(tmp_path):
+    """read stages the bytes in memory it reuses: an output must survive the reads after it."""
+    import torch
+
+    small, large = torch.arange(6, dtype=torch.float32), torch.arange(3 << 18, dtype=torch.int32)
+    raw = small.view(torch.uint8).numpy().tobytes() + bytes(40) + large.view(torch.uint8).numpy().tobytes()
+    judge = _judge_reading(tmp_path, raw)
+
+    def read(dtype, shape, offset, nbytes):
+        return judge.read({"structure": {"tensor": 0}, "tensors": [
+            {"dtype": dtype, "shape": shape, "offset": offset, "nbytes": nbytes, "device": "cpu"}]})
+
+    two = read("int32", [3 << 18], 64, 3 << 20)
+    one = read("float32", [6], 0, 24)  # staged where `two` was
+    three = read("int32", [6], 64 + 400, 24)
+    assert torch.equal(two, large) and torch.equal(one, small) and torch.equal(three, large[100:106])
 
 
 @pytest.mark.parametrize("tensor,why", [
