@@ -55,7 +55,8 @@ benchmark.I.late_starts (calls judged against the end marker
 alone), benchmark.I.audit_samples (event times of a case the timing audit failed), system.device|torch|cuda|
 hip|arch, system.copy_bandwidth (the CPU, timed modes, trust on: bytes/s of the trusted side's best copy,
 the CPU's physics floor), trust.checks, trust.audit (the timing audit that judged: trace, drain, off) and
-trust.audit_note.
+trust.audit_note; phase.judge_ns|ready_ns|cases_ns|close_ns (where the eval's time went, by this process's clock:
+its own start, the worker's start until `ready` with the submission's import, the cases, the worker's exit).
 Newlines in values are written as the two characters `\\n`.
 
 Process layout (docs/sealed-run.md): this process, the trusted side, holds the pipe, imports the task's

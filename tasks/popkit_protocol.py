@@ -18,6 +18,8 @@ from typing import Any, Callable
 
 
 MODES = ("test", "benchmark", "leaderboard", "profile")
+# `phase.NAME_ns` keys, written before `check`: where an eval's time went, by the trusted side's clock (run_session)
+PHASES = ("judge", "ready", "cases", "close")
 EXIT_OK, EXIT_USAGE, EXIT_CUDA, EXIT_NO_FD, EXIT_FAILED, EXIT_BAD_CASES = 0, 2, 110, 111, 112, 113
 
 WALL_LIMIT_NS = 120e9  # a case's timing loop ends after 120 s of wall time

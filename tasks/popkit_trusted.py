@@ -23,7 +23,7 @@ from typing import Any, Callable
 from popkit_judge import EMPTY_CALLS, Judge, forged_time, unexplained_ns
 from popkit_protocol import (AUDIT_RULES, BUDGETS, Budget, CallAudit, CasesError, DEFAULT_AUDIT, EXIT_BAD_CASES,
                              EXIT_CUDA, EXIT_FAILED, EXIT_NO_FD, EXIT_OK, EXIT_USAGE, LEADERBOARD_SEED_STEP,
-                             LoopResult, MAX_GO_BYTES, MAX_REPLY_BYTES, MODES, Stats, TRUST_CHECKS, WARMUP_SEED_STEP,
+                             LoopResult, MAX_GO_BYTES, MAX_REPLY_BYTES, MODES, PHASES, Stats, TRUST_CHECKS, WARMUP_SEED_STEP,
                              WARM_READY_LINE, apply_secret_seed, escape_value, format_number, format_spec,
                              parse_cases, read_cases, summarize, timing_loop, untimed_ns, unsynchronized_trace,
                              unsynchronized_work, with_seed_offset)
@@ -570,18 +570,34 @@ def worker_settings(trust: bool, audit: str, fd: int | None, spin: bool = False)
 
 def run_session(pipe: ResultPipe, link: WorkerLink, mode: str, cases: list[dict], trust: bool,
                 gone: WorkerGone | None = None, audit: str = "off", outputs: int | None = None,
-                judged: tuple[Judge | None, dict | None] | None = None) -> int:
-    """The mode's cases on the pipe, then `check` and the closing record once the worker is gone; the exit code."""
+                judged: tuple[Judge | None, dict | None] | None = None, asked: int | None = None) -> int:
+    """The mode's cases on the pipe, then `check` and the closing record once the worker is gone; the exit code.
+    `asked`: when the worker was asked for its `ready` (started, or told to load the submission), monotonic ns.
+
+    Where the eval's time went, by this process's clock (informational; PHASES): the trusted side's start (torch,
+    the reference, the device's context; 0 when a warm start made it before `go`), the worker's start until its
+    `ready` (its imports and device, and the submission's import and build), the cases, and the worker's exit."""
+    asked = time.monotonic_ns() if asked is None else asked
+    phases = {name: 0 for name in PHASES}
+    started = time.monotonic_ns()
     judge, failure = judged if judged is not None else start_judge(outputs)
+    phases["judge"] = time.monotonic_ns() - started if judged is None else 0
     session = Session(pipe, link, mode, cases, trust, audit=audit, judge=judge, judge_failure=failure)
     try:
         if gone is None:
             session.start()
         else:  # a warm start whose worker died before `go`: every case fails with it, as in a cold start
             session.gone = gone
+        phases["ready"] = time.monotonic_ns() - asked
+        started = time.monotonic_ns()
         session.run()
+        phases["cases"] = time.monotonic_ns() - started
     finally:
+        started = time.monotonic_ns()
         link.close()  # the worker is gone before the verdict is written
+        phases["close"] = time.monotonic_ns() - started
+    for name, ns in phases.items():
+        pipe.write(f"phase.{name}_ns", ns)
     passed = session.all_passed and not session.cuda_failed
     pipe.write("check", "pass" if passed else "fail")
     pipe.close()
@@ -619,13 +635,15 @@ def warm_main(worker_entry: Callable, fd: int, control: int, mode: str, cases: l
     if go is None:
         link.close()
         return EXIT_OK
+    asked = time.monotonic_ns()
     if gone is None:
         try:
             link.send("load")  # the submission is imported now; Session.start receives the `ready` reply
         except WorkerGone as exc:
             gone = exc
             link.kill()
-    return run_session(ResultPipe(fd, go["key"]), link, mode, cases, trust, gone, audit=audit, judged=judged)
+    return run_session(ResultPipe(fd, go["key"]), link, mode, cases, trust, gone, audit=audit, judged=judged,
+                       asked=asked)
 
 
 def main(worker_entry: Callable, argv: list[str] | None = None) -> int:
@@ -670,5 +688,7 @@ def main(worker_entry: Callable, argv: list[str] | None = None) -> int:
     if control is not None:
         return warm_main(worker_entry, fd, control, mode, cases, trust, secret, audit, spin)
     outputs = output_buffer() if trust else None
+    asked = time.monotonic_ns()
     link = WorkerLink(worker_entry, worker_settings(trust, audit, outputs, spin))
-    return run_session(ResultPipe(fd, pipe_key), link, mode, cases, trust, audit=audit, outputs=outputs)
+    return run_session(ResultPipe(fd, pipe_key), link, mode, cases, trust, audit=audit, outputs=outputs,
+                       asked=asked)

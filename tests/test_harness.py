@@ -255,6 +255,20 @@ def test_exit_113_for_a_missing_or_bad_cases_file(doubler_dir, content):
 
 
 @pytest.mark.slow
+def test_an_eval_says_where_its_time_went_by_the_trusted_clock(tmp_path):
+    """phase.NAME_ns: the worker's start until `ready` holds the submission's import (here a 0.4 s sleep), the
+    cases their calls (0.05 s each, at least 3 calls a case), and the phases fit in the eval's wall time."""
+    sub = ("import time\ntime.sleep(0.4)\n\ndef custom_kernel(data):\n    time.sleep(0.05)\n"
+           "    return data['x'] * data['scale']\n")
+    run = run_eval(DOUBLER, sub, "benchmark", SMALL[:1], tmp_path)
+    assert run.exit_code == 0, run.raw
+    phases = {name: int(run.raw[f"phase.{name}_ns"]) for name in ev.PHASES}
+    assert set(ev.PHASES) == {"judge", "ready", "cases", "close"} and min(phases.values()) >= 0
+    assert phases["ready"] >= 0.4e9 and phases["cases"] >= 3 * 0.05e9
+    assert (phases["ready"] + phases["cases"] + phases["close"]) / 1e9 <= run.duration_s
+
+
+@pytest.mark.slow
 def test_passing_test_mode_writes_the_protocol_keys(tmp_path):
     run = run_eval(DOUBLER, GOOD_DOUBLER, "test", SMALL, tmp_path)
     raw = run.raw
