@@ -718,6 +718,26 @@ def test_warm_race_evals_need_cpus_for_start_ups_side_by_side():
 
 
 @pytest.mark.slow
+def test_a_tune_given_one_gpu_races_through_warm_pairs_on_that_gpu(tmp_path, monkeypatch):
+    """One GPU named (`--devices 3`): the race stays warm, and each warm pair's eval sees only that GPU, as tune's
+    cold evals do; two GPUs: cold evals spread over them."""
+    from popkit.run import warm
+
+    monkeypatch.setattr(ahead, "ahead_depth", lambda cpus=None: 2)
+    seen = []
+    real_go = warm.WarmPair.go
+    monkeypatch.setattr(warm.WarmPair, "go", lambda self, *a, **k: seen.append(
+        self.options.env.get("CUDA_VISIBLE_DEVICES")) or real_go(self, *a, **k))
+    report = tune.run_tune(load_task(TASK_DIR), SUBMISSION, tmp_path / "out.py", runner.RunOptions(harness="popkit"),
+                           tune.TuneSettings(confirm=1, record=False, per_shape=False), devices=("3",))
+    race = next(p for p in report.phases if p.name == "race")
+    assert report.race_evals == "warm, 2 ahead" and seen and set(seen) == {"3"} and len(seen) == race.evals
+    two = tune.run_tune(load_task(TASK_DIR), SUBMISSION, tmp_path / "two.py", runner.RunOptions(harness="popkit"),
+                        tune.TuneSettings(confirm=1, record=False, per_shape=False), devices=("3", "4"))
+    assert two.race_evals.startswith("cold: its evals run on several GPUs") and len(seen) == race.evals
+
+
+@pytest.mark.slow
 def test_race_evals_through_warm_pairs_time_and_pick_as_cold_evals_do(tmp_path, monkeypatch):
     """Every race eval goes through a warm pair (the checks and the final check stay cold), and the race picks
     the variant cold evals pick: the fixture's fastest by 3x or more. The warm run's winner must be it too; the

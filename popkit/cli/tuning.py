@@ -42,7 +42,7 @@ def tune(
     resume: Annotated[bool, typer.Option("--resume", help="Reuse checks and race times of the same variant bytes on this task, harness and device from the history.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Replace OUTPUT if it exists (never the input).")] = False,
     allow_cpu: Annotated[bool, typer.Option("--allow-cpu", help="Time a GPU task's benchmarks on a machine without a GPU (slow: minutes, may time out).")] = False,
-    gpus: Annotated[Optional[str], typer.Option("--gpus", help="Spread checks and race evals over these local GPUs (e.g. 0,1), one eval per GPU at a time; A/Bs run on the first.")] = None,
+    gpus: Annotated[Optional[str], typer.Option("--gpus", help="Spread checks and race evals over these local GPUs (e.g. 0,1), one eval per GPU at a time; A/Bs run on the first. One GPU (e.g. 3): every eval on it, the race through warm pairs.")] = None,
     python: PythonOpt = None,
     harness: Annotated[str, typer.Option("--harness", help="`popkit` (default): popkit's sealed harness judges every variant. `task`: the task's own eval, as open as the leaderboard's.")] = "popkit",
     keep_workdir: KeepOpt = False,

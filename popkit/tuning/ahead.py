@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from dataclasses import replace
 from typing import Any, Iterator, Sequence
 
 from popkit.run import runner
@@ -28,10 +29,11 @@ def ahead_depth(cpus: int | None = None) -> int:
 
 def warm_reason(tuner: Any) -> str:
     """Why a tune's race evals run cold ('' when they run through warm pairs): warm pairs are popkit's harness on
-    this machine's one GPU, with what a cold benchmark eval of the variant would get. `tuner`: workflow.Tuner."""
+    one GPU (this machine's, or the one GPU tune was given), with what a cold benchmark eval of the variant would
+    get. `tuner`: workflow.Tuner."""
     if not tuner.settings.warm_race:
         return "asked to run cold"
-    if tuner.devices or tuner.backend.run is not runner.run_submission:
+    if len(tuner.devices) > 1 or tuner.backend.run is not runner.run_submission:
         return "its evals run on several GPUs or another executor"
     if tuner.options.harness != "popkit" and warm.harness_for(tuner.task) != "task":
         return "the task's own eval judges it, not popkit's harness"
@@ -60,7 +62,10 @@ def warm_evals(tuner: Any, states: Sequence[Any]) -> Iterator[warm.Ahead | None]
 
     def make(index: int) -> warm.WarmPair:
         state = by_index[index]
-        return warm.WarmPair(tuner.bounded(tuner.task)[0], "benchmark", state.content, tuner.options_for(state),
+        options = tuner.options_for(state)
+        if tuner.devices:  # the one GPU tune was given, as a cold eval of tune's gets it (Tuner.run)
+            options = replace(options, env={**options.env, "CUDA_VISIBLE_DEVICES": tuner.devices[0]})
+        return warm.WarmPair(tuner.bounded(tuner.task)[0], "benchmark", state.content, options,
                              executor, path=state.path, system=tuner.sysinfo)
 
     with warm.Ahead(make, ahead_depth()) as pairs:

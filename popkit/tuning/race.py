@@ -144,7 +144,7 @@ class Race:
             state.scores.append(score_s(list(times), t.task.ranking_by) or math.inf)
             t.say(f"race round {r}: {done[0]}/{len(order)} {state.label}: score {state.scores[-1] * 1e6:.2f} µs")
 
-        if t.devices:
+        if len(t.devices) > 1:
             t.parallel(one, order, jobs=len(t.devices))
             return
         with warm_evals(t, order) as pairs:
