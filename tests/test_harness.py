@@ -269,6 +269,18 @@ def test_an_eval_says_where_its_time_went_by_the_trusted_clock(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_sealed_worker_ends_at_once_and_an_open_one_as_the_leaderboard_process_does(tmp_path):
+    """The submission's atexit handler sleeps 2 s: the sealed worker's exit skips it (phase.close_ns), the open
+    worker (POPKIT_TRUST=0, the leaderboard's own eval) runs it as a normal interpreter exit would."""
+    sub = ("import atexit, time\natexit.register(time.sleep, 2.0)\n\n"
+           "def custom_kernel(data):\n    return data['x'] * data['scale']\n")
+    sealed = run_eval(DOUBLER, sub, "test", SMALL[:1], tmp_path)
+    opened = run_eval(DOUBLER, sub, "test", SMALL[:1], tmp_path, env={"POPKIT_TRUST": "0"})
+    assert sealed.exit_code == opened.exit_code == 0, (sealed.raw, opened.raw)
+    assert int(sealed.raw["phase.close_ns"]) < 1.5e9 <= 2e9 <= int(opened.raw["phase.close_ns"])
+
+
+@pytest.mark.slow
 def test_passing_test_mode_writes_the_protocol_keys(tmp_path):
     run = run_eval(DOUBLER, GOOD_DOUBLER, "test", SMALL, tmp_path)
     raw = run.raw
