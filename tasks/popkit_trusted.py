@@ -25,8 +25,8 @@ from popkit_protocol import (AUDIT_RULES, BUDGETS, Budget, CallAudit, CasesError
                              EXIT_CUDA, EXIT_FAILED, EXIT_NO_FD, EXIT_OK, EXIT_USAGE, LEADERBOARD_SEED_STEP,
                              LoopResult, MAX_GO_BYTES, MAX_REPLY_BYTES, MODES, PHASES, Stats, TRUST_CHECKS,
                              WARMUP_SEED_STEP, WARM_READY_LINE, apply_secret_seed, escape_value, format_number,
-                             format_spec, parse_cases, read_cases, summarize, timing_loop, untimed_ns, unsynchronized_trace,
-                             unsynchronized_work, with_seed_offset)
+                             format_spec, parse_cases, read_cases, summarize, timing_loop, untimed_ns,
+                             unsynchronized_trace, unsynchronized_work, with_seed_offset)
 from popkit_seal import make_non_dumpable
 from popkit_shared import first_line
 
