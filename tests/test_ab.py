@@ -529,3 +529,28 @@ def test_throttling_in_either_arm_names_no_winner_and_equal_clocks_do(tmp_path):
     steady = FakeSampler(lambda n: _gpu(1980 - n % 2 * 15, ("sw_power_cap",)))  # within 2%, a power cap: noted only
     report = _ab(tmp_path, FakeEval({"A": 1.0, "B": 1.1}, jitter=_noisy(0.01)), sampler=steady)
     assert report.held == "" and report.verdict == shapes.A_FASTER
+
+
+@pytest.mark.slow
+def test_an_ab_runs_its_evals_through_warm_pairs_started_ahead(tmp_path, monkeypatch):
+    """popkit's harness, CPUs to spare (two pairs at a time here): every eval, the warm-up's included, is one warm
+    pair's `go` on the shapes its round compares, and the report says so; asked to run cold, none is."""
+    from popkit.run import warm
+
+    chunksum, sub = FIXTURES / "tasks" / "chunksum", FIXTURES / "tune" / "chunksum.py"
+    a, b = tmp_path / "a.py", tmp_path / "b.py"
+    shutil.copy(sub, a)
+    shutil.copy(sub, b)
+    monkeypatch.setattr(warm, "ahead_depth", lambda cpus=None: 2)
+    gone: list[int] = []
+    real_go = warm.WarmPair.go
+    monkeypatch.setattr(warm.WarmPair, "go", lambda self, content, progress, cases=None: gone.append(len(cases))
+                        or real_go(self, content, progress, cases))
+    options = runner.RunOptions(harness="popkit")
+    task = load_task(chunksum)
+    report = ab.run_ab(task, a, b, options, system=SYSTEM, max_rounds=4, budget_s=0)
+    assert report.failed_side == "" and report.rounds == 4 and report.evals == "warm, 2 ahead", report.to_json()
+    assert gone == [len(task.benchmarks)] * (1 + 2 * report.rounds) and len(report.eval_s) == 2 * report.rounds
+    assert all(len(s.a_ns) == len(s.b_ns) == 4 for s in report.shapes) and report.judged == "sealed"
+    cold = ab.run_ab(task, a, b, options, system=SYSTEM, max_rounds=4, budget_s=0, warm_evals=False)
+    assert len(gone) == 1 + 2 * report.rounds and cold.evals == "cold: asked to run cold" and cold.rounds == 4

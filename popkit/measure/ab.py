@@ -16,6 +16,7 @@ popkit/measure/abrounds.py.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 from dataclasses import dataclass, field, replace
@@ -25,13 +26,15 @@ from typing import Any, Callable, Mapping, Sequence
 
 from popkit.errors import ExitCode, TaskError
 from popkit.machine import gpustate
-from popkit.measure.abrounds import FIRST_LOOK, SIDES, Rounds, Series, round_order  # FIRST_LOOK: read through ab
+# FIRST_LOOK: read through ab
+from popkit.measure.abrounds import FIRST_LOOK, SIDES, Rounds, Series, replacements, round_order
 from popkit.measure.shapes import B_FASTER, UNKNOWN  # B_FASTER: tuning reads the verdict through ab
 from popkit.model import stats
 from popkit.model.results import OUTCOME_EXIT, CaseResult, CompileStep, ModeRun, RunReport
 from popkit.model.tasks import Task
 from popkit.progress import Progress
 from popkit.run import runner
+from popkit.run import warm
 from popkit.run.executor import Executor
 
 AB_SCHEMA = "popkit/ab/2"
@@ -72,6 +75,7 @@ class ABReport:
     gpu: tuple[Mapping[str, Any], ...] = ()
     held: str = ""  # why no winner is named (gpustate.held: clocks differed, the GPU throttled), or ""
     judged: str = ""  # `sealed`: every eval's verdict came from popkit's trusted side (RunReport.judged); `open`
+    evals: str = ""  # how the evals ran: `warm, N ahead` (warm pairs started N at a time) or `cold: why`
     schema: str = AB_SCHEMA
 
     @property
@@ -101,7 +105,7 @@ class ABReport:
             "schema", "task", "a_path", "b_path", "a_sha256", "b_sha256", "harness", "ranking_by", "statistic",
             "max_rounds", "budget_s", "rounds", "stopped", "started_at", "duration_s", "failed_side")}
         data["eval_s"] = list(self.eval_s)
-        data.update(gpu=[dict(g) for g in self.gpu], held=self.held, judged=self.judged)
+        data.update(gpu=[dict(g) for g in self.gpu], held=self.held, judged=self.judged, evals=self.evals)
         data.update(system=dict(self.system), isolation=dict(self.isolation), shapes=[s.to_json() for s in self.shapes],
                     score=self.score.to_json() if self.score is not None else None, verdict=self.verdict,
                     failure=self.failure.to_json() if self.failure else None,
@@ -121,7 +125,7 @@ class ABReport:
                    compile_failure=CompileStep.from_json(data["compile_failure"]) if data.get("compile_failure")
                    else None, eval_s=tuple(data.get("eval_s", ())), isolation=dict(data.get("isolation") or {}),
                    gpu=tuple(dict(g) for g in data.get("gpu", ())), held=data.get("held", ""),
-                   judged=data.get("judged", ""),
+                   judged=data.get("judged", ""), evals=data.get("evals", ""),
                    schema=data.get("schema", AB_SCHEMA))
 
 
@@ -130,7 +134,7 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: runner.R
            system: Mapping[str, Any] | None = None, run_eval: RunEval | None = None,
            clock: Callable[[], float] = time.monotonic, warmup: bool = True,
            contents: Mapping[str, bytes] | None = None, executor: Executor | None = None,
-           sampler: Callable[[Mapping[str, str]], gpustate.Sampler] | None = None) -> ABReport:
+           sampler: Callable[[Mapping[str, str]], gpustate.Sampler] | None = None, warm_evals: bool = True) -> ABReport:
     """Compare A and B in counterbalanced rounds until settled, out of rounds or out of budget (module doc).
 
     Both sides are one run session's (runner.RunSession), set up as runner.run_submission sets up one, their
@@ -141,7 +145,9 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: runner.R
     (tests), `system` the environment probe. `contents` ({"A": bytes, "B": bytes}) are the bytes that run
     (read once by the caller; default: the files'); `executor` where (default: sandbox.executor_for).
     `sampler` watches the GPU during each counted eval (gpustate.Sampler; tests give readings of their own):
-    arms that ran at different clocks or throttled name no winner (`held`).
+    arms that ran at different clocks or throttled name no winner (`held`). With `warm_evals`, where they fit
+    (warm.cold_reason), the evals go through warm pairs started a few at a time ahead (warm.Ahead): each is the
+    eval a cold run gives, its start-up (a process tree, torch, the device, the inputs) overlapped with the others'.
     """
     options = options or runner.RunOptions()
     progress = progress or (lambda _msg: None)
@@ -158,20 +164,34 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: runner.R
     gpu: list[dict[str, Any]] = []
     sampler = sampler or gpustate.Sampler
     watch_env = session.env()
-    with session:
+    depth = warm.ahead_depth()
+    evals_how = ("asked to run cold" if not warm_evals else "its evals run through another runner" if run_eval
+                 else warm.cold_reason(task, options, depth))
+    # The evals in the order they come (a key each): the warm-up, then each round's two sides in ABBA order.
+    keys = ([("warm-up", "A")] if warmup else []) + [(r, side) for r in range(max_rounds + replacements(max_rounds))
+                                                     for side in round_order(r)]
+    with session, contextlib.ExitStack() as stack:
         failed_side = next((side for side in SIDES if session.sides[side].build_failed), "")
         if failed_side:
             compile_failure, stopped = session.sides[failed_side].precompile, "failed"
             state.mark_failed(failed_side, "compile_failed")
+        pairs = None if evals_how else stack.enter_context(warm.Ahead(lambda key: warm.WarmPair(
+            task, "benchmark", session.sides[key[1]].data, options, session.executor, path=session.sides[key[1]].path,
+            system=system, cases=cases), depth))
 
-        def evaluate(side: str, shapes: Sequence[Mapping[str, Any]], name: str) -> ModeRun:
-            run = session.run("benchmark", shapes, side=side, cases_name=name, live=False)
+        def evaluate(key: tuple[Any, str], shapes: Sequence[Mapping[str, Any]], name: str) -> ModeRun:
+            side, run = key[1], None
+            if pairs is not None:
+                pairs.refill(keys[keys.index(key):] if key in keys else [key])
+                run = pairs.mode_run(key, session.sides[side].data, shapes)
+            if run is None:
+                run = session.run("benchmark", shapes, side=side, cases_name=name, live=False)
             sealed.append("trusted-verdict" in run.raw.get("trust.checks", "").split(","))
             return run
 
         if warmup and not failed_side:  # its timings are not used, so the system probe may still run beside it
             progress("warm-up eval of A (not counted)")
-            evaluate("A", cases, "ab-warmup.txt")  # a failure shows again in round 1, where it counts
+            evaluate(("warm-up", "A"), cases, "ab-warmup.txt")  # a failure shows again in round 1, where it counts
         if session.probe is not None:
             session.probe.result()  # its CUDA context must not be opened while a candidate is timed
         while not failed_side:
@@ -187,7 +207,7 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: runner.R
                 progress(f"round {state.done + 1}/{max_rounds}{state.extra()} · {side} · {len(shapes)} shape(s)")
                 t = clock()
                 with sampler(watch_env) as watch:
-                    run = evaluate(side, shapes, f"ab-{state.done}.txt")
+                    run = evaluate((state.done, side), shapes, f"ab-{state.done}.txt")
                 eval_s.append(clock() - t)
                 if watch.state is not None:
                     gpu.append({"round": state.done, "side": side, **watch.state.to_json()})
@@ -213,7 +233,8 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: runner.R
                     failed_side=failed_side,
                     failure=failure, compile_failure=compile_failure, eval_s=tuple(eval_s),
                     isolation=session.executor.isolation.to_json(), gpu=tuple(gpu), held=held,
-                    judged="sealed" if sealed and all(sealed) else "open")
+                    judged="sealed" if sealed and all(sealed) else "open",
+                    evals=f"cold: {evals_how}" if evals_how else f"warm, {depth} ahead")
 
 
 def side_report(report: ABReport, side: str, task: Task) -> RunReport | None:

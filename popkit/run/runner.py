@@ -375,10 +375,11 @@ class RunSession:
         return self._checked(run, s)
 
     def judged(self, done: proc.Finished, mode: str, *, convention: EvalConvention, key: str, seconds: float,
-               side: str = "") -> ModeRun:
-        """The ModeRun of an eval of the task's `mode` cases that ran outside `run` (a warm worker's), decoded,
-        judged and checked for tampering as `run` checks its own."""
-        run = decode_mode(done, mode, len(self.task.cases_for(mode)), timeout_s=self.task.timeout_for(mode),
+               side: str = "", count: int | None = None) -> ModeRun:
+        """The ModeRun of an eval of `count` cases (default: the task's for `mode`) that ran outside `run` (a warm
+        worker's), decoded, judged and checked for tampering as `run` checks its own."""
+        count = len(self.task.cases_for(mode)) if count is None else count
+        run = decode_mode(done, mode, count, timeout_s=self.task.timeout_for(mode),
                           convention=convention, key=key, seconds=seconds)
         return self._checked(run, self.sides[side])
 

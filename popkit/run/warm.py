@@ -91,6 +91,27 @@ def refuse_unfit(task: Task, harness: str) -> None:
                          "run the task's own eval, as open as the leaderboard's: --harness task (harness=\"task\")")
 
 
+def ahead_depth(cpus: int | None = None) -> int:
+    """Warm pairs started at once ahead of their evals (Ahead): one per 4 CPUs, at most AHEAD, and 0 (cold evals)
+    below 2. A pair's start-up is two processes importing torch; on too few CPUs the start-ups queue and a warm
+    round costs more than a cold one (a 2-core machine: 28.5 s against 24.6 s for the 9 race evals of tune's
+    chunksum fixture, each warm `go` 0.5-0.6 s against 2.7 s for a cold eval)."""
+    depth = min(AHEAD, (os.cpu_count() or 1 if cpus is None else cpus) // 4)
+    return depth if depth >= 2 else 0
+
+
+def cold_reason(task: Task, options: runner.RunOptions, depth: int) -> str:
+    """Why evals of `task` with `options` cannot go through warm pairs started `depth` ahead ('' when they can):
+    a warm pair is popkit's harness, the eval a cold run with the same options gets, on one GPU."""
+    if options.harness != "popkit" and harness_for(task) != "task":
+        return "the task's own eval judges it, not popkit's harness"
+    if options.world_size is not None or options.keep_workdir:
+        return "a scaled world size or a kept working folder runs cold"
+    if not depth:
+        return "this machine has too few CPUs for start-ups side by side"
+    return unfit_reason(task)
+
+
 def module_names(path: Path) -> set[str]:
     """Names bound at the top level of a Python file (defs, classes, assignments, imports); a file that does not
     parse, or has `from x import *`, binds every name as far as this can tell (REFERENCE_NAMES then)."""
@@ -177,13 +198,15 @@ class WarmPair:
     `go(content)`, then `discard()`; `discard()` alone ends one that is not needed."""
 
     def __init__(self, task: Task, mode: str, content: bytes, options: runner.RunOptions, executor: Executor, *,
-                 path: Path | None = None, system: Mapping[str, Any] | None = None):
+                 path: Path | None = None, system: Mapping[str, Any] | None = None,
+                 cases: Sequence[Mapping[str, Any]] | None = None):
         # The bytes are checked by the watch (a save that would not run never reaches a pair); `path` and `system`
-        # are what the session's report says.
+        # are what the session's report says; `cases` (default: the task's for `mode`) what the start-up prepares
+        # and `go` runs unless it is given others.
         self.session = runner.RunSession(task, path, mode, options, content=content, executor=executor, system=system,
                                          check=False)
         self.task, self.mode, self.options, self.executor = task, mode, self.session.options, executor
-        self.cases = task.cases_for(mode)
+        self.cases = list(task.cases_for(mode) if cases is None else cases)
         self.cases_name = f"{mode}.txt"  # the name a cold eval's cases file has
         self.timeout_s = task.timeout_for(mode)
         self.started = time.monotonic()
@@ -252,9 +275,11 @@ class WarmPair:
         finally:
             start_up.release()
 
-    def go(self, content: bytes, progress: Progress) -> Result | None:
+    def go(self, content: bytes, progress: Progress, cases: Sequence[Mapping[str, Any]] | None = None) -> Result | None:
         """Judge `content`: into the workspace, the pre-step where a cold run has one, then `go` and the run's
-        verdict. None when the pair ended before `go` (the caller starts a new one)."""
+        verdict, on `cases` (default: the pair's; others are generated when asked for, as a cold eval makes them).
+        None when the pair ended before `go` (the caller starts a new one)."""
+        cases = self.cases if cases is None else list(cases)
         ready = self.ready
         if not self.alive:
             if self._error is not None:
@@ -270,11 +295,11 @@ class WarmPair:
             run = ModeRun(mode=self.mode, secret=False, seed=None, exit_code=0, duration_s=0.0,
                           timeout_s=self.timeout_s, outcome="failed", summary=tampered)
             return Result(step, skipped, (run,), ready, self.warmup_s)
-        ws.write_cases(self.cases_name, protocol.render_cases(self.cases))
+        ws.write_cases(self.cases_name, protocol.render_cases(cases))
         key = secrets.token_hex(16)
-        line = json.dumps({"mode": self.mode, "cases": protocol.render_cases(self.cases), "key": key})
+        line = json.dumps({"mode": self.mode, "cases": protocol.render_cases(cases), "key": key})
         progress(self.mode)
-        self._watch.live = LiveProgress(progress, self.mode, len(self.cases), protocol.case_kind(self.mode))
+        self._watch.live = LiveProgress(progress, self.mode, len(cases), protocol.case_kind(self.mode))
         env = ws.executor.env(self.session.env(**protocol.POPKIT_HARNESS.env(None, None)))
         # The mode's own hold on the GPU waits for the start-up's to end: taken first, it would wait for a start-up
         # that waits for it. A start-up still holding the GPU after the mode's timeout is ended, and the run says so.
@@ -289,15 +314,16 @@ class WarmPair:
             self._close_control()
             self._thread.join()
         seconds = time.monotonic() - self._go_at
-        return Result(step, skipped, (self._decode(key, seconds),), ready, self.warmup_s)
+        return Result(step, skipped, (self._decode(key, seconds, len(cases)),), ready, self.warmup_s)
 
-    def _decode(self, key: str, seconds: float) -> ModeRun:
+    def _decode(self, key: str, seconds: float, count: int) -> ModeRun:
         if self._error is not None:
             raise self._error
         done = self._done
         pipe = done.pipe[len(READY_LINE):] if done.pipe.startswith(READY_LINE) else done.pipe
         done = replace(done, pipe=pipe)
-        return self.session.judged(done, self.mode, convention=protocol.POPKIT_HARNESS, key=key, seconds=seconds)
+        return self.session.judged(done, self.mode, convention=protocol.POPKIT_HARNESS, key=key, seconds=seconds,
+                                   count=count)
 
     def _close_control(self) -> None:
         if self._control >= 0:
@@ -344,6 +370,16 @@ class Ahead:
         finally:
             pair.discard()
 
+    def mode_run(self, key: Any, content: bytes, cases: Sequence[Mapping[str, Any]]) -> ModeRun | None:
+        """The mode's run of `content` on `cases` through the key's pair, as a cold eval gives it (runner.RunSession.
+        run); None when the pair ended before `go` or its pre-step failed (the caller runs the eval cold)."""
+        pair = self._pairs.pop(key, None) or self._make(key)
+        try:
+            result = pair.go(content, lambda _msg: None, cases)
+        finally:
+            pair.discard()
+        return result.runs[0] if result is not None and result.runs else None
+
     def close(self) -> None:
         """End every pair not used (their start-ups ran no submission code)."""
         pairs, self._pairs = list(self._pairs.values()), {}
@@ -357,5 +393,5 @@ class Ahead:
         self.close()
 
 
-__all__ = ["WarmPair", "Ahead", "Result", "harness_for", "unfit_reason", "refuse_unfit", "READY_LINE", "IDLE_S",
+__all__ = ["WarmPair", "Ahead", "Result", "ahead_depth", "cold_reason", "harness_for", "unfit_reason", "refuse_unfit", "READY_LINE", "IDLE_S",
            "AHEAD"]

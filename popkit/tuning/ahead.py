@@ -9,22 +9,13 @@ pairs ahead"). The checks, the A/Bs and the final check stay cold.
 from __future__ import annotations
 
 import contextlib
-import os
 from dataclasses import replace
 from typing import Any, Iterator, Sequence
 
 from popkit.run import runner
 from popkit.run import sandbox
 from popkit.run import warm
-
-
-def ahead_depth(cpus: int | None = None) -> int:
-    """Warm pairs a race round starts at once: one per 4 CPUs, at most warm.AHEAD, and 0 (cold evals) below 2. A
-    pair's start-up is two processes importing torch; on too few CPUs the start-ups queue and a warm round costs
-    more than a cold one (a 2-core machine: 28.5 s against 24.6 s for the 9 race evals of the chunksum fixture,
-    each warm `go` 0.5-0.6 s against 2.7 s for a cold eval)."""
-    depth = min(warm.AHEAD, (os.cpu_count() or 1 if cpus is None else cpus) // 4)
-    return depth if depth >= 2 else 0
+from popkit.run.warm import ahead_depth  # re-exported: tune's tests set it per run
 
 
 def warm_reason(tuner: Any) -> str:
@@ -35,13 +26,7 @@ def warm_reason(tuner: Any) -> str:
         return "asked to run cold"
     if len(tuner.devices) > 1 or tuner.backend.run is not runner.run_submission:
         return "its evals run on several GPUs or another executor"
-    if tuner.options.harness != "popkit" and warm.harness_for(tuner.task) != "task":
-        return "the task's own eval judges it, not popkit's harness"
-    if tuner.options.world_size is not None or tuner.options.keep_workdir:
-        return "a scaled world size or a kept working folder runs cold"
-    if not ahead_depth():
-        return "this machine has too few CPUs for start-ups side by side"
-    return warm.unfit_reason(tuner.task)
+    return warm.cold_reason(tuner.task, tuner.options, ahead_depth())
 
 
 def race_evals(tuner: Any) -> str:

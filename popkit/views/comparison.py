@@ -189,7 +189,8 @@ def show_ab(report: ABReport, *, json: bool = False) -> None:
     con = console()
     con.print(f"[bold]popkit bench A/B[/] · task [bold]{escape(report.task)}[/] · {report.rounds} rounds (ABBA,"
               f" a fresh eval per side and round), {_STOPPED.get(report.stopped, report.stopped)} · harness"
-              f" {escape(report.harness)}" + (f" ({report.judged})" if report.judged else ""))
+              f" {escape(report.harness)}" + (f" ({report.judged})" if report.judged else "")
+              + (f" · evals {escape(report.evals)}" if report.evals else ""))
 
     isolation = isolation_line(report.isolation)
     con.print(f"[dim]system:[/] {escape(system_line(dict(report.system)))}"
