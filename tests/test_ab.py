@@ -549,8 +549,10 @@ def test_an_ab_runs_its_evals_through_warm_pairs_started_ahead(tmp_path, monkeyp
     options = runner.RunOptions(harness="popkit")
     task = load_task(chunksum)
     report = ab.run_ab(task, a, b, options, system=SYSTEM, max_rounds=4, budget_s=0)
-    assert report.failed_side == "" and report.rounds == 4 and report.evals == "warm, 2 ahead", report.to_json()
-    assert gone == [len(task.benchmarks)] * (1 + 2 * report.rounds) and len(report.eval_s) == 2 * report.rounds
-    assert all(len(s.a_ns) == len(s.b_ns) == 4 for s in report.shapes) and report.judged == "sealed"
+    # At least 4 rounds: a round a host stall slowed is replaced, on the shapes still compared.
+    assert report.failed_side == "" and report.rounds >= 4 and report.evals == "warm, 2 ahead", report.to_json()
+    assert len(gone) == 1 + 2 * report.rounds and len(report.eval_s) == 2 * report.rounds
+    assert gone[:9] == [len(task.benchmarks)] * 9 and report.judged == "sealed"
+    assert all(len(s.a_ns) >= 4 and len(s.b_ns) >= 4 for s in report.shapes)
     cold = ab.run_ab(task, a, b, options, system=SYSTEM, max_rounds=4, budget_s=0, warm_evals=False)
-    assert len(gone) == 1 + 2 * report.rounds and cold.evals == "cold: asked to run cold" and cold.rounds == 4
+    assert len(gone) == 1 + 2 * report.rounds and cold.evals == "cold: asked to run cold" and cold.rounds >= 4
