@@ -67,6 +67,15 @@ def _private_user_data(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("xdg-data")))
 
 
+@pytest.fixture(autouse=True)
+def _cold_ab_evals(monkeypatch):
+    """An A/B in a test runs its evals cold unless the test starts warm pairs itself (warm.ahead_depth): what a
+    test counts must not depend on how many CPUs the machine running it has (8 or more start warm pairs)."""
+    from popkit.run import warm
+
+    monkeypatch.setattr(warm, "ahead_depth", lambda cpus=None: 0)
+
+
 CLI_WIDTH = "160"
 
 
