@@ -29,7 +29,7 @@ SESSION_NAMES = {"RunSession", "RunOptions", "run_submission", "child_env", "is_
                  "PRECOMPILE_TIMEOUT_S"}
 TYPES = {"executor": {"Executor", "Workspace"}}
 USERS = {
-    "popkit/measure/ab.py": {},
+    "popkit/measure/ab.py": {"warm": {"Ahead", "WarmPair", "ahead_depth", "cold_reason"}},  # its evals' warm pairs
     "popkit/measure/abrounds.py": {},
     "popkit/tuning/race.py": {},
     "popkit/tuning/probe.py": {},
@@ -37,7 +37,7 @@ USERS = {
                                   "warm": {"refuse_unfit", "Ahead"}},  # tune's scratch, the sizing's, the race's pairs
     # the race's evals through warm pairs, started as the watch starts them
     "popkit/tuning/ahead.py": {"sandbox": {"executor_for"},
-                               "warm": {"WarmPair", "Ahead", "AHEAD", "harness_for", "unfit_reason"}},
+                               "warm": {"WarmPair", "Ahead", "ahead_depth", "cold_reason"}},
     "popkit/distributed/worker.py": {"sandbox": {"scripts_for"}},  # parity facts, before any session
     "popkit/operations/risk.py": {"protocol": {"secret_case_seed"}},  # the seeds its plan draws, as the runner does
     "popkit/operations/watch.py": {"sandbox": {"executor_for"}, "warm": {"WarmPair", "harness_for", "unfit_reason"}},
