@@ -182,7 +182,7 @@ def run_ab(task: Task, a_path: Path | str, b_path: Path | str, options: runner.R
         def evaluate(key: tuple[Any, str], shapes: Sequence[Mapping[str, Any]], name: str) -> ModeRun:
             side, run = key[1], None
             if pairs is not None:
-                pairs.refill(keys[keys.index(key):] if key in keys else [key])
+                pairs.refill(keys[keys.index(key):])
                 run = pairs.mode_run(key, session.sides[side].data, shapes)
             if run is None:
                 run = session.run("benchmark", shapes, side=side, cases_name=name, live=False)

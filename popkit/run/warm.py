@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from popkit.errors import UsageError
 from popkit.machine import gpulock
@@ -359,25 +359,28 @@ class Ahead:
             for key in keys[:self.depth]:
                 self._pairs[key] = self._make(key)
 
-    def run(self, key: Any, content: bytes, progress: Progress) -> RunReport | None:
-        """The verdict of `content` through the key's pair (started now if it was not), as a cold eval of the same
-        session reports it; None when the pair ended before `go` (the caller runs the eval cold)."""
+    @contextlib.contextmanager
+    def _used(self, key: Any) -> Iterator[WarmPair]:
+        """The key's pair (started now if it was not), discarded once used."""
         pair = self._pairs.pop(key, None) or self._make(key)
         try:
+            yield pair
+        finally:
+            pair.discard()
+
+    def run(self, key: Any, content: bytes, progress: Progress) -> RunReport | None:
+        """The verdict of `content` through the key's pair, as a cold eval of the same session reports it; None when
+        the pair ended before `go` (the caller runs the eval cold)."""
+        with self._used(key) as pair:
             started, t0 = datetime.now(timezone.utc), time.monotonic()
             result = pair.go(content, progress)
             return None if result is None else pair.session.report(result.runs, started=started, t0=t0)
-        finally:
-            pair.discard()
 
     def mode_run(self, key: Any, content: bytes, cases: Sequence[Mapping[str, Any]]) -> ModeRun | None:
         """The mode's run of `content` on `cases` through the key's pair, as a cold eval gives it (runner.RunSession.
         run); None when the pair ended before `go` or its pre-step failed (the caller runs the eval cold)."""
-        pair = self._pairs.pop(key, None) or self._make(key)
-        try:
+        with self._used(key) as pair:
             result = pair.go(content, lambda _msg: None, cases)
-        finally:
-            pair.discard()
         return result.runs[0] if result is not None and result.runs else None
 
     def close(self) -> None:
